@@ -1,0 +1,11 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+// Each subcommand lives in its own cmd_<name>.cc and registers itself here. A command parses
+// its flags, calls one library entry point and prints; it holds no logic of its own.
+namespace kareus::cli {
+
+
+}  // namespace kareus::cli

@@ -1,0 +1,33 @@
+// SPDX-License-Identifier: Apache-2.0
+#include <cstdio>
+#include <exception>
+
+#include <CLI/CLI.hpp>
+
+#include "commands.h"
+#include "kareus/common/error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "Kareus: cut the energy of large-model training by choosing GPU clocks and kernel "
+      "schedules jointly."};
+  app.require_subcommand(1);
+  app.fallthrough(false);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return 2;
+  } catch (const kareus::Error& e) {
+    std::fprintf(stderr, "kareus: error: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kareus: internal error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,77 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+namespace kareus {
+
+// The base of every error Kareus raises on purpose.
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Expected failure caused by the user's input (a workload file, a flag, a CSV row, a plan file).
+// The message names the field, the value and the rule; the CLI turns it into exit code 2.
+class InputError : public Error {
+ public:
+  using Error::Error;
+};
+
+// Expected failure of the environment (a file that cannot be written, NVML missing, a store
+// that belongs to another workload). The CLI also exits 2: nothing was lost or half-written.
+class EnvironmentError : public Error {
+ public:
+  using Error::Error;
+};
+
+// Builds "field: value: rule" messages without a chain of string concatenations.
+// Throws InputError when it goes out of scope through Throw().
+template <typename T>
+std::string Describe(const T& value) {
+  std::ostringstream out;
+  out << value;
+  return out.str();
+}
+
+[[noreturn]] inline void ThrowInput(const std::string& field, const std::string& value,
+                                    const std::string& rule) {
+  throw InputError(field + " = " + value + ": " + rule);
+}
+
+namespace internal {
+
+// Collects the message of a failed KAREUS_CHECK and aborts when destroyed.
+class CheckFailure {
+ public:
+  CheckFailure(const char* file, int line, const char* condition);
+  [[noreturn]] ~CheckFailure();
+  template <typename T>
+  CheckFailure& operator<<(const T& value) {
+    stream_ << value;
+    return *this;
+  }
+
+ private:
+  std::ostringstream stream_;
+};
+
+}  // namespace internal
+}  // namespace kareus
+
+// Invariant check for bugs: aborts with file, line, condition and message. Not for user input.
+#define KAREUS_CHECK(condition) \
+  if (condition) {              \
+  } else                        \
+    ::kareus::internal::CheckFailure(__FILE__, __LINE__, #condition)
+
+#ifdef NDEBUG
+#define KAREUS_DCHECK(condition) \
+  if (true) {                    \
+  } else                         \
+    ::kareus::internal::CheckFailure(__FILE__, __LINE__, #condition)
+#else
+#define KAREUS_DCHECK(condition) KAREUS_CHECK(condition)
+#endif

@@ -1,0 +1,19 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "kareus/common/error.h"
+
+#include <cstdio>
+#include <cstdlib>
+
+namespace kareus::internal {
+
+CheckFailure::CheckFailure(const char* file, int line, const char* condition) {
+  stream_ << file << ":" << line << ": check failed: " << condition << " ";
+}
+
+CheckFailure::~CheckFailure() {
+  std::fprintf(stderr, "%s\n", stream_.str().c_str());
+  std::fflush(stderr);
+  std::abort();
+}
+
+}  // namespace kareus::internal
