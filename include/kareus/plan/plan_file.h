@@ -1,0 +1,114 @@
+// SPDX-License-Identifier: Apache-2.0
+// The plan file (plan.json): what a training job applies at run time. Written by the solver
+// (plan/, methods/), read by the runtime (runtime/). This header depends only on common/ so the
+// runtime library stays small.
+#pragma once
+
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kareus/common/json.h"
+
+namespace kareus::plan {
+
+inline constexpr const char* kPlanFormat = "kareus.plan/1";
+inline constexpr const char* kFrontierFormat = "kareus.frontier/1";
+
+enum class InstructionKind { kForward, kBackward };
+const char* ToString(InstructionKind kind);               // "forward" | "backward"
+InstructionKind InstructionKindFromString(const std::string& text);  // throws InputError
+
+enum class ExecutionMode { kNanobatched, kSequential };
+const char* ToString(ExecutionMode mode);                // "nanobatched" | "sequential"
+ExecutionMode ExecutionModeFromString(const std::string& text);      // throws InputError
+
+// The comm-kernel knobs of one partition type inside an instruction (identical for every layer
+// and both nanobatches of that instruction, as in the published runtime).
+struct PartitionKnobs {
+  std::string type;  // partition type, e.g. "fwd_attn"
+  int sms = 0;       // thread blocks (= SMs) of the comm kernel
+  std::string slot;  // launch slot, e.g. "norm_0": the collective starts with this compute op
+};
+
+struct PlannedInstruction {
+  InstructionKind kind = InstructionKind::kForward;
+  int microbatch = 0;
+  int freq_mhz = 0;  // locked SM clock for the whole instruction
+  ExecutionMode mode = ExecutionMode::kSequential;
+  std::vector<PartitionKnobs> partitions;  // empty in sequential mode
+  double time_s = 0.0;                     // predicted duration of this instruction
+  double energy_j = 0.0;                   // predicted energy per GPU of this instruction
+};
+
+struct PlannedStage {
+  int stage = 0;
+  int gpus = 1;  // GPUs running this stage (TP x CP x DP)
+  std::vector<PlannedInstruction> instructions;  // in execution order (1F1B)
+};
+
+struct IterationCost {
+  double time_s = 0.0;            // iteration time (max over stages)
+  double energy_j = 0.0;          // energy of one iteration, summed over all GPUs
+  double static_energy_j = 0.0;   // static power x iteration time, summed over all GPUs
+  double dynamic_energy_j = 0.0;  // energy_j - static_energy_j
+};
+
+struct Plan {
+  std::string method;        // "megatron", "nanobatching", "perseus", "nanobatching+perseus", "kareus", ...
+  Json workload;             // the workload this plan was made for (free-form object)
+  std::string schedule = "1f1b";
+  int num_microbatches = 0;
+  IterationCost iteration;
+  std::vector<PlannedStage> stages;
+};
+
+// One entry of a stage's instruction order: what runs, not how.
+struct ScheduledInstruction {
+  InstructionKind kind = InstructionKind::kForward;
+  int microbatch = 0;
+  bool operator==(const ScheduledInstruction&) const = default;
+};
+
+// The synchronous 1F1B order of `stage` (0-based) among `num_stages` with `num_microbatches`,
+// identical to Megatron-LM's non-interleaved schedule: min(S - s - 1, M) warm-up forwards, then
+// alternating forward/backward, then the cool-down backwards. A plan with schedule "1f1b" must
+// list each stage's instructions in exactly this order (the runtime checks the live loop
+// against it).
+std::vector<ScheduledInstruction> OneFOneBOrder(int num_stages, int stage, int num_microbatches);
+
+// Serialization. ToJson writes {"format": kPlanFormat, ...}. FromJson validates everything a
+// runtime relies on and throws InputError naming the field and the rule: format/version,
+// stage numbering 0..S-1, per stage exactly num_microbatches forwards and backwards, in exactly
+// the OneFOneBOrder of the stage (schedule "1f1b", the only one supported), positive clocks,
+// sms >= 1, known kinds and modes, each partition type at most once per instruction.
+// Fields added by a later writer of the same version are ignored; a missing "mode" reads as
+// sequential, missing predictions (time_s, energy_j) as 0.
+Json ToJson(const Plan& plan);
+Plan PlanFromJson(const Json& json);
+void WritePlanFile(const std::filesystem::path& path, const Plan& plan);  // atomic
+Plan ReadPlanFile(const std::filesystem::path& path);  // InputError on garbage/truncation
+
+// One point of an iteration time-energy frontier (frontier.json).
+struct FrontierPoint {
+  double time_s = 0.0;
+  double energy_j = 0.0;
+  double static_energy_j = 0.0;
+  int plan_index = -1;  // index into the list of plans of the solve; -1 if no plan kept
+  std::string plan_path;  // plan file of this point, relative to frontier.json's folder
+                          // (e.g. "plans/plan_00003.json"); empty when no plan file was written
+};
+
+struct FrontierFile {
+  std::string method;
+  Json workload;
+  std::vector<FrontierPoint> points;  // sorted by time, fastest first
+};
+
+Json ToJson(const FrontierFile& frontier);
+FrontierFile FrontierFromJson(const Json& json);
+void WriteFrontierFile(const std::filesystem::path& path, const FrontierFile& frontier);
+FrontierFile ReadFrontierFile(const std::filesystem::path& path);
+
+}  // namespace kareus::plan
