@@ -1,0 +1,50 @@
+// SPDX-License-Identifier: Apache-2.0
+// Strict reading of YAML mappings: every read names its dotted field path, and a mapping with
+// a key nobody asked for is an error (a typo must not be silently ignored).
+#pragma once
+
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <yaml-cpp/yaml.h>
+
+namespace kareus {
+
+class YamlMap {
+ public:
+  // `source` names the file for messages; `path` is the dotted path of this mapping ("" = root).
+  YamlMap(YAML::Node node, std::string source, std::string path = "");
+
+  static YamlMap Parse(const std::string& text, const std::string& source);  // InputError on syntax
+
+  bool Has(const std::string& key) const;
+  int64_t Int(const std::string& key) const;
+  double Double(const std::string& key) const;
+  std::string String(const std::string& key) const;
+  bool Bool(const std::string& key) const;
+  std::optional<int64_t> OptionalInt(const std::string& key) const;
+  std::optional<std::string> OptionalString(const std::string& key) const;
+  std::vector<int64_t> IntList(const std::string& key) const;
+  YamlMap Map(const std::string& key) const;
+  std::vector<YamlMap> MapList(const std::string& key) const;
+  bool IsMap(const std::string& key) const;
+
+  // Throws InputError naming the first key that was never read.
+  void RejectUnknownKeys() const;
+
+  std::string FieldName(const std::string& key) const;  // "source: path.key"
+  [[noreturn]] void Fail(const std::string& key, const std::string& value,
+                         const std::string& rule) const;
+
+ private:
+  YAML::Node Get(const std::string& key) const;
+
+  YAML::Node node_;
+  std::string source_;
+  std::string path_;
+  mutable std::set<std::string> read_;
+};
+
+}  // namespace kareus

@@ -1,0 +1,75 @@
+// SPDX-License-Identifier: Apache-2.0
+// GPU presets: the figures the workload model, the emulator and the planner need, loaded from
+// data/gpus/<name>.yaml where every figure carries its source in a comment.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace kareus::hw {
+
+// Supported locked SM clocks: min..max in step. The profiler's default sub-grid is
+// profile_max..profile_min in profile_step (the published A100 grid is 1410..900 by 30).
+struct ClockGrid {
+  int min_mhz = 0;
+  int max_mhz = 0;
+  int step_mhz = 15;
+  int default_mhz = 0;  // the clock a job runs at when nobody locks it (max boost)
+  int profile_min_mhz = 0;
+  int profile_step_mhz = 30;
+
+  bool Contains(int freq_mhz) const;
+  std::vector<int> Supported() const;         // max..min, descending
+  std::vector<int> ProfileGrid() const;       // max..profile_min in profile_step, descending
+};
+
+// One point of the voltage-frequency curve; the curve is interpolated linearly.
+struct VoltagePoint {
+  int freq_mhz = 0;
+  double volts = 0.0;
+};
+
+struct PowerSpec {
+  double cap_w = 0.0;          // board power limit (default = max)
+  double idle_w = 0.0;         // bare idle, no context
+  double static_w = 0.0;       // blocked in a P2P recv: the "static" power of the energy split
+  double dynamic_max_w = 0.0;  // SM dynamic power at max clock, all SMs at full activity
+  double memory_w = 0.0;       // HBM power at full bandwidth
+};
+
+struct InterconnectSpec {
+  double bus_bandwidth_gbps = 0.0;      // achievable collective bus bandwidth, GB/s
+  double channel_bandwidth_gbps = 0.0;  // per comm SM (channel) at max clock, GB/s
+  double channel_clock_exponent = 0.0;  // b_ch(f) = b_ch(max) * (f/f_max)^exponent (weak)
+  double latency_us = 0.0;              // per-collective launch + sync latency
+  double inter_node_bandwidth_gbps = 0.0;  // P2P between pipeline stages, GB/s per GPU
+  double inter_node_latency_us = 0.0;
+  int library_default_sms = 0;  // SMs NCCL's default channel count occupies (baselines)
+};
+
+struct GpuSpec {
+  std::string name;  // preset name, e.g. "A100-SXM4-40GB"
+  int sm_count = 0;
+  ClockGrid clock;
+  double tensor_flops_per_clock_per_sm = 0.0;  // dense BF16 tensor-core FLOP / clock / SM
+  double gemm_efficiency = 0.0;       // measured max matmul / peak (MAMF ceiling)
+  double attention_efficiency = 0.0;  // flash-attention ceiling relative to tensor peak
+  double hbm_bandwidth_gbps = 0.0;    // GB/s
+  double hbm_efficiency = 0.0;        // achievable fraction of HBM bandwidth
+  double sm_memory_bandwidth_gbps = 0.0;  // per-SM issue limit at max clock, GB/s
+  PowerSpec power;
+  std::vector<VoltagePoint> voltage_curve;  // ascending in freq_mhz
+  InterconnectSpec interconnect;
+
+  double PeakTensorFlops(int freq_mhz) const;  // sm_count * flops/clk/SM * f
+  double VoltageAt(int freq_mhz) const;        // linear interpolation, clamped at the ends
+};
+
+// Loads one preset file; throws InputError naming the file and the field.
+GpuSpec LoadGpuSpecFile(const std::string& path);
+
+// Presets shipped in DataDir()/gpus, by name; throws InputError listing the valid names.
+GpuSpec GpuPreset(const std::string& name);
+std::vector<std::string> GpuPresetNames();  // sorted
+
+}  // namespace kareus::hw
