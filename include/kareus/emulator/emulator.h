@@ -12,6 +12,7 @@
 
 #include "kareus/hw/gpu_spec.h"
 #include "kareus/workload/ops.h"
+#include "kareus/workload/workload.h"
 
 namespace kareus::emulator {
 
@@ -90,5 +91,45 @@ struct Measurement {
 // the same value, whatever else was measured before (resumable profiling depends on it).
 Measurement Measure(const SimResult& truth, const MeasurementOptions& options, uint64_t seed,
                     uint64_t key);
+
+// ---- Additions (issue 3) -------------------------------------------------------------------
+
+// One kernel alone on `sms` SMs at a locked clock (a collective: with `sms` comm SMs, nothing
+// else running). The building block the physics tests and calibration check.
+SimResult SimulateKernel(const hw::GpuSpec& gpu, const workload::Op& op, int sms, int freq_mhz);
+
+// Throws InputError (field, value, and the valid choices) unless the knobs are legal for the
+// partition on this GPU: the clock on the GPU's supported grid, the SMs one of the partition's
+// sm_choices (a non-tunable partition also accepts its fixed_sms), the slot one of its slots.
+void ValidatePartitionKnobs(const hw::GpuSpec& gpu, const workload::PartitionType& partition,
+                            const PartitionKnobs& knobs);
+
+// The partition type called `name`; InputError listing the names when there is none.
+const workload::PartitionType& FindPartitionType(const workload::WorkloadModel& model,
+                                                 const std::string& name);
+
+// The knobs the published runtime uses when no schedule is loaded (the Nanobatching baseline):
+// library-default comm SMs, launched at the partition's first launch slot, for every tunable
+// type; or sequential execution.
+InstructionKnobs DefaultInstructionKnobs(const workload::WorkloadModel& model, int freq_mhz,
+                                         ExecutionMode mode);
+
+// One point of an exhaustive sweep.
+struct SweepPoint {
+  PartitionKnobs knobs;
+  SimResult result;
+};
+
+struct SweepOptions {
+  std::vector<int> freqs_mhz;     // clocks to sweep; empty: the GPU's profile grid
+  std::vector<int> sms;           // comm SM counts; empty: the partition's sm_choices
+  std::vector<std::string> slots; // launch slots; empty: the partition's launch_slots
+};
+
+// Every (clock, SMs, slot) of the grid, noise-free, clocks outer, then SMs, then slots (the
+// order of the published encoding). Per-op constants are compiled once for the whole sweep.
+std::vector<SweepPoint> SweepPartition(const hw::GpuSpec& gpu,
+                                       const workload::PartitionType& partition,
+                                       const SweepOptions& options = {});
 
 }  // namespace kareus::emulator
