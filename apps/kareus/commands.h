@@ -7,5 +7,8 @@
 // its flags, calls one library entry point and prints; it holds no logic of its own.
 namespace kareus::cli {
 
+void AddGpusCommand(CLI::App& app);
+void AddModelsCommand(CLI::App& app);
+void AddPartitionsCommand(CLI::App& app);
 
 }  // namespace kareus::cli

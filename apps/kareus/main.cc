@@ -13,6 +13,9 @@ int main(int argc, char** argv) {
       "schedules jointly."};
   app.require_subcommand(1);
   app.fallthrough(false);
+  kareus::cli::AddGpusCommand(app);
+  kareus::cli::AddModelsCommand(app);
+  kareus::cli::AddPartitionsCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -1,0 +1,435 @@
+// SPDX-License-Identifier: Apache-2.0
+// The partition builder (reference/kareus-official.md §1.3-1.5, §2.1): split each direction's
+// kernel list at every collective; with two nanobatches every segment yields two partitions,
+// the segment's compute of one nanobatch overlapping the other nanobatch's collective.
+#include <algorithm>
+#include <map>
+#include <optional>
+
+#include "kareus/common/error.h"
+#include "kareus/workload/ops.h"
+#include "workload/shapes.h"
+
+namespace kareus::workload {
+namespace {
+
+using internal::Collective;
+using internal::Gemm;
+using internal::Memory;
+using internal::Shard;
+
+struct Segment {
+  std::vector<Op> compute;
+  std::optional<Op> collective;
+};
+
+// Splits a kernel list at its collectives. A collective with no compute before it replaces the
+// previous segment's collective (as the published _split_by_communications does).
+std::vector<Segment> SplitAtCollectives(const std::vector<Op>& ops) {
+  std::vector<Segment> segments;
+  Segment current;
+  for (const Op& op : ops) {
+    if (op.kind == OpKind::kCollective) {
+      if (current.compute.empty() && !segments.empty()) {
+        segments.back().collective = op;
+      } else {
+        current.collective = op;
+        segments.push_back(std::move(current));
+        current = Segment{};
+      }
+    } else {
+      current.compute.push_back(op);
+    }
+  }
+  if (!current.compute.empty()) segments.push_back(std::move(current));
+  return segments;
+}
+
+bool MemoryBound(SlotGroup g) {
+  return g == SlotGroup::kNorm || g == SlotGroup::kRope || g == SlotGroup::kActivation;
+}
+
+// Slot names as the published runtime builds them (partition_base.py::_build_overlap_slots):
+// linear and attn modules each get a slot; consecutive memory-bound modules of one group share
+// the slot of the first. Numbered per group.
+std::vector<Slot> BuildSlots(const std::vector<Op>& compute) {
+  std::vector<Slot> slots;
+  std::map<SlotGroup, int> counters;
+  SlotGroup previous_group = SlotGroup::kNone;
+  std::string previous_module;
+  for (int i = 0; i < static_cast<int>(compute.size()); ++i) {
+    const Op& op = compute[i];
+    if (i > 0 && op.module == previous_module) continue;  // another kernel of the same module
+    const bool merge = i > 0 && MemoryBound(op.group) && op.group == previous_group;
+    if (!merge) {
+      slots.push_back(
+          {.name = std::string(ToString(op.group)) + "_" + std::to_string(counters[op.group]++),
+           .op_index = i});
+    }
+    previous_group = op.group;
+    previous_module = op.module;
+  }
+  return slots;
+}
+
+// The published per-layer partition keys (transformer_block._build_partitions) and the launch
+// windows of each type's search space (tests/bayesian/partitions/*/bo_search.py).
+struct PublishedLayout {
+  std::vector<std::string> layer_keys;
+  std::string trail_key;
+};
+
+std::optional<PublishedLayout> Layout(Direction direction, bool cp) {
+  if (direction == Direction::kForward) {
+    if (!cp) return PublishedLayout{{"fwd_attn", "fwd_attn", "fwd_mlp", "fwd_mlp"}, "fwd_trail"};
+    return PublishedLayout{
+        {"fwd_qkv_ar", "fwd_qkv_ag", "fwd_ao_ag", "fwd_ao_ar", "fwd_mlp", "fwd_mlp"}, "fwd_trail"};
+  }
+  if (!cp) return PublishedLayout{{"bwd_mlp", "bwd_mlp", "bwd_attn", "bwd_attn"}, "bwd_trail"};
+  return PublishedLayout{{"bwd_mlp", "bwd_mlp", "bwd_o_ar", "bwd_o_ag", "bwd_a_ag", "bwd_a_rs",
+                          "bwd_qkv_rs", "bwd_qkv_ar"},
+                         "bwd_trail"};
+}
+
+const std::map<std::string, std::vector<std::string>>& PublishedLaunchSlots() {
+  static const std::map<std::string, std::vector<std::string>> table = {
+      {"fwd_attn", {"norm_0", "linear_0", "rope_0", "attn_0"}},
+      {"fwd_mlp", {"norm_0", "linear_0", "activation_0"}},
+      {"bwd_attn", {"norm_0", "linear_0", "attn_0", "rope_0"}},
+      {"bwd_mlp", {"norm_0", "linear_0", "activation_0"}},
+      {"fwd_qkv_ar", {"norm_0", "linear_0"}},
+      {"fwd_qkv_ag", {"norm_0", "linear_0", "rope_0"}},
+      {"fwd_ao_ag", {"attn_0", "linear_0"}},
+      {"fwd_ao_ar", {"attn_0"}},
+      {"bwd_qkv_ar", {"rope_0", "linear_0"}},
+      {"bwd_qkv_rs", {"rope_0", "linear_0"}},
+      {"bwd_a_rs", {"attn_0"}},
+      {"bwd_a_ag", {"attn_0"}},
+      {"bwd_o_ag", {"norm_0", "linear_0"}},
+      {"bwd_o_ar", {"norm_0"}},
+  };
+  return table;
+}
+
+std::vector<int> SmChoices(CollectiveType type) {
+  // TP all-reduce partitions: {3, 6, ..., 30}; CP all-gather / reduce-scatter: {1, ..., 20}
+  // (kareus-official.md §2.1).
+  std::vector<int> out;
+  if (type == CollectiveType::kAllReduce) {
+    for (int s = 3; s <= 30; s += 3) out.push_back(s);
+  } else {
+    for (int s = 1; s <= 20; ++s) out.push_back(s);
+  }
+  return out;
+}
+
+// One direction's partitions for `layers` layers: keys and the (compute, collective) of every
+// occurrence, in execution order.
+struct Occurrence {
+  std::string key;
+  std::vector<Op> compute;
+  std::optional<Op> collective;
+};
+
+std::vector<Occurrence> Occurrences(const std::vector<Op>& layer_ops, int layers,
+                                    Direction direction, bool cp) {
+  std::vector<Op> all;
+  for (int l = 0; l < layers; ++l) all.insert(all.end(), layer_ops.begin(), layer_ops.end());
+  const std::vector<Segment> segments = SplitAtCollectives(all);
+  std::vector<Occurrence> out;
+  for (size_t i = 0; i < segments.size(); ++i) {
+    std::optional<Op> previous = i > 0 ? segments[i - 1].collective : std::nullopt;
+    out.push_back({"", segments[i].compute, previous});
+    out.push_back({"", segments[i].compute, segments[i].collective});
+  }
+  // Name them: the published layout when it fits, else generic names from segment position.
+  const auto layout = Layout(direction, cp);
+  const size_t per_layer = layout ? layout->layer_keys.size() : 0;
+  const bool fits = layout && out.size() == per_layer * layers + 2;
+  const std::string prefix = direction == Direction::kForward ? "fwd" : "bwd";
+  const size_t generic_per_layer = layers > 0 ? (out.size() - 2) / layers : 0;
+  for (size_t i = 0; i < out.size(); ++i) {
+    const bool trail = i + 2 >= out.size();
+    if (fits) {
+      out[i].key = trail ? layout->trail_key : layout->layer_keys[i % per_layer];
+    } else if (trail) {
+      out[i].key = prefix + "_trail";
+    } else {
+      const Op* c = out[i].collective ? &*out[i].collective : nullptr;
+      out[i].key = prefix + "_p" + std::to_string(i % generic_per_layer) +
+                   (c ? std::string("_") + ToString(c->collective) : "");
+    }
+  }
+  return out;
+}
+
+PartitionType MakeType(const Occurrence& o, Direction direction) {
+  PartitionType t;
+  t.name = o.key;
+  t.direction = direction;
+  t.compute_ops = o.compute;
+  KAREUS_CHECK(o.collective.has_value()) << "type " << o.key << " built from an occurrence without collective";
+  t.collective = *o.collective;
+  t.slots = BuildSlots(t.compute_ops);
+  t.sm_choices = SmChoices(t.collective.collective);
+  t.tunable = t.name.find("_trail") == std::string::npos;
+  const auto& published = PublishedLaunchSlots();
+  if (auto it = published.find(t.name); it != published.end()) {
+    for (const auto& slot : it->second) {
+      if (t.SlotIndex(slot) >= 0) t.launch_slots.push_back(slot);
+    }
+  }
+  if (t.launch_slots.empty()) {
+    for (const auto& slot : t.slots) t.launch_slots.push_back(slot.name);
+  }
+  if (!t.tunable) t.launch_slots = {t.fixed_slot};
+  return t;
+}
+
+std::vector<Op> NonPartitionOps(const Workload& w, int stage, Direction direction) {
+  const Shard s(w, w.microbatch_size);
+  const double th = double(s.tokens) * s.hidden;
+  const double tv = double(s.tokens) * s.vocab;
+  const bool first = stage == 0;
+  const bool last = stage == w.parallelism.pp - 1;
+  std::vector<Op> ops;
+  const double bf16 = internal::kBf16Bytes;
+  if (direction == Direction::kForward) {
+    if (first) {
+      ops.push_back(Memory("embedding", "embedding", SlotGroup::kNone, bf16 * 2 * th,
+                           internal::kElementwiseFlopsPerByte));
+      // VocabParallelEmbedding sums the TP shards' partial lookups.
+      if (s.tp > 1) {
+        ops.push_back(Collective("embedding_all_reduce", CollectiveType::kAllReduce, bf16 * th, s.tp, 1));
+      }
+    }
+    if (last) {
+      ops.push_back(Memory("final_layernorm", "final_layernorm", SlotGroup::kNone, bf16 * 2 * th,
+                           internal::kNormFlopsPerByte));
+      ops.push_back(Gemm("output_layer", "output_layer", s.tokens, s.vocab, s.hidden));
+      // Vocab-parallel cross entropy: max, sum of exponentials, target logit over the logits,
+      // each reduced across TP (three small all-reduces of fp32 per token, merged here).
+      ops.push_back(Memory("loss", "loss", SlotGroup::kNone, bf16 * 3 * tv,
+                           internal::kElementwiseFlopsPerByte));
+      if (s.tp > 1) {
+        ops.push_back(Collective("loss_all_reduce", CollectiveType::kAllReduce,
+                                 3.0 * 4.0 * s.tokens, s.tp, 1));
+      }
+    }
+  } else {
+    if (last) {
+      ops.push_back(Memory("loss.bwd", "loss", SlotGroup::kNone, bf16 * 2 * tv,
+                           internal::kElementwiseFlopsPerByte));
+      ops.push_back(Gemm("output_layer.dgrad", "output_layer", s.tokens, s.hidden, s.vocab));
+      ops.push_back(Gemm("output_layer.wgrad", "output_layer", s.hidden, s.vocab, s.tokens));
+      // The column-parallel output layer's input gradient is summed across TP.
+      if (s.tp > 1) {
+        ops.push_back(Collective("output_all_reduce", CollectiveType::kAllReduce, bf16 * th, s.tp, 1));
+      }
+      ops.push_back(Memory("final_layernorm.bwd", "final_layernorm", SlotGroup::kNone,
+                           bf16 * 3 * th, internal::kNormFlopsPerByte));
+    }
+    if (first) {
+      ops.push_back(Memory("embedding.bwd", "embedding", SlotGroup::kNone, bf16 * 3 * th,
+                           internal::kElementwiseFlopsPerByte));
+    }
+  }
+  return ops;
+}
+
+double ComputeFlops(const std::vector<Op>& ops) {
+  double flops = 0.0;
+  for (const Op& op : ops) {
+    if (op.kind != OpKind::kCollective) flops += op.flops;
+  }
+  return flops;
+}
+
+int TypeIndex(const std::vector<PartitionType>& types, const std::string& name) {
+  for (size_t i = 0; i < types.size(); ++i) {
+    if (types[i].name == name) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+}  // namespace
+
+int PartitionType::SlotIndex(const std::string& slot) const {
+  for (const Slot& s : slots) {
+    if (s.name == slot) return s.op_index;
+  }
+  return -1;
+}
+
+double PartitionType::ComputeFlops() const { return workload::ComputeFlops(compute_ops); }
+
+Json PartitionType::ToJson() const {
+  Json slot_names = Json::array();
+  for (const auto& s : slots) slot_names.push_back(s.name);
+  Json ops = Json::array();
+  for (const auto& op : compute_ops) ops.push_back(op.ToJson());
+  Json j{{"type", name},
+         {"direction", workload::ToString(direction)},
+         {"tunable", tunable},
+         {"collective",
+          {{"type", workload::ToString(collective.collective)},
+           {"bytes", collective.bytes},
+           {"group_size", collective.group_size},
+           {"tensors", collective.tensors}}},
+         {"slots", launch_slots},
+         {"all_slots", slot_names},
+         {"sm_choices", tunable ? Json(sm_choices) : Json::array({fixed_sms})},
+         {"compute_ops", ops},
+         {"flops", ComputeFlops()}};
+  return j;
+}
+
+const PartitionType& WorkloadModel::Type(const std::string& name) const {
+  const int index = TypeIndex(partition_types, name);
+  KAREUS_CHECK(index >= 0) << "unknown partition type " << name;
+  return partition_types[index];
+}
+
+double WorkloadModel::IterationFlops() const {
+  double flops = 0.0;
+  for (const StageModel& stage : stages) {
+    flops += double(stage.gpus) * workload.microbatches * (stage.forward.flops + stage.backward.flops);
+  }
+  return flops;
+}
+
+WorkloadModel BuildWorkloadModel(const Workload& w) {
+  WorkloadModel model;
+  model.workload = w;
+  const bool cp = w.parallelism.cp > 1;
+  // With neither TP nor CP there is no collective inside a layer: nothing to overlap.
+  const bool has_collectives = w.parallelism.tp > 1 || cp;
+  model.nanobatching = w.CanNanobatch() && has_collectives;
+
+  const std::vector<Op> fwd_full = LayerForwardOps(w, w.microbatch_size);
+  const std::vector<Op> bwd_full = LayerBackwardOps(w, w.microbatch_size);
+
+  std::vector<Op> fwd_nano, bwd_nano;
+  if (model.nanobatching) {
+    const int nano = w.microbatch_size / 2;  // the published split: [:b//2], [b//2:]
+    fwd_nano = LayerForwardOps(w, nano);
+    bwd_nano = LayerBackwardOps(w, nano);
+    // Types from a two-layer block: the second layer's partitions are the steady-state shapes
+    // (they start with the previous layer's residual add, as every layer but the first does).
+    for (Direction d : {Direction::kForward, Direction::kBackward}) {
+      const auto occurrences =
+          Occurrences(d == Direction::kForward ? fwd_nano : bwd_nano, 2, d, cp);
+      const size_t per_layer = (occurrences.size() - 2) / 2;
+      for (size_t i = 0; i < occurrences.size(); ++i) {
+        const bool second_layer_or_trail = i >= per_layer;
+        const Occurrence& o = occurrences[i];
+        if (!second_layer_or_trail || !o.collective) continue;
+        if (TypeIndex(model.partition_types, o.key) < 0) {
+          model.partition_types.push_back(MakeType(o, d));
+        }
+      }
+    }
+  }
+
+  for (int s = 0; s < w.parallelism.pp; ++s) {
+    StageModel stage;
+    stage.stage = s;
+    stage.layers = w.parallelism.layers_per_stage[s];
+    stage.gpus = w.GpusPerStage();
+    const Shard full(w, w.microbatch_size);
+    for (Direction d : {Direction::kForward, Direction::kBackward}) {
+      InstructionModel& ins = d == Direction::kForward ? stage.forward : stage.backward;
+      ins.direction = d;
+      // Sequential kernels: backward with full recompute re-runs the block's forward first.
+      if (d == Direction::kForward || w.recompute == Recompute::kFull) {
+        for (int l = 0; l < stage.layers; ++l) {
+          ins.sequential_ops.insert(ins.sequential_ops.end(), fwd_full.begin(), fwd_full.end());
+        }
+      }
+      if (d == Direction::kBackward) {
+        for (int l = 0; l < stage.layers; ++l) {
+          ins.sequential_ops.insert(ins.sequential_ops.end(), bwd_full.begin(), bwd_full.end());
+        }
+      }
+      ins.non_partition_ops = NonPartitionOps(w, s, d);
+      ins.flops = ComputeFlops(ins.sequential_ops) + ComputeFlops(ins.non_partition_ops);
+      const bool sends = d == Direction::kForward ? s < w.parallelism.pp - 1 : s > 0;
+      ins.p2p_send = Collective(d == Direction::kForward ? "p2p_activation" : "p2p_gradient",
+                                CollectiveType::kP2P,
+                                sends ? internal::kBf16Bytes * double(full.tokens) * full.hidden : 0.0,
+                                2, 1);
+      if (!model.nanobatching) continue;
+      std::vector<std::pair<Direction, const std::vector<Op>*>> parts;
+      if (d == Direction::kForward || w.recompute == Recompute::kFull) {
+        parts.push_back({Direction::kForward, &fwd_nano});
+      }
+      if (d == Direction::kBackward) parts.push_back({Direction::kBackward, &bwd_nano});
+      for (const auto& [part_direction, layer_ops] : parts) {
+        for (const Occurrence& o : Occurrences(*layer_ops, stage.layers, part_direction, cp)) {
+          const int type = TypeIndex(model.partition_types, o.key);
+          KAREUS_CHECK(type >= 0) << "partition " << o.key << " has no type";
+          ins.sequence.push_back({.type = type, .has_collective = o.collective.has_value()});
+        }
+      }
+      for (const auto& step : ins.sequence) {
+        auto it = std::find_if(ins.uses.begin(), ins.uses.end(),
+                               [&](const PartitionUse& u) { return u.type == step.type; });
+        if (it == ins.uses.end()) {
+          ins.uses.push_back({.type = step.type, .count = 0, .without_collective = 0});
+          it = ins.uses.end() - 1;
+        }
+        ++it->count;
+        if (!step.has_collective) ++it->without_collective;
+      }
+    }
+    model.stages.push_back(std::move(stage));
+  }
+  return model;
+}
+
+Json WorkloadModel::ToJson() const {
+  Json stages_json = Json::array();
+  for (const StageModel& stage : stages) {
+    Json instructions = Json::array();
+    for (const InstructionModel* ins : {&stage.forward, &stage.backward}) {
+      Json partitions = Json::array();
+      for (const PartitionUse& use : ins->uses) {
+        Json p = partition_types[use.type].ToJson();
+        p["count"] = use.count;
+        p["without_collective"] = use.without_collective;
+        // Field order of the documented shape: type, count first.
+        Json ordered{{"type", p["type"]}, {"count", use.count}};
+        for (auto it = p.begin(); it != p.end(); ++it) {
+          if (it.key() != "type" && it.key() != "count") ordered[it.key()] = it.value();
+        }
+        partitions.push_back(std::move(ordered));
+      }
+      Json non_partition = Json::array();
+      for (const Op& op : ins->non_partition_ops) non_partition.push_back(op.ToJson());
+      Json j{{"kind", ToString(ins->direction)},
+             {"partitions", partitions},
+             {"non_partition_ops", non_partition},
+             {"flops", ins->flops},
+             {"sequential_kernels", ins->sequential_ops.size()}};
+      if (ins->p2p_send.bytes > 0) j["p2p_send"] = ins->p2p_send.ToJson();
+      instructions.push_back(std::move(j));
+    }
+    stages_json.push_back({{"stage", stage.stage},
+                           {"layers", stage.layers},
+                           {"gpus", stage.gpus},
+                           {"instructions", instructions}});
+  }
+  Json out{{"workload", workload.ToJson()},
+           {"nanobatching", nanobatching},
+           {"iteration_flops", IterationFlops()},
+           {"stages", stages_json}};
+  if (!nanobatching) {
+    out["nanobatching_note"] =
+        workload.CanNanobatch()
+            ? "no collective inside a layer (tp = cp = 1): nothing to overlap; sequential only"
+            : "microbatch_size < 2 cannot be split into two nanobatches; sequential only";
+  }
+  return out;
+}
+
+}  // namespace kareus::workload

@@ -1,0 +1,208 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "kareus/workload/workload.h"
+
+#include <algorithm>
+#include <numeric>
+#include <sstream>
+
+#include "kareus/common/error.h"
+#include "kareus/common/io.h"
+#include "kareus/common/yaml.h"
+
+namespace kareus::workload {
+namespace {
+
+int64_t PositiveInt(const YamlMap& map, const std::string& key) {
+  const int64_t value = map.Int(key);
+  if (value <= 0) map.Fail(key, Describe(value), "must be a positive integer");
+  return value;
+}
+
+ModelConfig ParseModel(const YamlMap& map) {
+  ModelConfig model;
+  model.name = map.String("name");
+  model.hidden = PositiveInt(map, "hidden");
+  model.heads = PositiveInt(map, "heads");
+  model.kv_groups = PositiveInt(map, "kv_groups");
+  model.head_dim = PositiveInt(map, "head_dim");
+  model.ffn = PositiveInt(map, "ffn");
+  model.layers = PositiveInt(map, "layers");
+  model.vocab = PositiveInt(map, "vocab");
+  model.qk_norm = map.Has("qk_norm") ? map.Bool("qk_norm") : false;
+  model.tied_embeddings = map.Has("tied_embeddings") ? map.Bool("tied_embeddings") : false;
+  map.RejectUnknownKeys();
+  if (model.heads % model.kv_groups != 0) {
+    map.Fail("kv_groups", Describe(model.kv_groups), "must divide heads (" +
+                                                         Describe(model.heads) + ")");
+  }
+  return model;
+}
+
+std::string JoinNames(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
+void RequireDivisible(const YamlMap& where, const std::string& field, int64_t value,
+                      const std::string& what, int64_t divisor, const std::string& divisor_name) {
+  if (value % divisor != 0) {
+    where.Fail(field, Describe(divisor),
+               what + " (" + Describe(value) + ") must be divisible by " + divisor_name);
+  }
+}
+
+}  // namespace
+
+int64_t ModelConfig::LayerParameters() const {
+  const int64_t q = heads * head_dim;
+  const int64_t kv = 2 * kv_groups * head_dim;
+  const int64_t attention = hidden * (q + kv) + q * hidden;
+  const int64_t mlp = 3 * hidden * ffn;  // SwiGLU: gate and up (fc1), down (fc2)
+  const int64_t norms = 2 * hidden + (qk_norm ? 2 * head_dim : 0);
+  return layers * (attention + mlp + norms);
+}
+
+const char* ToString(Recompute recompute) {
+  return recompute == Recompute::kFull ? "full" : "none";
+}
+
+Json ToJson(const ModelConfig& model) {
+  return Json{{"name", model.name},         {"hidden", model.hidden},
+              {"heads", model.heads},       {"kv_groups", model.kv_groups},
+              {"head_dim", model.head_dim}, {"ffn", model.ffn},
+              {"layers", model.layers},     {"vocab", model.vocab},
+              {"qk_norm", model.qk_norm},   {"tied_embeddings", model.tied_embeddings}};
+}
+
+std::vector<std::string> ModelPresetNames() {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(DataDir() / "models", ec)) {
+    if (entry.path().extension() == ".yaml") names.push_back(entry.path().stem().string());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+ModelConfig ModelPreset(const std::string& name) {
+  const auto names = ModelPresetNames();
+  if (std::find(names.begin(), names.end(), name) == names.end()) {
+    throw InputError("model = " + name + ": unknown model preset (valid: " + JoinNames(names) +
+                     "; or write the model inline as a mapping)");
+  }
+  const auto path = DataDir() / "models" / (name + ".yaml");
+  return ParseModel(YamlMap::Parse(ReadTextFile(path), path.string()));
+}
+
+std::string Workload::Signature() const {
+  std::ostringstream out;
+  out << "model=" << model.name << ":" << model.hidden << "/" << model.heads << "/"
+      << model.kv_groups << "/" << model.head_dim << "/" << model.ffn << "/" << model.vocab
+      << "/" << (model.qk_norm ? "qk" : "-") << ";gpu=" << gpu.name << ";tp=" << parallelism.tp
+      << ";cp=" << parallelism.cp << ";mbs=" << microbatch_size << ";seq=" << sequence_length
+      << ";recompute=" << ToString(recompute);
+  return out.str();
+}
+
+Json Workload::ToJson() const {
+  return Json{{"name", name},
+              {"model", workload::ToJson(model)},
+              {"gpu", gpu.name},
+              {"parallelism",
+               {{"tp", parallelism.tp},
+                {"cp", parallelism.cp},
+                {"pp", parallelism.pp},
+                {"dp", parallelism.dp},
+                {"layers_per_stage", parallelism.layers_per_stage}}},
+              {"microbatch_size", microbatch_size},
+              {"sequence_length", sequence_length},
+              {"microbatches", microbatches},
+              {"recompute", ToString(recompute)},
+              {"nanobatching_possible", CanNanobatch()}};
+}
+
+Workload WorkloadFromYaml(const std::string& yaml_text, const std::string& source_name) {
+  const YamlMap root = YamlMap::Parse(yaml_text, source_name);
+  Workload w;
+  w.name = root.Has("name") ? root.String("name")
+                            : std::filesystem::path(source_name).stem().string();
+  if (root.IsMap("model")) {
+    w.model = ParseModel(root.Map("model"));
+  } else {
+    const std::string name = root.String("model");
+    try {
+      w.model = ModelPreset(name);
+    } catch (const InputError& e) {
+      throw InputError(source_name + ": " + e.what());
+    }
+  }
+  const std::string gpu_name = root.String("gpu");
+  try {
+    w.gpu = hw::GpuPreset(gpu_name);
+  } catch (const InputError& e) {
+    throw InputError(source_name + ": " + e.what());
+  }
+
+  const YamlMap par = root.Map("parallelism");
+  w.parallelism.tp = static_cast<int>(PositiveInt(par, "tp"));
+  w.parallelism.cp = par.Has("cp") ? static_cast<int>(PositiveInt(par, "cp")) : 1;
+  w.parallelism.pp = par.Has("pp") ? static_cast<int>(PositiveInt(par, "pp")) : 1;
+  w.parallelism.dp = par.Has("dp") ? static_cast<int>(PositiveInt(par, "dp")) : 1;
+  const ModelConfig& m = w.model;
+  const int tp = w.parallelism.tp, cp = w.parallelism.cp, pp = w.parallelism.pp;
+  RequireDivisible(par, "tp", m.heads, "model.heads", tp, "tp");
+  RequireDivisible(par, "tp", m.kv_groups, "model.kv_groups", tp, "tp");
+  RequireDivisible(par, "tp", m.ffn, "model.ffn", tp, "tp");
+  if (pp > m.layers) {
+    par.Fail("pp", Describe(pp), "must not exceed the model's layers (" + Describe(m.layers) + ")");
+  }
+  if (par.Has("layers_per_stage")) {
+    const auto list = par.IntList("layers_per_stage");
+    if (static_cast<int>(list.size()) != pp) {
+      par.Fail("layers_per_stage", Describe(list.size()) + " entries",
+               "must have one entry per pipeline stage (pp = " + Describe(pp) + ")");
+    }
+    for (int64_t layers : list) {
+      if (layers <= 0) par.Fail("layers_per_stage", Describe(layers), "every entry must be positive");
+      w.parallelism.layers_per_stage.push_back(static_cast<int>(layers));
+    }
+    const int64_t sum = std::accumulate(list.begin(), list.end(), int64_t{0});
+    if (sum != m.layers) {
+      par.Fail("layers_per_stage", "sum " + Describe(sum),
+               "must sum to the model's layers (" + Describe(m.layers) + ")");
+    }
+  } else {
+    // Even split; the first stages take the remainder.
+    for (int s = 0; s < pp; ++s) {
+      w.parallelism.layers_per_stage.push_back(static_cast<int>(m.layers / pp + (s < m.layers % pp)));
+    }
+  }
+  par.RejectUnknownKeys();
+
+  w.microbatch_size = static_cast<int>(PositiveInt(root, "microbatch_size"));
+  w.sequence_length = PositiveInt(root, "sequence_length");
+  w.microbatches = static_cast<int>(PositiveInt(root, "microbatches"));
+  // Context parallelism splits the sequence into 2*CP chunks for causal load balance
+  // (Megatron-Core), so the sequence must divide by 2*CP.
+  if (w.sequence_length % (2 * cp) != 0) {
+    root.Fail("sequence_length", Describe(w.sequence_length),
+              "must be divisible by 2 x parallelism.cp (" + Describe(2 * cp) + ")");
+  }
+  const std::string recompute = root.Has("recompute") ? root.String("recompute") : "full";
+  if (recompute == "full") {
+    w.recompute = Recompute::kFull;
+  } else if (recompute == "none") {
+    w.recompute = Recompute::kNone;
+  } else {
+    root.Fail("recompute", recompute, "must be full or none");
+  }
+  root.RejectUnknownKeys();
+  return w;
+}
+
+Workload LoadWorkloadFile(const std::filesystem::path& path) {
+  return WorkloadFromYaml(ReadTextFile(path), path.string());
+}
+
+}  // namespace kareus::workload
