@@ -1,0 +1,117 @@
+// SPDX-License-Identifier: Apache-2.0
+// A small analytic stand-in for the emulator in tests: wave-quantized compute on the SMs the
+// collective leaves, a collective that saturates near 12 SMs, a launch slot that delays it, a
+// V^2 f-like dynamic power. Seeded multiplicative noise per (seed, configuration), like the
+// emulator's Measure, so a configuration reads the same whenever it is measured.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <csignal>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kareus/common/context.h"
+#include "kareus/hw/gpu_spec.h"
+#include "kareus/measure/backend.h"
+#include "kareus/workload/ops.h"
+
+namespace kareus::testing {
+
+inline hw::GpuSpec SyntheticGpu() {
+  hw::GpuSpec gpu;
+  gpu.name = "SYNTH-GPU";
+  gpu.sm_count = 108;
+  gpu.clock = {.min_mhz = 900, .max_mhz = 1410, .step_mhz = 15, .default_mhz = 1410,
+               .profile_min_mhz = 900, .profile_step_mhz = 30};
+  gpu.power.static_w = 85.0;
+  gpu.power.cap_w = 400.0;
+  return gpu;
+}
+
+inline workload::PartitionType SyntheticPartition(const std::string& name, int slots,
+                                                  bool tunable = true) {
+  workload::PartitionType type;
+  type.name = name;
+  static const char* kSlots[] = {"norm_0", "linear_0", "rope_0", "attn_0"};
+  for (int i = 0; i < slots; ++i) type.launch_slots.push_back(kSlots[i]);
+  for (int sms = 3; sms <= 30; sms += 3) type.sm_choices.push_back(sms);
+  type.tunable = tunable;
+  type.fixed_sms = 20;
+  type.fixed_slot = "norm_0";
+  return type;
+}
+
+class SyntheticBackend : public measure::Backend {
+ public:
+  SyntheticBackend(uint64_t seed, bool noise_free = false) : seed_(seed), noise_free_(noise_free) {}
+
+  std::string Description() const override {
+    return noise_free_ ? "synthetic(noise_free)" : "synthetic(noise)";
+  }
+  const hw::GpuSpec& Gpu() const override { return gpu_; }
+  bool NoiseFree() const override { return noise_free_; }
+  std::unique_ptr<measure::Backend> NoiseFreeTwin() const override {
+    return std::make_unique<SyntheticBackend>(seed_, true);
+  }
+
+  // Called before each measurement with the count taken so far by this backend (tests kill
+  // the process from here).
+  std::function<void(int64_t)> before_measure;
+
+  static measure::Sample Truth(const workload::PartitionType& type, const measure::Knobs& k) {
+    const double f = k.freq_mhz / 1410.0;
+    const int slot = static_cast<int>(std::find(type.launch_slots.begin(),
+                                                type.launch_slots.end(), k.slot) -
+                                      type.launch_slots.begin());
+    const double salt = static_cast<double>(type.name.size() % 3);
+    const double waves = std::ceil((380.0 + 40 * salt) / (108.0 - k.sms));
+    const double compute_s = waves * 2.2e-4 / f + 4e-4 * (1.0 + 0.1 * slot);
+    const double comm_s = 1.6e-3 * 12.0 / std::min(k.sms, 12 + static_cast<int>(salt)) + 5e-5;
+    const double start_s = compute_s * (0.15 + 0.2 * slot);
+    const double time_s = std::max(compute_s * (1.0 + 0.004 * k.sms), start_s + comm_s);
+    const double dyn_w = 260.0 * std::pow(f, 2.6) * (0.85 + 0.002 * k.sms) + 40.0;
+    const double busy = compute_s / time_s;
+    measure::Sample s;
+    s.time_s = time_s;
+    s.static_energy_j = 85.0 * time_s;
+    s.dynamic_energy_j = dyn_w * time_s * (0.4 + 0.6 * busy);
+    s.energy_j = s.static_energy_j + s.dynamic_energy_j;
+    s.realized_freq_mhz = k.freq_mhz;
+    s.noise_free = true;
+    return s;
+  }
+
+  void MeasureBatch(const workload::PartitionType& type, const std::vector<measure::Knobs>& batch,
+                    const measure::SampleCallback& on_sample) override {
+    if (batch.empty()) return;
+    Account(10.0, 0);
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      if (before_measure) before_measure(Measurements());
+      measure::Sample s = Truth(type, batch[i]);
+      if (!noise_free_) {
+        Rng rng(DeriveSeed(seed_, measure::ConfigurationKey("synthetic", type.name, batch[i])));
+        std::normal_distribution<double> normal(0.0, 1.0);
+        const double time_factor = 1.0 + 0.003 * normal(rng);
+        const double energy_factor = 1.0 + 0.01 * normal(rng);
+        s.time_s *= time_factor;
+        s.energy_j *= energy_factor;
+        s.static_energy_j = 85.0 * s.time_s;
+        s.dynamic_energy_j = s.energy_j - s.static_energy_j;
+        s.noise_free = false;
+      }
+      s.gpu_seconds = 12.0;
+      Account(s.gpu_seconds, 1);
+      on_sample(i, s);
+    }
+  }
+
+ private:
+  hw::GpuSpec gpu_ = SyntheticGpu();
+  uint64_t seed_;
+  bool noise_free_;
+};
+
+}  // namespace kareus::testing
