@@ -1,0 +1,102 @@
+// SPDX-License-Identifier: Apache-2.0
+// NVML loaded at run time (dlopen), so Kareus builds and runs its tests without the NVIDIA driver
+// or nvml.h: only the handful of functions the runtime uses are declared, by us
+// (src/runtime/nvml_api.h), with NVML's own return codes.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kareus/common/error.h"
+
+namespace kareus::runtime {
+
+// NVML return codes (nvml.h, nvmlReturn_t), the ones the runtime tells apart.
+enum class NvmlStatus : int {
+  kSuccess = 0,
+  kUninitialized = 1,
+  kInvalidArgument = 2,
+  kNotSupported = 3,
+  kNoPermission = 4,
+  kAlreadyInitialized = 5,
+  kNotFound = 6,
+  kInsufficientSize = 7,
+  kDriverNotLoaded = 9,
+  kLibraryNotFound = 12,
+  kFunctionNotFound = 13,
+  kGpuIsLost = 15,
+  kUnknown = 999,
+};
+
+// An NVML call failed. An EnvironmentError: the machine, not the user's input, is at fault.
+class NvmlError : public EnvironmentError {
+ public:
+  NvmlError(const std::string& message, int code) : EnvironmentError(message), code_(code) {}
+  int code() const { return code_; }  // the raw nvmlReturn_t
+
+ private:
+  int code_;
+};
+
+// NVML clock domains (nvmlClockType_t).
+enum class ClockType : int { kGraphics = 0, kSm = 1, kMemory = 2, kVideo = 3 };
+
+struct NvmlOptions {
+  // Library to dlopen; empty: $KAREUS_NVML_LIBRARY if set, else "libnvidia-ml.so.1".
+  std::string library_path;
+};
+
+// One initialized NVML session: dlopen + nvmlInit_v2 in Open, nvmlShutdown + dlclose when the
+// last owner lets go. Shared (std::shared_ptr) by the controllers and monitors of a process.
+// GPU indices are NVML indices (see NvmlIndexForCudaDevice). Thread-safe: NVML is.
+class Nvml {
+ public:
+  // Throws EnvironmentError naming the library when it cannot be loaded, lacks a function, or
+  // NVML cannot initialize (no driver, no device).
+  static std::shared_ptr<Nvml> Open(const NvmlOptions& options = {});
+  ~Nvml();
+  Nvml(const Nvml&) = delete;
+  Nvml& operator=(const Nvml&) = delete;
+
+  const std::string& library_path() const;
+  int device_count() const;
+  // Throws EnvironmentError when `gpu` is not an index in [0, device_count()).
+  void CheckGpu(int gpu) const;
+
+  // Queries; throw NvmlError on failure.
+  std::vector<int> SupportedMemoryClocksMhz(int gpu) const;  // descending, as NVML lists them
+  std::vector<int> SupportedGraphicsClocksMhz(int gpu, int memory_clock_mhz) const;
+  int ClockMhz(int gpu, ClockType type) const;
+  double PowerW(int gpu) const;  // nvmlDeviceGetPowerUsage (mW -> W)
+
+  // Calls that the runtime treats by status (permission, not supported) rather than throwing.
+  NvmlStatus SetGpuLockedClocks(int gpu, int min_mhz, int max_mhz) const;
+  NvmlStatus ResetGpuLockedClocks(int gpu) const;
+  NvmlStatus TotalEnergyMj(int gpu, uint64_t* energy_mj) const;  // millijoules since load
+
+  // "nvmlDeviceSetGpuLockedClocks: Insufficient Permissions (NVML 4)".
+  std::string Describe(const char* function, NvmlStatus status) const;
+
+  // What the signal guard needs to reset clocks without touching this object (raw pointers
+  // stay valid while the Nvml is alive; see src/runtime/signal_guard.h).
+  struct RawReset {
+    int (*reset)(void* device) = nullptr;
+    void* device = nullptr;
+  };
+  RawReset RawResetOf(int gpu) const;
+
+  struct Impl;
+
+ private:
+  explicit Nvml(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Maps a CUDA device ordinal (as a training process sees it, e.g. LOCAL_RANK) to an NVML index
+// through CUDA_VISIBLE_DEVICES, as Zeus does: "2,3" makes CUDA device 1 NVML index 3. Without
+// the variable the two are equal. Throws EnvironmentError for UUID/MIG entries (not supported).
+int NvmlIndexForCudaDevice(int cuda_device);
+
+}  // namespace kareus::runtime

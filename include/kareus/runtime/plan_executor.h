@@ -1,0 +1,108 @@
+// SPDX-License-Identifier: Apache-2.0
+// Applies one pipeline stage's part of a plan (plan.json) in a training loop, through the hooks
+// Zeus/Megatron users know: on_step_begin/end and on_instruction_begin/end("forward"|"backward")
+// (reference/perseus-lowtime-zeus.md §B1, kareus-official.md §5.2). Each instruction begin
+// checks the loop against the plan's order, asks the controller for the instruction's clock and
+// exposes the instruction's comm-kernel knobs to the model code.
+#pragma once
+
+#include <filesystem>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kareus/plan/plan_file.h"
+#include "kareus/runtime/frequency_controller.h"
+
+namespace kareus::runtime {
+
+struct PlanExecutorOptions {
+  int stage = 0;  // this rank's pipeline stage (Megatron: pipeline-model-parallel rank)
+  // Refuse a plan with a clock outside the GPU's supported range (needs a controller whose
+  // GPU lists its clocks); in-range clocks are snapped to the nearest supported one anyway.
+  bool check_supported_clocks = true;
+};
+
+// The frontier point chosen for a target iteration time (straggler mode).
+struct FrontierChoice {
+  int point_index = -1;              // index into FrontierFile::points
+  plan::FrontierPoint point;         // its predicted time and energy
+  std::filesystem::path plan_path;   // the plan file, joined with the frontier folder
+  bool meets_target = true;          // false: every point is slower; the fastest was chosen
+};
+
+// Among the points that have a plan file: the lowest-energy point whose time <= target_time_s
+// (ties: the faster one). A target above every time picks the cheapest point overall, usually
+// the slowest; a target below every time the fastest point, with meets_target = false
+// (Perseus §B3: "min energy with T <= T'"). Throws InputError when no point has a plan file.
+FrontierChoice ChooseFrontierPoint(const plan::FrontierFile& frontier, double target_time_s,
+                                   const std::filesystem::path& frontier_folder);
+
+// Not thread-safe: call the hooks from the training thread. SwapPlan may come from any thread.
+class PlanExecutor {
+ public:
+  // `controller` may be null: the executor then checks the order and serves the knobs only.
+  // Throws InputError when the stage is not in the plan or a clock is outside the GPU's range.
+  PlanExecutor(plan::Plan plan, PlanExecutorOptions options,
+               FrequencyController* controller = nullptr);
+  // Reads and validates plan.json first (InputError on a bad file; no clock is touched).
+  PlanExecutor(const std::filesystem::path& plan_path, PlanExecutorOptions options,
+               FrequencyController* controller = nullptr);
+
+  // Hooks. A mismatch with the plan throws InputError naming the step, the instruction index,
+  // what the loop did and what the plan expected; the step is then abandoned (the next
+  // instruction starts a new step) and the clocks go back to their default.
+  void OnStepBegin();
+  void OnStepEnd();  // all the stage's instructions must have run; applies a pending swap
+  void OnInstructionBegin(std::string_view kind);  // "forward" | "backward"
+  void OnInstructionEnd(std::string_view kind);
+
+  // Where the loop stands. step(): the current (or next) step, 0-based. instruction_index():
+  // the running instruction, or the next one between instructions.
+  int step() const { return step_; }
+  int instruction_index() const { return next_index_ - (in_instruction_ ? 1 : 0); }
+  bool in_step() const { return in_step_; }
+  bool in_instruction() const { return in_instruction_; }
+  bool has_current_instruction() const { return current_index_ >= 0; }
+  // The running instruction (or the last one begun); throws Error before the first (and right
+  // after a plan swap).
+  const plan::PlannedInstruction& current_instruction() const;
+  // The comm knobs of `partition_type` in the current instruction; nullopt when the type has
+  // none (sequential execution, or a type the plan does not tune: use the library default).
+  std::optional<plan::PartitionKnobs> Knobs(std::string_view partition_type) const;
+
+  const plan::Plan& plan() const { return plan_; }
+  const plan::PlannedStage& stage_plan() const { return plan_.stages[options_.stage]; }
+  int stage() const { return options_.stage; }
+
+  // Replaces the plan at the next step boundary (the end of the running step, or the begin of
+  // the next one when called between steps). The new plan must
+  // be for the same job: same stage count and microbatch count (InputError otherwise).
+  void SwapPlan(plan::Plan plan);
+  // Straggler mode: reads frontier_folder/frontier.json, chooses with ChooseFrontierPoint and
+  // swaps to that point's plan file at the next step boundary.
+  FrontierChoice SwapToFrontier(const std::filesystem::path& frontier_folder,
+                                double target_time_s);
+  bool swap_pending() const;
+
+ private:
+  void Validate(const plan::Plan& plan) const;
+  [[noreturn]] void Mismatch(const std::string& what);
+  void ApplyPendingSwap();
+
+  plan::Plan plan_;
+  PlanExecutorOptions options_;
+  FrequencyController* controller_;
+  int step_ = 0;
+  int next_index_ = 0;  // index of the next instruction to begin within the step
+  bool in_step_ = false;
+  bool in_instruction_ = false;
+  int current_index_ = -1;
+
+  mutable std::mutex swap_mutex_;
+  std::optional<plan::Plan> pending_;
+};
+
+}  // namespace kareus::runtime

@@ -1,0 +1,232 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "kareus/runtime/plan_executor.h"
+
+#include <limits>
+
+#include <fmt/format.h>
+
+namespace kareus::runtime {
+namespace {
+
+std::string Describe(const plan::PlannedInstruction& instruction) {
+  return fmt::format("{} (microbatch {})", plan::ToString(instruction.kind),
+                     instruction.microbatch);
+}
+
+plan::InstructionKind ParseKind(std::string_view kind) {
+  if (kind == "forward") return plan::InstructionKind::kForward;
+  if (kind == "backward") return plan::InstructionKind::kBackward;
+  ThrowInput("instruction kind", std::string(kind), "must be \"forward\" or \"backward\"");
+}
+
+}  // namespace
+
+FrontierChoice ChooseFrontierPoint(const plan::FrontierFile& frontier, double target_time_s,
+                                   const std::filesystem::path& frontier_folder) {
+  FrontierChoice best;
+  int fastest = -1;
+  for (int i = 0; i < static_cast<int>(frontier.points.size()); ++i) {
+    const plan::FrontierPoint& point = frontier.points[i];
+    if (point.plan_path.empty()) continue;
+    if (fastest < 0 || point.time_s < frontier.points[fastest].time_s) fastest = i;
+    if (point.time_s > target_time_s) continue;
+    const bool better =
+        best.point_index < 0 || point.energy_j < best.point.energy_j ||
+        (point.energy_j == best.point.energy_j && point.time_s < best.point.time_s);
+    if (better) {
+      best.point_index = i;
+      best.point = point;
+    }
+  }
+  if (fastest < 0) {
+    ThrowInput("frontier.points", fmt::format("{} points", frontier.points.size()),
+               "no point has a plan file (plan_path); nothing to swap to");
+  }
+  if (best.point_index < 0) {  // the target is faster than any plan: run as fast as we can
+    best.point_index = fastest;
+    best.point = frontier.points[fastest];
+    best.meets_target = false;
+  }
+  best.plan_path = frontier_folder / best.point.plan_path;
+  return best;
+}
+
+PlanExecutor::PlanExecutor(plan::Plan plan, PlanExecutorOptions options,
+                           FrequencyController* controller)
+    : options_(options), controller_(controller) {
+  if (options_.stage < 0 || options_.stage >= static_cast<int>(plan.stages.size())) {
+    ThrowInput("stage", std::to_string(options_.stage),
+               fmt::format("this rank's pipeline stage must be in 0..{} (the plan has {} stages)",
+                           static_cast<int>(plan.stages.size()) - 1, plan.stages.size()));
+  }
+  Validate(plan);
+  plan_ = std::move(plan);
+}
+
+PlanExecutor::PlanExecutor(const std::filesystem::path& plan_path, PlanExecutorOptions options,
+                           FrequencyController* controller) try
+    : PlanExecutor(plan::ReadPlanFile(plan_path), options, controller) {
+} catch (const InputError& e) {
+  // ReadPlanFile names the file already; the stage and clock checks do not.
+  const std::string message = e.what();
+  if (message.rfind(plan_path.string(), 0) == 0) throw;
+  throw InputError(plan_path.string() + ": " + message);
+}
+
+// What the runtime adds to plan_file's validation: the clocks must be ones this GPU can run.
+void PlanExecutor::Validate(const plan::Plan& plan) const {
+  if (controller_ == nullptr || !options_.check_supported_clocks) return;
+  const std::vector<int>& supported = controller_->supported_clocks_mhz();
+  if (supported.empty()) return;
+  const int max_mhz = supported.front();
+  const int min_mhz = supported.back();
+  const plan::PlannedStage& stage = plan.stages[options_.stage];
+  for (size_t i = 0; i < stage.instructions.size(); ++i) {
+    const int freq_mhz = stage.instructions[i].freq_mhz;
+    if (freq_mhz > max_mhz || freq_mhz < min_mhz) {
+      ThrowInput(fmt::format("stages[{}].instructions[{}].freq_mhz", options_.stage, i),
+                 std::to_string(freq_mhz),
+                 fmt::format("outside the clocks GPU {} supports ({}..{} MHz); was the plan "
+                             "made for another GPU?",
+                             controller_->gpu(), min_mhz, max_mhz));
+    }
+  }
+}
+
+void PlanExecutor::Mismatch(const std::string& what) {
+  const int step = step_;
+  const int index = next_index_;
+  // Abandon the step: the next instruction starts a fresh one, and the clocks go back to the
+  // default rather than following a plan that no longer describes the loop.
+  ++step_;
+  next_index_ = 0;
+  in_step_ = false;
+  in_instruction_ = false;
+  if (controller_ != nullptr) controller_->RequestReset();
+  throw InputError(fmt::format("plan order mismatch on stage {} at step {}, instruction {}: {}",
+                               options_.stage, step, index, what));
+}
+
+void PlanExecutor::OnStepBegin() {
+  if (in_instruction_) {
+    Mismatch(fmt::format("on_step_begin came while {} was running",
+                         Describe(stage_plan().instructions[current_index_])));
+  }
+  if (in_step_ && next_index_ > 0) {
+    Mismatch(fmt::format("on_step_begin came after {} of {} instructions; missing on_step_end?",
+                         next_index_, stage_plan().instructions.size()));
+  }
+  if (!in_step_) ApplyPendingSwap();
+  in_step_ = true;
+}
+
+void PlanExecutor::OnStepEnd() {
+  const auto& instructions = stage_plan().instructions;
+  if (in_instruction_) {
+    Mismatch(fmt::format("on_step_end came while {} was running",
+                         Describe(instructions[current_index_])));
+  }
+  if (next_index_ != static_cast<int>(instructions.size())) {
+    Mismatch(fmt::format("the step ended after {} of {} instructions; the plan expects {} next",
+                         next_index_, instructions.size(), Describe(instructions[next_index_])));
+  }
+  ++step_;
+  next_index_ = 0;
+  in_step_ = false;
+  ApplyPendingSwap();
+}
+
+void PlanExecutor::OnInstructionBegin(std::string_view kind) {
+  const plan::InstructionKind got = ParseKind(kind);
+  const auto& instructions = stage_plan().instructions;
+  if (in_instruction_) {
+    Mismatch(fmt::format("{} began while {} was still running (missing on_instruction_end)",
+                         plan::ToString(got), Describe(instructions[current_index_])));
+  }
+  // Zeus's on_step_begin is a no-op, so its users may not call it: the first instruction after
+  // a step end opens the next step.
+  if (!in_step_) OnStepBegin();
+  if (next_index_ >= static_cast<int>(instructions.size())) {
+    Mismatch(fmt::format("the loop began {} but the plan has only {} instructions per step for "
+                         "this stage (missing on_step_end, or a plan for fewer microbatches?)",
+                         plan::ToString(got), instructions.size()));
+  }
+  const plan::PlannedInstruction& expected = instructions[next_index_];
+  if (got != expected.kind) {
+    Mismatch(fmt::format("the training loop began {}, the plan expects {} (is the plan for this "
+                         "stage, pipeline size and number of microbatches?)",
+                         plan::ToString(got), Describe(expected)));
+  }
+  current_index_ = next_index_;
+  ++next_index_;
+  in_instruction_ = true;
+  if (controller_ != nullptr) controller_->RequestClock(expected.freq_mhz);
+}
+
+void PlanExecutor::OnInstructionEnd(std::string_view kind) {
+  const plan::InstructionKind got = ParseKind(kind);
+  if (!in_instruction_) {
+    Mismatch(fmt::format("on_instruction_end({}) came with no instruction running",
+                         plan::ToString(got)));
+  }
+  const plan::PlannedInstruction& running = stage_plan().instructions[current_index_];
+  if (got != running.kind) {
+    Mismatch(fmt::format("on_instruction_end({}) came while {} was running", plan::ToString(got),
+                         Describe(running)));
+  }
+  in_instruction_ = false;
+}
+
+const plan::PlannedInstruction& PlanExecutor::current_instruction() const {
+  if (current_index_ < 0) throw Error("no instruction has begun yet");
+  return stage_plan().instructions[current_index_];
+}
+
+std::optional<plan::PartitionKnobs> PlanExecutor::Knobs(std::string_view partition_type) const {
+  if (current_index_ < 0) return std::nullopt;
+  for (const plan::PartitionKnobs& knobs : current_instruction().partitions) {
+    if (knobs.type == partition_type) return knobs;
+  }
+  return std::nullopt;
+}
+
+void PlanExecutor::SwapPlan(plan::Plan plan) {
+  if (plan.stages.size() != plan_.stages.size() ||
+      plan.num_microbatches != plan_.num_microbatches) {
+    ThrowInput("plan", fmt::format("{} stages x {} microbatches", plan.stages.size(),
+                                   plan.num_microbatches),
+               fmt::format("a swapped-in plan must be for the same job ({} stages x {} "
+                           "microbatches)",
+                           plan_.stages.size(), plan_.num_microbatches));
+  }
+  Validate(plan);
+  {
+    std::lock_guard<std::mutex> lock(swap_mutex_);
+    pending_ = std::move(plan);
+  }
+  // Applied by the training thread at its next step boundary (OnStepEnd, or the next step's
+  // begin), so the plan never changes under a running hook.
+}
+
+FrontierChoice PlanExecutor::SwapToFrontier(const std::filesystem::path& frontier_folder,
+                                            double target_time_s) {
+  const plan::FrontierFile frontier = plan::ReadFrontierFile(frontier_folder / "frontier.json");
+  FrontierChoice choice = ChooseFrontierPoint(frontier, target_time_s, frontier_folder);
+  SwapPlan(plan::ReadPlanFile(choice.plan_path));
+  return choice;
+}
+
+bool PlanExecutor::swap_pending() const {
+  std::lock_guard<std::mutex> lock(swap_mutex_);
+  return pending_.has_value();
+}
+
+void PlanExecutor::ApplyPendingSwap() {
+  std::lock_guard<std::mutex> lock(swap_mutex_);
+  if (!pending_) return;
+  plan_ = std::move(*pending_);
+  pending_.reset();
+  current_index_ = -1;
+}
+
+}  // namespace kareus::runtime

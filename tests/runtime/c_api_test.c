@@ -1,0 +1,204 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The C API driven from C: the 2-stage x 8-microbatch 1F1B loop of tests/runtime/data/plan_2x8.json
+ * through libkareus.so and the fake NVML, then the call log is checked. Plain C11, no framework:
+ * prints each failed check and exits non-zero. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kareus/c_api.h"
+
+static int g_failures = 0;
+
+#define CHECK(condition)                                                  \
+  do {                                                                    \
+    if (!(condition)) {                                                   \
+      fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #condition); \
+      ++g_failures;                                                       \
+    }                                                                     \
+  } while (0)
+
+#define CHECK_OK(call)                                                                 \
+  do {                                                                                 \
+    int status_ = (call);                                                              \
+    if (status_ != KAREUS_OK) {                                                        \
+      fprintf(stderr, "%s:%d: %s -> %d: %s\n", __FILE__, __LINE__, #call, status_,     \
+              kareus_last_error());                                                    \
+      ++g_failures;                                                                    \
+    }                                                                                  \
+  } while (0)
+
+enum { kStages = 2, kMicrobatches = 8, kSteps = 2, kMaxCalls = 256 };
+
+/* Megatron's non-interleaved 1F1B order for one stage: 0 = forward, 1 = backward. */
+static int OneFOneB(int stage, int* kinds) {
+  int warmup = kStages - stage - 1;
+  int n = 0, m;
+  if (warmup > kMicrobatches) warmup = kMicrobatches;
+  for (m = 0; m < warmup; ++m) kinds[n++] = 0;
+  for (m = 0; m < kMicrobatches - warmup; ++m) {
+    kinds[n++] = 0;
+    kinds[n++] = 1;
+  }
+  for (m = 0; m < warmup; ++m) kinds[n++] = 1;
+  return n;
+}
+
+/* The set/reset calls of `gpu` in the fake's log, as clocks (0 = reset). */
+static int ReadClockCalls(const char* log, int gpu, int* calls) {
+  char line[256];
+  int n = 0;
+  FILE* in = fopen(log, "r");
+  if (in == NULL) return 0;
+  while (fgets(line, sizeof line, in) != NULL && n < kMaxCalls) {
+    unsigned index = 0, min_mhz = 0, max_mhz = 0;
+    int code = 0;
+    if (sscanf(line, "set %u %u %u -> %d", &index, &min_mhz, &max_mhz, &code) == 4) {
+      if ((int)index == gpu) calls[n++] = (int)max_mhz;
+    } else if (sscanf(line, "reset %u -> %d", &index, &code) == 2) {
+      if ((int)index == gpu) calls[n++] = 0;
+    }
+  }
+  fclose(in);
+  return n;
+}
+
+static void RunStage(const char* plan_path, int stage, int* planned_mhz, int* num_planned) {
+  KareusController* controller = NULL;
+  KareusExecutor* executor = NULL;
+  KareusInstruction current;
+  int kinds[2 * kMicrobatches];
+  int n = OneFOneB(stage, kinds), step, i;
+  static const char* kKindNames[] = {"forward", "backward"};
+
+  CHECK_OK(kareus_controller_create(stage, KAREUS_CONTROLLER_NO_COALESCE, &controller));
+  CHECK_OK(kareus_executor_create(plan_path, stage, controller, &executor));
+  if (controller == NULL || executor == NULL) return;
+  *num_planned = 0;
+  for (step = 0; step < kSteps; ++step) {
+    CHECK_OK(kareus_executor_on_step_begin(executor));
+    for (i = 0; i < n; ++i) {
+      CHECK_OK(kareus_executor_on_instruction_begin(executor, kKindNames[kinds[i]]));
+      CHECK_OK(kareus_executor_current(executor, &current));
+      CHECK(current.kind == kinds[i]);
+      CHECK(current.step == step);
+      CHECK(current.index == i);
+      if (step == 0) planned_mhz[(*num_planned)++] = current.freq_mhz;
+      if (current.kind == KAREUS_FORWARD) {
+        int found = 0, sms = 0;
+        const char* slot = NULL;
+        CHECK_OK(kareus_executor_knobs(executor, "fwd_attn", &found, &sms, &slot));
+        CHECK(found == 1 && sms >= 1 && slot != NULL && strcmp(slot, "rope_0") == 0);
+        CHECK(current.nanobatched == 1 && current.num_partitions == 2);
+      }
+      CHECK_OK(kareus_executor_on_instruction_end(executor, kKindNames[kinds[i]]));
+    }
+    CHECK_OK(kareus_executor_on_step_end(executor));
+  }
+  CHECK_OK(kareus_controller_wait_idle(controller));
+  {
+    KareusControllerStats stats;
+    CHECK_OK(kareus_controller_stats(controller, &stats));
+    CHECK(stats.requests == kSteps * n);
+    CHECK(stats.measure_only == 0);
+    CHECK(stats.failures == 0);
+  }
+  CHECK_OK(kareus_executor_destroy(executor));
+  CHECK_OK(kareus_controller_destroy(controller)); /* resets the clocks */
+}
+
+int main(void) {
+  char log[256], plan_path[512], bad_path[512];
+  int stage;
+  snprintf(log, sizeof log, "/tmp/kareus_c_api_test_%d.log", (int)getpid());
+  unlink(log);
+  setenv("FAKE_NVML_LOG", log, 1);
+  if (getenv("KAREUS_NVML_LIBRARY") == NULL) setenv("KAREUS_NVML_LIBRARY", KAREUS_FAKE_NVML_PATH, 1);
+  snprintf(plan_path, sizeof plan_path, "%s/plan_2x8.json", KAREUS_RUNTIME_TEST_DATA);
+
+  /* Errors come back as codes with a message, never as a crash. */
+  CHECK(kareus_controller_request_clock(NULL, 1410) == KAREUS_ERROR_INVALID_ARGUMENT);
+  CHECK(strstr(kareus_last_error(), "controller") != NULL);
+  CHECK(strlen(kareus_version()) > 0);
+  {
+    KareusExecutor* executor = NULL;
+    snprintf(bad_path, sizeof bad_path, "%s/bad_version.json", KAREUS_RUNTIME_TEST_DATA);
+    CHECK(kareus_executor_create(bad_path, 0, NULL, &executor) == KAREUS_ERROR_INPUT);
+    CHECK(executor == NULL);
+    CHECK(strstr(kareus_last_error(), "unsupported version") != NULL);
+    snprintf(bad_path, sizeof bad_path, "%s/truncated.json", KAREUS_RUNTIME_TEST_DATA);
+    CHECK(kareus_executor_create(bad_path, 0, NULL, &executor) == KAREUS_ERROR_INPUT);
+    CHECK(strstr(kareus_last_error(), "not valid JSON") != NULL);
+    CHECK(kareus_executor_create(plan_path, 5, NULL, &executor) == KAREUS_ERROR_INPUT);
+  }
+  {
+    KareusController* controller = NULL;
+    CHECK(kareus_controller_create(7, 0, &controller) == KAREUS_ERROR_ENVIRONMENT);
+    CHECK(strstr(kareus_last_error(), "gpu = 7") != NULL);
+    CHECK(kareus_controller_create(0, 64, &controller) == KAREUS_ERROR_INVALID_ARGUMENT);
+  }
+  {
+    int calls[kMaxCalls];
+    CHECK(ReadClockCalls(log, 0, calls) == 0); /* nothing so far touched a clock */
+  }
+
+  /* A mismatched loop is reported with the step, the instruction and the expectation. */
+  {
+    KareusExecutor* executor = NULL;
+    CHECK_OK(kareus_executor_create(plan_path, 0, NULL, &executor));
+    CHECK_OK(kareus_executor_on_instruction_begin(executor, "forward"));
+    CHECK_OK(kareus_executor_on_instruction_end(executor, "forward"));
+    CHECK(kareus_executor_on_instruction_begin(executor, "backward") == KAREUS_ERROR_INPUT);
+    CHECK(strstr(kareus_last_error(), "step 0, instruction 1") != NULL);
+    CHECK(strstr(kareus_last_error(), "expects forward (microbatch 1)") != NULL);
+    CHECK_OK(kareus_executor_destroy(executor));
+  }
+
+  /* The loop: clocks set only on change, in plan order, then one reset. */
+  for (stage = 0; stage < kStages; ++stage) {
+    int planned[2 * kMicrobatches], num_planned = 0, expected[kMaxCalls], calls[kMaxCalls];
+    int num_expected = 0, num_calls, last = 0, step, i;
+    RunStage(plan_path, stage, planned, &num_planned);
+    for (step = 0; step < kSteps; ++step) {
+      for (i = 0; i < num_planned; ++i) {
+        if (planned[i] != last) expected[num_expected++] = planned[i];
+        last = planned[i];
+      }
+    }
+    expected[num_expected++] = 0;
+    num_calls = ReadClockCalls(log, stage, calls);
+    CHECK(num_calls == num_expected);
+    for (i = 0; i < num_calls && i < num_expected; ++i) {
+      if (calls[i] != expected[i]) {
+        fprintf(stderr, "stage %d call %d: got %d, expected %d\n", stage, i, calls[i],
+                expected[i]);
+        ++g_failures;
+      }
+    }
+  }
+
+  /* Energy windows: the counter's difference (the fake's counter is static here). */
+  {
+    KareusMonitor* monitor = NULL;
+    int gpus[1] = {1}, num_gpus = 0;
+    double time_s = -1, total_j = -1, per_gpu[1] = {-1};
+    CHECK_OK(kareus_monitor_create(gpus, 1, &monitor));
+    CHECK_OK(kareus_monitor_num_gpus(monitor, &num_gpus));
+    CHECK(num_gpus == 1);
+    CHECK_OK(kareus_monitor_begin_window(monitor, "step"));
+    CHECK(kareus_monitor_begin_window(monitor, "step") == KAREUS_ERROR_INPUT);
+    CHECK_OK(kareus_monitor_end_window(monitor, "step", &time_s, &total_j, per_gpu));
+    CHECK(time_s >= 0.0 && total_j == 0.0 && per_gpu[0] == 0.0);
+    CHECK(kareus_monitor_end_window(monitor, "step", NULL, NULL, NULL) == KAREUS_ERROR_INPUT);
+    CHECK_OK(kareus_monitor_destroy(monitor));
+  }
+
+  unlink(log);
+  if (g_failures != 0) {
+    fprintf(stderr, "%d check(s) failed\n", g_failures);
+    return 1;
+  }
+  printf("c_api_test: all checks passed\n");
+  return 0;
+}
