@@ -1,0 +1,243 @@
+// SPDX-License-Identifier: Apache-2.0
+// kareus._kareus: the runtime (frequency controller, plan executor, energy monitor) for Python
+// training loops. Names follow Zeus where Zeus has one (begin_window/end_window,
+// on_step_begin/on_instruction_begin), so Zeus/Perseus users can switch with few edits.
+#include <pybind11/functional.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+#include <pybind11/stl/filesystem.h>
+
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "kareus/runtime/energy_monitor.h"
+#include "kareus/runtime/frequency_controller.h"
+#include "kareus/runtime/nvml.h"
+#include "kareus/runtime/plan_executor.h"
+
+namespace py = pybind11;
+namespace rt = kareus::runtime;
+namespace plan = kareus::plan;
+
+namespace {
+
+// One NVML session per process, shared by every controller and monitor (closed with the last).
+std::shared_ptr<rt::Nvml> SharedNvml() {
+  static std::mutex mutex;
+  static std::weak_ptr<rt::Nvml> cache;
+  std::lock_guard<std::mutex> lock(mutex);
+  std::shared_ptr<rt::Nvml> nvml = cache.lock();
+  if (!nvml) {
+    nvml = rt::Nvml::Open();
+    cache = nvml;
+  }
+  return nvml;
+}
+
+py::dict KnobsDict(const plan::PartitionKnobs& knobs) {
+  py::dict d;
+  d["type"] = knobs.type;
+  d["sms"] = knobs.sms;
+  d["slot"] = knobs.slot;
+  return d;
+}
+
+py::dict InstructionDict(const plan::PlannedInstruction& instruction) {
+  py::dict d;
+  d["kind"] = plan::ToString(instruction.kind);
+  d["microbatch"] = instruction.microbatch;
+  d["freq_mhz"] = instruction.freq_mhz;
+  d["mode"] = plan::ToString(instruction.mode);
+  py::list partitions;
+  for (const auto& knobs : instruction.partitions) partitions.append(KnobsDict(knobs));
+  d["partitions"] = partitions;
+  d["time_s"] = instruction.time_s;
+  d["energy_j"] = instruction.energy_j;
+  return d;
+}
+
+// ZeusMonitor's Measurement shape: time, gpu_energy {index: J}, total_energy.
+struct Measurement {
+  double time_s = 0.0;
+  std::map<int, double> gpu_energy_j;
+  double total_energy_j = 0.0;
+  bool power_integrated = false;
+};
+
+}  // namespace
+
+PYBIND11_MODULE(_kareus, m) {
+  m.doc() = "Kareus runtime: apply a Kareus plan (GPU clock per pipeline instruction, comm "
+            "knobs per partition) in a training job, and measure GPU energy.";
+
+  static py::exception<kareus::Error> error(m, "Error", PyExc_RuntimeError);
+  static py::exception<kareus::InputError> input_error(m, "InputError", PyExc_ValueError);
+  static py::exception<kareus::EnvironmentError> environment_error(m, "EnvironmentError",
+                                                                   PyExc_OSError);
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const kareus::InputError& e) {
+      input_error(e.what());
+    } catch (const kareus::EnvironmentError& e) {
+      environment_error(e.what());
+    } catch (const kareus::Error& e) {
+      error(e.what());
+    }
+  });
+
+  m.def("nvml_index_for_cuda_device", &rt::NvmlIndexForCudaDevice, py::arg("cuda_device"),
+        "NVML index of a CUDA device ordinal (e.g. LOCAL_RANK), through CUDA_VISIBLE_DEVICES.");
+
+  py::class_<rt::FrequencyController>(m, "FrequencyController",
+                                      "Locks one GPU's SM clock from a setter thread; resets "
+                                      "it on close, SIGINT/SIGTERM and interpreter exit.")
+      .def(py::init([](int gpu, bool install_signal_handlers, bool coalesce) {
+             return std::make_unique<rt::FrequencyController>(
+                 SharedNvml(),
+                 rt::FrequencyControllerOptions{.gpu = gpu,
+                                                .install_signal_handlers = install_signal_handlers,
+                                                .coalesce = coalesce,
+                                                .warn = nullptr});
+           }),
+           py::arg("gpu") = 0, py::arg("install_signal_handlers") = true,
+           py::arg("coalesce") = true)
+      .def("request_clock", &rt::FrequencyController::RequestClock, py::arg("freq_mhz"),
+           "Queue a clock (MHz); returns at once.")
+      .def("request_reset", &rt::FrequencyController::RequestReset,
+           "Queue a return to the default clocks; returns at once.")
+      .def("wait_idle", &rt::FrequencyController::WaitIdle,
+           py::call_guard<py::gil_scoped_release>(),
+           "Block until every queued request has been applied.")
+      .def("reset_clocks", &rt::FrequencyController::ResetClocks,
+           py::call_guard<py::gil_scoped_release>(), "Reset to the default clocks and wait.")
+      .def_property_readonly("gpu", &rt::FrequencyController::gpu)
+      .def_property_readonly("measure_only", &rt::FrequencyController::measure_only)
+      .def_property_readonly("supported_clocks_mhz",
+                             &rt::FrequencyController::supported_clocks_mhz)
+      .def_property_readonly("stats",
+                             [](const rt::FrequencyController& c) {
+                               const rt::FrequencyControllerStats s = c.stats();
+                               py::dict d;
+                               d["requests"] = s.requests;
+                               d["unchanged"] = s.unchanged;
+                               d["coalesced"] = s.coalesced;
+                               d["set_calls"] = s.set_calls;
+                               d["failures"] = s.failures;
+                               d["applied_mhz"] = s.applied_mhz;
+                               return d;
+                             })
+      .def("__enter__", [](rt::FrequencyController& c) -> rt::FrequencyController& { return c; },
+           py::return_value_policy::reference)
+      .def("__exit__",
+           [](rt::FrequencyController& c, py::object, py::object, py::object) {
+             py::gil_scoped_release release;
+             c.ResetClocks();
+             return false;
+           });
+
+  py::class_<rt::PlanExecutor>(m, "PlanExecutor",
+                               "One pipeline stage of plan.json, driven by the training loop's "
+                               "hooks; sets each instruction's clock and serves its knobs.")
+      .def(py::init([](const std::filesystem::path& plan_path, int stage,
+                       rt::FrequencyController* controller, bool check_supported_clocks) {
+             return std::make_unique<rt::PlanExecutor>(
+                 plan_path,
+                 rt::PlanExecutorOptions{.stage = stage,
+                                         .check_supported_clocks = check_supported_clocks},
+                 controller);
+           }),
+           py::arg("plan_path"), py::arg("stage") = 0, py::arg("controller") = nullptr,
+           py::arg("check_supported_clocks") = true,
+           py::keep_alive<1, 4>())  // the controller lives as long as the executor
+      .def("on_step_begin", &rt::PlanExecutor::OnStepBegin)
+      .def("on_step_end", &rt::PlanExecutor::OnStepEnd)
+      .def("on_instruction_begin",
+           [](rt::PlanExecutor& e, const std::string& kind) { e.OnInstructionBegin(kind); },
+           py::arg("name"))
+      .def("on_instruction_end",
+           [](rt::PlanExecutor& e, const std::string& kind) { e.OnInstructionEnd(kind); },
+           py::arg("name"))
+      .def_property_readonly("step", &rt::PlanExecutor::step)
+      .def_property_readonly("instruction_index", &rt::PlanExecutor::instruction_index)
+      .def_property_readonly("stage", &rt::PlanExecutor::stage)
+      .def_property_readonly("in_step", &rt::PlanExecutor::in_step)
+      .def_property_readonly("in_instruction", &rt::PlanExecutor::in_instruction)
+      .def_property_readonly("num_instructions",
+                             [](const rt::PlanExecutor& e) {
+                               return e.stage_plan().instructions.size();
+                             })
+      .def_property_readonly("method", [](const rt::PlanExecutor& e) { return e.plan().method; })
+      .def_property_readonly("current",
+                             [](const rt::PlanExecutor& e) -> py::object {
+                               if (!e.has_current_instruction()) return py::none();
+                               return InstructionDict(e.current_instruction());
+                             })
+      .def(
+          "knobs",
+          [](const rt::PlanExecutor& e, const std::string& partition_type) -> py::object {
+            const auto knobs = e.Knobs(partition_type);
+            if (!knobs) return py::none();
+            return py::make_tuple(knobs->sms, knobs->slot);
+          },
+          py::arg("partition_type"))
+      .def("swap_plan",
+           [](rt::PlanExecutor& e, const std::filesystem::path& plan_path) {
+             e.SwapPlan(plan::ReadPlanFile(plan_path));
+           },
+           py::arg("plan_path"))
+      .def(
+          "swap_to_frontier",
+          [](rt::PlanExecutor& e, const std::filesystem::path& folder, double target_time_s) {
+            const rt::FrontierChoice choice = e.SwapToFrontier(folder, target_time_s);
+            py::dict d;
+            d["point_index"] = choice.point_index;
+            d["time_s"] = choice.point.time_s;
+            d["energy_j"] = choice.point.energy_j;
+            d["plan_path"] = choice.plan_path.string();
+            d["meets_target"] = choice.meets_target;
+            return d;
+          },
+          py::arg("frontier_folder"), py::arg("target_time_s"))
+      .def_property_readonly("swap_pending", &rt::PlanExecutor::swap_pending);
+
+  py::class_<Measurement>(m, "Measurement", "One energy window (ZeusMonitor's shape).")
+      .def_readonly("time", &Measurement::time_s, "window length, s")
+      .def_readonly("gpu_energy", &Measurement::gpu_energy_j, "{NVML index: J}")
+      .def_readonly("total_energy", &Measurement::total_energy_j, "J, sum over the GPUs")
+      .def_readonly("power_integrated", &Measurement::power_integrated,
+                    "True if some GPU had no energy counter (power integration)")
+      .def("__repr__", [](const Measurement& r) {
+        return "Measurement(time=" + std::to_string(r.time_s) +
+               ", total_energy=" + std::to_string(r.total_energy_j) + ")";
+      });
+
+  py::class_<rt::EnergyMonitor>(m, "EnergyMonitor",
+                                "Named begin/end energy windows over chosen GPUs.")
+      .def(py::init([](std::optional<std::vector<int>> gpu_indices, double power_poll_period_s) {
+             return std::make_unique<rt::EnergyMonitor>(
+                 SharedNvml(), rt::EnergyMonitorOptions{
+                                   .gpus = gpu_indices.value_or(std::vector<int>{}),
+                                   .power_poll_period_s = power_poll_period_s});
+           }),
+           py::arg("gpu_indices") = py::none(), py::arg("power_poll_period_s") = 0.01)
+      .def_property_readonly("gpu_indices", &rt::EnergyMonitor::gpus)
+      .def("begin_window", &rt::EnergyMonitor::BeginWindow, py::arg("key"))
+      .def(
+          "end_window",
+          [](rt::EnergyMonitor& monitor, const std::string& key) {
+            const rt::EnergyMeasurement raw = monitor.EndWindow(key);
+            Measurement result{.time_s = raw.time_s, .gpu_energy_j = {},
+                               .total_energy_j = raw.total_energy_j,
+                               .power_integrated = raw.power_integrated};
+            for (size_t i = 0; i < raw.gpu_energy_j.size(); ++i) {
+              result.gpu_energy_j[monitor.gpus()[i]] = raw.gpu_energy_j[i];
+            }
+            return result;
+          },
+          py::arg("key"))
+      .def("cancel_window", &rt::EnergyMonitor::CancelWindow, py::arg("key"))
+      .def_property_readonly("open_windows", &rt::EnergyMonitor::open_windows);
+}

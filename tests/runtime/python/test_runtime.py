@@ -1,0 +1,204 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The Python module against the fake NVML: the 2-stage x 8-microbatch 1F1B loop, order
+mismatches, bad plans, the permission refusal, energy windows, SIGTERM.
+
+Run by CTest (runtime_python_test) with PYTHONPATH=<build>/python and KAREUS_NVML_LIBRARY set to
+the fake; skips itself when the module was not built.
+"""
+import ctypes
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+kareus = pytest.importorskip("kareus._kareus", reason="kareus Python module not built")
+import kareus  # noqa: E402  (the package, now known to import)
+
+DATA = pathlib.Path(os.environ.get("KAREUS_RUNTIME_TEST_DATA",
+                                   pathlib.Path(__file__).resolve().parent.parent / "data"))
+FAKE = os.environ.get("KAREUS_NVML_LIBRARY")
+if not FAKE:
+    pytest.skip("KAREUS_NVML_LIBRARY (the fake NVML) is not set", allow_module_level=True)
+
+STAGES, MICROBATCHES = 2, 8
+
+
+def one_f_one_b(stage):
+    """Megatron's non-interleaved 1F1B order of one stage."""
+    warmup = min(STAGES - stage - 1, MICROBATCHES)
+    order = ["forward"] * warmup
+    for _ in range(MICROBATCHES - warmup):
+        order += ["forward", "backward"]
+    return order + ["backward"] * warmup
+
+
+def clock_calls(log, gpu):
+    calls = []
+    if not log.exists():
+        return calls
+    for line in log.read_text().splitlines():
+        parts = line.split()
+        if parts[0] == "set" and int(parts[1]) == gpu:
+            calls.append(f"set {parts[3]}" + ("" if parts[-1] == "0" else f" -> {parts[-1]}"))
+        elif parts[0] == "reset" and int(parts[1]) == gpu:
+            calls.append("reset" if parts[-1] == "0" else f"reset -> {parts[-1]}")
+    return calls
+
+
+@pytest.fixture()
+def log(tmp_path, monkeypatch):
+    path = tmp_path / "nvml.log"
+    monkeypatch.setenv("FAKE_NVML_LOG", str(path))
+    return path
+
+
+@pytest.fixture()
+def fake():
+    lib = ctypes.CDLL(FAKE)
+    lib.fake_nvml_set_energy_mj.argtypes = [ctypes.c_uint, ctypes.c_ulonglong]
+    lib.fake_nvml_set_return.argtypes = [ctypes.c_char_p, ctypes.c_int]
+    yield lib
+    lib.fake_nvml_set_return(b"set", 0)
+    lib.fake_nvml_set_return(b"energy", 0)
+
+
+def run_step(executor, stage):
+    executor.on_step_begin()
+    for kind in one_f_one_b(stage):
+        executor.on_instruction_begin(kind)
+        executor.on_instruction_end(kind)
+    executor.on_step_end()
+
+
+def test_loop_sets_clocks_in_plan_order_only_on_change(log):
+    for stage in range(STAGES):
+        controller = kareus.FrequencyController(gpu=stage, install_signal_handlers=False,
+                                                coalesce=False)
+        executor = kareus.PlanExecutor(DATA / "plan_2x8.json", stage=stage,
+                                       controller=controller)
+        assert executor.num_instructions == 2 * MICROBATCHES
+        planned = []
+        executor.on_step_begin()
+        for kind in one_f_one_b(stage):
+            executor.on_instruction_begin(kind)
+            current = executor.current
+            assert current["kind"] == kind
+            planned.append(current["freq_mhz"])
+            if kind == "forward":
+                assert executor.knobs("fwd_attn") == (8 + stage, "rope_0")
+            else:
+                assert executor.knobs("fwd_attn") is None
+            executor.on_instruction_end(kind)
+        executor.on_step_end()
+        run_step(executor, stage)
+        controller.wait_idle()
+        assert controller.stats["requests"] == 4 * MICROBATCHES
+        del executor, controller  # the controller resets the clocks
+
+        expected, last = [], 0
+        for freq in planned * 2:
+            if freq != last:
+                expected.append(f"set {freq}")
+            last = freq
+        assert clock_calls(log, stage) == expected + ["reset"]
+
+
+def test_mismatch_names_step_instruction_and_expectation(log):
+    executor = kareus.PlanExecutor(DATA / "plan_2x8.json", stage=0)
+    executor.on_instruction_begin("forward")
+    executor.on_instruction_end("forward")
+    with pytest.raises(kareus.InputError) as error:
+        executor.on_instruction_begin("backward")
+    message = str(error.value)
+    assert "step 0, instruction 1" in message
+    assert "began backward" in message
+    assert "expects forward (microbatch 1)" in message
+    assert isinstance(error.value, ValueError)
+
+
+@pytest.mark.parametrize("name,needle", [("bad_version.json", "unsupported version 2"),
+                                         ("truncated.json", "not valid JSON"),
+                                         ("absent.json", "absent.json")])
+def test_bad_plan_files_are_rejected_and_clocks_untouched(log, name, needle):
+    controller = kareus.FrequencyController(gpu=0, install_signal_handlers=False)
+    with pytest.raises(kareus.InputError, match=needle):
+        kareus.PlanExecutor(DATA / name, stage=0, controller=controller)
+    del controller
+    assert clock_calls(log, 0) == []
+
+
+def test_permission_refusal_warns_once_and_measures_only(log, fake, capfd):
+    controller = kareus.FrequencyController(gpu=1, install_signal_handlers=False,
+                                            coalesce=False)
+    # After the controller opened NVML: the fake reads its environment at nvmlInit.
+    fake.fake_nvml_set_return(b"set", 4)  # NVML_ERROR_NO_PERMISSION
+    executor = kareus.PlanExecutor(DATA / "plan_2x8.json", stage=1, controller=controller)
+    for _ in range(2):
+        run_step(executor, 1)
+        controller.wait_idle()
+    assert controller.measure_only
+    assert controller.stats["set_calls"] == 1
+    del executor, controller
+    err = capfd.readouterr().err
+    assert err.count("measure-only") == 1
+    calls = clock_calls(log, 1)
+    assert len(calls) == 1 and calls[0].endswith("-> 4")
+
+
+def test_energy_windows_return_the_counter_difference(log, fake):
+    monitor = kareus.EnergyMonitor(gpu_indices=[0, 1])
+    fake.fake_nvml_set_energy_mj(0, 10_000)
+    fake.fake_nvml_set_energy_mj(1, 20_000)
+    monitor.begin_window("step")
+    fake.fake_nvml_set_energy_mj(0, 12_500)
+    fake.fake_nvml_set_energy_mj(1, 20_750)
+    measurement = monitor.end_window("step")
+    assert measurement.gpu_energy == {0: 2.5, 1: 0.75}
+    assert measurement.total_energy == pytest.approx(3.25)
+    assert measurement.time >= 0.0
+    assert not measurement.power_integrated
+    with pytest.raises(kareus.InputError):
+        monitor.end_window("step")
+
+
+def test_sigterm_resets_clocks_then_terminates(log):
+    child = textwrap.dedent(f"""
+        import sys, time
+        import kareus
+        controller = kareus.FrequencyController(gpu=0)
+        executor = kareus.PlanExecutor({str(DATA / "plan_2x8.json")!r}, stage=0,
+                                       controller=controller)
+        order = {one_f_one_b(0)!r}
+        first = True
+        while True:
+            executor.on_step_begin()
+            for kind in order:
+                executor.on_instruction_begin(kind)
+                time.sleep(0.0002)
+                executor.on_instruction_end(kind)
+            executor.on_step_end()
+            if first:
+                controller.wait_idle()
+                print("ready", flush=True)
+                first = False
+    """)
+    process = subprocess.Popen([sys.executable, "-c", child], stdout=subprocess.PIPE,
+                               env=dict(os.environ))
+    assert process.stdout.readline().strip() == b"ready"
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=30) == -signal.SIGTERM
+    calls = clock_calls(log, 0)
+    assert calls[-1] == "reset"
+    assert calls.count("reset") == 1
+
+
+def test_nvml_index_for_cuda_device(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,1")
+    assert kareus.nvml_index_for_cuda_device(1) == 1
+    assert kareus.nvml_index_for_cuda_device(0) == 3
+    with pytest.raises(kareus.EnvironmentError):
+        kareus.nvml_index_for_cuda_device(2)
