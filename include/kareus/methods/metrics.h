@@ -1,0 +1,58 @@
+// SPDX-License-Identifier: Apache-2.0
+// The comparison metrics of the published evaluation (reference/kareus-official.md §6.2,
+// tests/artifact/compare_method.py), plus the interpolated comparison along a whole frontier.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace kareus::methods {
+
+// One iteration of a plan: time = max over ranks, energy = sum over all GPUs.
+struct TimeEnergy {
+  double time_s = 0.0;
+  double energy_j = 0.0;
+};
+
+// 100 (ref - x) / ref: positive means x is smaller (faster, or less energy).
+double ReductionPercent(double reference, double value);
+
+// P_t: the reference point with the minimum time (ties: lower energy).
+TimeEnergy FastestPoint(const std::vector<TimeEnergy>& points);
+// P_e: the reference point with the minimum energy (ties: lower time).
+TimeEnergy LowestEnergyPoint(const std::vector<TimeEnergy>& points);
+
+// Iso-time energy reduction: 100 (E(P_t) - min{E(x) : x in method, T(x) <= T(P_t) + 1e-9})
+// / E(P_t), with P_t the reference's fastest point. No interpolation; nullopt ("--") when no
+// point of the method is feasible.
+std::optional<double> IsoTimeEnergyReduction(const std::vector<TimeEnergy>& reference,
+                                             const std::vector<TimeEnergy>& method);
+// Iso-energy time reduction: 100 (T(P_e) - min{T(x) : E(x) <= E(P_e) + 1e-9}) / T(P_e).
+std::optional<double> IsoEnergyTimeReduction(const std::vector<TimeEnergy>& reference,
+                                             const std::vector<TimeEnergy>& method);
+
+// Energy saving of `method` over `reference` at equal time along the time range where both
+// frontiers exist. Each frontier is the staircase "least energy of a point no slower than t"
+// (what a user gets by picking the best plan that meets a deadline t); both are sampled on a
+// fine grid over the common range [max(fastest times), min(slowest times)].
+struct InterpolatedSaving {
+  bool overlap = false;          // false when the time ranges do not overlap
+  double range_begin_s = 0.0;
+  double range_end_s = 0.0;
+  double mean_percent = 0.0;     // mean of 100 (E_ref(t) - E_m(t)) / E_ref(t)
+  double max_percent = 0.0;      // largest saving
+  double min_percent = 0.0;      // smallest saving (negative: the method is worse somewhere)
+};
+InterpolatedSaving CompareAtEqualTime(const std::vector<TimeEnergy>& reference,
+                                      const std::vector<TimeEnergy>& method, int samples = 1000);
+
+// Indices of the plans the published evaluation runs (tests/artifact/create_frontier.sh,
+// kareus-official.md §4.7) out of n plans ordered slowest (index 0) to fastest (n - 1):
+// stride = ceil(n / 15); sample n-1, n-1-stride, ... (at most 15, >= 0), sort ascending, drop
+// positions 0, 2, 4, 6, 8. Small frontiers: n <= 10 keeps every plan; when the published stride
+// gives fewer than 15 samples, 15 evenly spaced ones are taken instead (or every plan for n < 15)
+// and slow-end positions are dropped until ten remain. The fastest plan (n - 1) is always kept.
+std::vector<int> PublishedFrontierSample(int n);
+
+}  // namespace kareus::methods

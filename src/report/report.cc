@@ -1,0 +1,336 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "kareus/report/report.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+
+#include "kareus/common/table.h"
+#include "report/svg.h"
+
+namespace kareus::report {
+namespace {
+
+using internal::Escape;
+using internal::Num;
+using internal::Plot;
+
+const std::map<std::string, std::string>& MethodColors() {
+  static const std::map<std::string, std::string> colors = {
+      {"megatron", "#6b6b6b"},     {"nanobatching", "#9e7bb5"},
+      {"perseus", "#2f7ed8"},      {"nanobatching+perseus", "#f28e2b"},
+      {"kareus", "#c0392b"},       {"kareus-oracle", "#2ca02c"}};
+  return colors;
+}
+
+std::string ColorOf(const std::string& method) {
+  const auto it = MethodColors().find(method);
+  return it == MethodColors().end() ? "#444" : it->second;
+}
+
+std::string Label(const Json& method) {
+  return method.value("label", method.value("method", std::string("?")));
+}
+
+std::string Percent(const Json& value) {
+  if (value.is_null()) return "--";
+  return (value.get<double>() >= 0 ? "+" : "") + FormatFixed(value.get<double>(), 1);
+}
+
+std::string FrontierPlot(const Json& summary) {
+  double t_lo = std::numeric_limits<double>::infinity(), t_hi = -t_lo, e_lo = t_lo, e_hi = -t_lo;
+  for (const Json& m : summary["methods"]) {
+    for (const Json& p : m["frontier"]) {
+      t_lo = std::min(t_lo, p["time_s"].get<double>());
+      t_hi = std::max(t_hi, p["time_s"].get<double>());
+      e_lo = std::min(e_lo, p["energy_j"].get<double>() / 1e3);
+      e_hi = std::max(e_hi, p["energy_j"].get<double>() / 1e3);
+    }
+  }
+  if (!std::isfinite(t_lo)) return "<p>No frontier points.</p>";
+  Plot plot(900, 480, t_lo, t_hi, e_lo, e_hi);
+  plot.Axes("iteration time (s)", "iteration energy, all GPUs (kJ)");
+  std::vector<std::pair<std::string, std::string>> legend;
+  for (const Json& m : summary["methods"]) {
+    const std::string color = ColorOf(m["method"]);
+    std::vector<std::pair<double, double>> xy;
+    for (const Json& p : m["frontier"]) {
+      xy.push_back({p["time_s"].get<double>(), p["energy_j"].get<double>() / 1e3});
+    }
+    std::sort(xy.begin(), xy.end());
+    plot.Polyline(xy, color, 1.5);
+    for (int index : m["sampled_plans"]) {
+      const Json& p = m["frontier"][index];
+      plot.Marker(p["time_s"], p["energy_j"].get<double>() / 1e3, color, 3.0,
+                  Label(m) + ": " + Num(p["time_s"], 3) + " s, " +
+                      Num(p["energy_j"].get<double>() / 1e3, 2) + " kJ");
+    }
+    const Json& fastest = m["fastest"];
+    plot.Marker(fastest["time_s"], fastest["energy_j"].get<double>() / 1e3, color, 6.0,
+                Label(m) + " fastest plan", /*hollow=*/true);
+    legend.push_back({Label(m), color});
+  }
+  // The published iso points: Perseus's fastest time and its lowest energy.
+  for (const Json& m : summary["methods"]) {
+    if (m["method"] != "perseus") continue;
+    plot.VerticalLine(m["fastest"]["time_s"], "#2f7ed8", "Perseus fastest (iso-time)");
+    plot.HorizontalLine(m["lowest_energy"]["energy_j"].get<double>() / 1e3, "#2f7ed8",
+                        "Perseus lowest energy (iso-energy)");
+  }
+  plot.Legend(legend);
+  return plot.Finish();
+}
+
+std::string TimelinePlot(const Json& timeline) {
+  if (timeline.is_null() || timeline["stages"].empty()) return "<p>No timeline.</p>";
+  double end = 0.0;
+  int f_lo = std::numeric_limits<int>::max(), f_hi = 0;
+  for (const Json& stage : timeline["stages"]) {
+    for (const Json& ins : stage["instructions"]) {
+      end = std::max(end, ins["end_s"].get<double>());
+      f_lo = std::min(f_lo, ins["freq_mhz"].get<int>());
+      f_hi = std::max(f_hi, ins["freq_mhz"].get<int>());
+    }
+  }
+  const int stages = static_cast<int>(timeline["stages"].size());
+  const int width = 1100, row = 46, left = 80, top = 30;
+  const int height = top + stages * row + 70;
+  auto x = [&](double t) { return left + t / end * (width - left - 30); };
+  std::string s = "<svg xmlns='http://www.w3.org/2000/svg' width='" + std::to_string(width) +
+                  "' height='" + std::to_string(height) + "' font-family='sans-serif'>";
+  for (const Json& stage : timeline["stages"]) {
+    const int st = stage["stage"];
+    const double y = top + st * row;
+    s += "<text x='8' y='" + Num(y + row / 2.0 + 4, 1) + "' font-size='12'>stage " +
+         std::to_string(st) + "</text>";
+    for (const Json& ins : stage["instructions"]) {
+      const double x0 = x(ins["start_s"]), x1 = x(ins["end_s"]);
+      const int f = ins["freq_mhz"];
+      const double u = f_hi == f_lo ? 1.0 : double(f - f_lo) / double(f_hi - f_lo);
+      const bool forward = ins["kind"] == "forward";
+      const std::string text = std::string(forward ? "F" : "B") + std::to_string(ins["microbatch"].get<int>());
+      s += "<rect x='" + Num(x0, 1) + "' y='" + Num(y + 4, 1) + "' width='" +
+           Num(std::max(x1 - x0, 0.5), 1) + "' height='" + std::to_string(row - 10) + "' fill='" +
+           internal::HeatColor(u) + "' stroke='" + (forward ? "#ffffff" : "#222222") +
+           "' stroke-width='1'><title>" + Escape(text + ": " + std::to_string(f) + " MHz, " +
+                                                 ins.value("mode", std::string()) + ", " +
+                                                 Num(ins["start_s"], 3) + "-" + Num(ins["end_s"], 3) + " s") +
+           "</title></rect>";
+      if (x1 - x0 > 22) {
+        s += "<text x='" + Num((x0 + x1) / 2, 1) + "' y='" + Num(y + row / 2.0 + 2, 1) +
+             "' font-size='10' text-anchor='middle'>" + text + "</text>";
+      }
+    }
+  }
+  // Time axis and clock colour bar.
+  const double axis_y = top + stages * row + 6;
+  for (double t : internal::NiceTicks(0, end, 10)) {
+    s += "<text x='" + Num(x(t), 1) + "' y='" + Num(axis_y + 10, 1) +
+         "' font-size='10' text-anchor='middle'>" + Num(t, 1) + " s</text>";
+  }
+  const double bar_y = axis_y + 28;
+  for (int i = 0; i < 100; ++i) {
+    s += "<rect x='" + Num(left + i * 3.0, 1) + "' y='" + Num(bar_y, 1) +
+         "' width='3' height='10' fill='" + internal::HeatColor(i / 99.0) + "'/>";
+  }
+  s += "<text x='" + Num(left - 6, 1) + "' y='" + Num(bar_y + 9, 1) +
+       "' font-size='10' text-anchor='end'>" + std::to_string(f_lo) + " MHz</text>";
+  s += "<text x='" + Num(left + 306, 1) + "' y='" + Num(bar_y + 9, 1) + "' font-size='10'>" +
+       std::to_string(f_hi) + " MHz (white border: forward, dark: backward)</text>";
+  return s + "</svg>";
+}
+
+std::string PartitionPlots(const Json& partitions) {
+  if (partitions.is_null() || partitions.empty()) return "<p>No partition frontiers (the method list had no profiled Kareus run).</p>";
+  std::string out = "<div class='grid'>";
+  for (const Json& type : partitions) {
+    double t_lo = std::numeric_limits<double>::infinity(), t_hi = -t_lo, e_lo = t_lo, e_hi = -t_lo;
+    int f_lo = std::numeric_limits<int>::max(), f_hi = 0;
+    for (const Json& clock : type["clocks"]) {
+      f_lo = std::min(f_lo, clock["freq_mhz"].get<int>());
+      f_hi = std::max(f_hi, clock["freq_mhz"].get<int>());
+      for (const Json& p : clock["points"]) {
+        t_lo = std::min(t_lo, p["time_s"].get<double>() * 1e3);
+        t_hi = std::max(t_hi, p["time_s"].get<double>() * 1e3);
+        e_lo = std::min(e_lo, p["energy_j"].get<double>());
+        e_hi = std::max(e_hi, p["energy_j"].get<double>());
+      }
+    }
+    if (!std::isfinite(t_lo)) continue;
+    Plot plot(420, 300, t_lo, t_hi, e_lo, e_hi);
+    plot.Axes("time (ms)", "energy per GPU (J)");
+    for (const Json& clock : type["clocks"]) {
+      const int f = clock["freq_mhz"];
+      const std::string color =
+          internal::HeatColor(f_hi == f_lo ? 1.0 : double(f - f_lo) / double(f_hi - f_lo));
+      std::vector<std::pair<double, double>> xy;
+      for (const Json& p : clock["points"]) {
+        xy.push_back({p["time_s"].get<double>() * 1e3, p["energy_j"].get<double>()});
+        plot.Marker(p["time_s"].get<double>() * 1e3, p["energy_j"], color, 2.5,
+                    std::to_string(f) + " MHz, " + std::to_string(p["sms"].get<int>()) + " SMs at " +
+                        p["slot"].get<std::string>());
+      }
+      plot.Polyline(xy, color, 1.0);
+    }
+    out += "<figure><figcaption>" + Escape(type["type"].get<std::string>()) + " (" +
+           std::to_string(f_lo) + "-" + std::to_string(f_hi) + " MHz, blue to red)</figcaption>" +
+           plot.Finish() + "</figure>";
+  }
+  return out + "</div>";
+}
+
+std::string HtmlTable(const std::vector<std::string>& header,
+                      const std::vector<std::vector<std::string>>& rows) {
+  std::string s = "<table><tr>";
+  for (const auto& h : header) s += "<th>" + Escape(h) + "</th>";
+  s += "</tr>";
+  for (const auto& row : rows) {
+    s += "<tr>";
+    for (const auto& cell : row) s += "<td>" + Escape(cell) + "</td>";
+    s += "</tr>";
+  }
+  return s + "</table>";
+}
+
+struct Tables {
+  std::vector<std::string> throughput_header = {"method", "time (s)", "energy (kJ)", "ΔT % vs Megatron-LM", "ΔE % vs Megatron-LM"};
+  std::vector<std::vector<std::string>> throughput;
+  std::vector<std::string> frontier_header = {"method", "iso-time energy reduction % (vs Perseus fastest)", "iso-energy time reduction % (vs Perseus lowest energy)"};
+  std::vector<std::vector<std::string>> frontier;
+  std::vector<std::string> interpolated_header = {"method", "common range (s)", "mean energy saving % at equal time", "max %", "min %"};
+  std::vector<std::vector<std::string>> interpolated;
+};
+
+Tables BuildTables(const Json& summary) {
+  Tables t;
+  std::map<std::string, std::string> labels;
+  for (const Json& m : summary["methods"]) labels[m["method"]] = Label(m);
+  auto label = [&](const Json& method) {
+    const std::string key = method.get<std::string>();
+    return labels.count(key) ? labels[key] : key;
+  };
+  for (const Json& row : summary["max_throughput"]) {
+    t.throughput.push_back({label(row["method"]), FormatFixed(row["time_s"], 3),
+                            FormatFixed(row["energy_j"].get<double>() / 1e3, 2),
+                            Percent(row["delta_time_pct"]), Percent(row["delta_energy_pct"])});
+  }
+  for (const Json& row : summary["frontier_table"]) {
+    t.frontier.push_back({label(row["method"]), Percent(row["iso_time_energy_reduction_pct"]),
+                          Percent(row["iso_energy_time_reduction_pct"])});
+  }
+  for (const Json& row : summary["interpolated"]) {
+    if (!row["overlap"].get<bool>()) {
+      t.interpolated.push_back({label(row["method"]), "no overlap", "--", "--", "--"});
+      continue;
+    }
+    t.interpolated.push_back(
+        {label(row["method"]),
+         FormatFixed(row["range_begin_s"], 3) + "-" + FormatFixed(row["range_end_s"], 3),
+         Percent(row["mean_saving_pct"]), Percent(row["max_saving_pct"]),
+         Percent(row["min_saving_pct"])});
+  }
+  return t;
+}
+
+std::string TextTable(const std::vector<std::string>& header,
+                      const std::vector<std::vector<std::string>>& rows) {
+  Table table(header);
+  for (const auto& row : rows) table.AddRow(row);
+  return table.ToString();
+}
+
+}  // namespace
+
+std::string RenderTables(const Json& summary) {
+  const Tables t = BuildTables(summary);
+  std::string out;
+  out += "Max-throughput plans (fastest plan of each method vs Megatron-LM; + = less):\n";
+  out += TextTable(t.throughput_header, t.throughput);
+  out += "\nFrontier vs Perseus (published definition: best sampled plan, no interpolation):\n";
+  out += TextTable(t.frontier_header, t.frontier);
+  out += "\nWhole frontier vs Perseus (energy saving at equal time over the common time range):\n";
+  out += TextTable(t.interpolated_header, t.interpolated);
+  return out;
+}
+
+std::string RenderHtml(const Json& summary) {
+  const Tables t = BuildTables(summary);
+  const Json& w = summary["workload"];
+  std::string html =
+      "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>Kareus report: " +
+      Escape(w.value("name", std::string("workload"))) +
+      "</title><style>body{font-family:sans-serif;margin:24px;color:#222;max-width:1200px}"
+      "h1{font-size:22px}h2{font-size:17px;margin-top:28px;border-bottom:1px solid #ddd}"
+      "table{border-collapse:collapse;margin:8px 0}td,th{border:1px solid #ccc;padding:4px 8px;"
+      "font-size:13px;text-align:right}th{background:#f3f3f6}td:first-child{text-align:left}"
+      ".grid{display:flex;flex-wrap:wrap;gap:8px}figure{margin:0}figcaption{font-size:13px}"
+      "pre{background:#f6f6f8;padding:8px;font-size:12px;overflow:auto}.note{color:#555;font-size:13px}"
+      "</style></head><body>";
+  html += "<h1>Kareus report: " + Escape(w.value("name", std::string())) + "</h1>";
+  html += "<p class='note'>" + Escape(summary.value("source_note", std::string())) + "</p>";
+  html += "<h2>Iteration time–energy frontiers</h2>" + FrontierPlot(summary);
+  html += "<p class='note'>Lines: every frontier point of each method; dots: the sampled plans "
+          "(the published evaluation's 10); rings: each method's fastest plan; dashed: "
+          "Perseus's fastest time and lowest energy, the references of the iso metrics.</p>";
+  html += "<h2>Comparison tables</h2>";
+  html += "<h3>Max-throughput plans vs Megatron-LM</h3>" + HtmlTable(t.throughput_header, t.throughput);
+  html += "<h3>Frontier vs Perseus (published definition)</h3>" + HtmlTable(t.frontier_header, t.frontier);
+  html += "<h3>Whole frontier vs Perseus at equal time</h3>" +
+          HtmlTable(t.interpolated_header, t.interpolated);
+  html += "<h2>Fastest " + Escape(summary["timeline"].value("label", std::string("Kareus"))) +
+          " plan: 1F1B timeline coloured by clock</h2>" + TimelinePlot(summary["timeline"]);
+  html += "<h2>Partition frontiers per clock (measured)</h2>" +
+          PartitionPlots(summary.value("partition_frontiers", Json()));
+  html += "<h2>Workload and settings</h2><pre>" + Escape(w.dump(2)) + "</pre><pre>" +
+          Escape(summary.value("settings", Json::object()).dump(2)) + "</pre>";
+  html += "</body></html>\n";
+  return html;
+}
+
+std::string RenderEvaluationTable(const Json& evaluation) {
+  std::vector<std::string> header = {"workload"};
+  std::vector<std::string> methods;
+  for (const Json& row : evaluation["rows"]) {
+    for (const Json& m : row["max_throughput"]) {
+      const std::string name = m["method"];
+      if (name != "megatron" && std::find(methods.begin(), methods.end(), name) == methods.end()) {
+        methods.push_back(name);
+      }
+    }
+  }
+  for (const auto& m : methods) header.push_back(m + " ΔT/ΔE %");
+  header.push_back("Kareus iso-time ΔE %");
+  header.push_back("Kareus iso-energy ΔT %");
+  header.push_back("N+P iso-time ΔE %");
+  header.push_back("Kareus mean saving % vs Perseus");
+  std::vector<std::vector<std::string>> rows;
+  for (const Json& row : evaluation["rows"]) {
+    std::vector<std::string> cells = {row["workload"]};
+    for (const auto& name : methods) {
+      std::string cell = "--";
+      for (const Json& m : row["max_throughput"]) {
+        if (m["method"] == name) cell = Percent(m["delta_time_pct"]) + " / " + Percent(m["delta_energy_pct"]);
+      }
+      cells.push_back(cell);
+    }
+    auto frontier = [&](const std::string& method, const std::string& field) {
+      for (const Json& f : row["frontier_table"]) {
+        if (f["method"] == method) return Percent(f[field]);
+      }
+      return std::string("--");
+    };
+    cells.push_back(frontier("kareus", "iso_time_energy_reduction_pct"));
+    cells.push_back(frontier("kareus", "iso_energy_time_reduction_pct"));
+    cells.push_back(frontier("nanobatching+perseus", "iso_time_energy_reduction_pct"));
+    std::string mean = "--";
+    for (const Json& i : row["interpolated"]) {
+      if (i["method"] == "kareus" && i["overlap"].get<bool>()) mean = Percent(i["mean_saving_pct"]);
+    }
+    cells.push_back(mean);
+    rows.push_back(cells);
+  }
+  return TextTable(header, rows);
+}
+
+}  // namespace kareus::report

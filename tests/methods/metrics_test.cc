@@ -1,0 +1,64 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "kareus/methods/metrics.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <set>
+
+namespace kareus::methods {
+namespace {
+
+TEST(PublishedFrontierSample, MatchesTheCommittedKareusFiles) {
+  // kareus-official.md §4.7: N = 2496 gives stride 167 and keeps these ten iterations.
+  EXPECT_EQ(PublishedFrontierSample(2496),
+            (std::vector<int>{324, 658, 992, 1326, 1660, 1827, 1994, 2161, 2328, 2495}));
+}
+
+TEST(PublishedFrontierSample, SmallFrontiersKeepEverySample) {
+  EXPECT_EQ(PublishedFrontierSample(1), (std::vector<int>{0}));
+  EXPECT_EQ(PublishedFrontierSample(5), (std::vector<int>{0, 1, 2, 3, 4}));
+  EXPECT_EQ(PublishedFrontierSample(12).size(), 10u);
+  for (int n = 1; n < 400; ++n) {
+    const auto s = PublishedFrontierSample(n);
+    ASSERT_FALSE(s.empty());
+    EXPECT_EQ(s.back(), n - 1) << n;  // the fastest plan is always there
+    EXPECT_LE(s.size(), 15u);
+    EXPECT_EQ(s.size(), static_cast<size_t>(std::min(n, 10))) << n;
+    EXPECT_EQ(std::set<int>(s.begin(), s.end()).size(), s.size()) << n;
+    EXPECT_TRUE(std::is_sorted(s.begin(), s.end()));
+  }
+}
+
+TEST(IsoMetrics, PublishedDefinitionWithoutInterpolation) {
+  const std::vector<TimeEnergy> perseus = {{5.0, 2800}, {5.5, 2600}, {6.5, 2400}};
+  const std::vector<TimeEnergy> method = {{4.5, 2750}, {4.9, 2500}, {6.0, 2300}};
+  // Best method energy at T <= 5.0 is 2500: (2800 - 2500) / 2800.
+  EXPECT_NEAR(*IsoTimeEnergyReduction(perseus, method), 100.0 * 300 / 2800, 1e-12);
+  // Fastest method point with E <= 2400 is 6.0 s: (6.5 - 6.0) / 6.5.
+  EXPECT_NEAR(*IsoEnergyTimeReduction(perseus, method), 100.0 * 0.5 / 6.5, 1e-12);
+  // No feasible point: "--".
+  EXPECT_FALSE(IsoTimeEnergyReduction(perseus, {{5.1, 100}}).has_value());
+  EXPECT_FALSE(IsoEnergyTimeReduction(perseus, {{1.0, 2401}}).has_value());
+  // Against itself: zero.
+  EXPECT_NEAR(*IsoTimeEnergyReduction(perseus, perseus), 0.0, 1e-12);
+  EXPECT_NEAR(*IsoEnergyTimeReduction(perseus, perseus), 0.0, 1e-12);
+}
+
+TEST(CompareAtEqualTime, StaircaseOverTheCommonRange) {
+  const std::vector<TimeEnergy> ref = {{1.0, 100}, {2.0, 80}};
+  const std::vector<TimeEnergy> better = {{1.0, 90}, {2.0, 72}};
+  const auto s = CompareAtEqualTime(ref, better);
+  ASSERT_TRUE(s.overlap);
+  EXPECT_DOUBLE_EQ(s.range_begin_s, 1.0);
+  EXPECT_DOUBLE_EQ(s.range_end_s, 2.0);
+  EXPECT_NEAR(s.min_percent, 10.0, 1e-9);
+  EXPECT_NEAR(s.max_percent, 10.0, 1e-9);
+  EXPECT_NEAR(s.mean_percent, 10.0, 1e-9);
+  const auto self = CompareAtEqualTime(ref, ref);
+  EXPECT_NEAR(self.max_percent, 0.0, 1e-12);
+  EXPECT_FALSE(CompareAtEqualTime(ref, {{3.0, 1}}).overlap);
+}
+
+}  // namespace
+}  // namespace kareus::methods
