@@ -73,6 +73,24 @@ void FinishSum(SimResult& total) {
 
 }  // namespace
 
+Json ToJson(const SimResult& r) {
+  Json j;
+  j["time_s"] = r.time_s;
+  j["energy_j"] = r.energy_j;
+  j["static_energy_j"] = r.static_energy_j;
+  j["dynamic_energy_j"] = r.dynamic_energy_j;
+  j["avg_power_w"] = r.avg_power_w;
+  j["effective_freq_mhz"] = r.effective_freq_mhz;
+  j["compute_busy_s"] = r.compute_busy_s;
+  j["comm_busy_s"] = r.comm_busy_s;
+  j["overlap_s"] = r.overlap_s;
+  return j;
+}
+
+const char* ToString(ExecutionMode mode) {
+  return mode == ExecutionMode::kSequential ? "sequential" : "nanobatched";
+}
+
 void ValidatePartitionKnobs(const hw::GpuSpec& gpu, const workload::PartitionType& partition,
                             const PartitionKnobs& knobs) {
   ValidateClock(gpu, knobs.freq_mhz);

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "kareus/common/json.h"
 #include "kareus/hw/gpu_spec.h"
 #include "kareus/workload/ops.h"
 #include "kareus/workload/workload.h"
@@ -114,6 +115,11 @@ const workload::PartitionType& FindPartitionType(const workload::WorkloadModel& 
 InstructionKnobs DefaultInstructionKnobs(const workload::WorkloadModel& model, int freq_mhz,
                                          ExecutionMode mode);
 
+// {time_s, energy_j, static_energy_j, dynamic_energy_j, avg_power_w, effective_freq_mhz,
+// compute_busy_s, comm_busy_s, overlap_s}: the `kareus simulate --json` fields.
+Json ToJson(const SimResult& result);
+const char* ToString(ExecutionMode mode);  // "nanobatched", "sequential"
+
 // One point of an exhaustive sweep.
 struct SweepPoint {
   PartitionKnobs knobs;
@@ -121,9 +127,9 @@ struct SweepPoint {
 };
 
 struct SweepOptions {
-  std::vector<int> freqs_mhz;     // clocks to sweep; empty: the GPU's profile grid
-  std::vector<int> sms;           // comm SM counts; empty: the partition's sm_choices
-  std::vector<std::string> slots; // launch slots; empty: the partition's launch_slots
+  std::vector<int> freqs_mhz = {};     // clocks to sweep; empty: the GPU's profile grid
+  std::vector<int> sms = {};           // comm SM counts; empty: the partition's sm_choices
+  std::vector<std::string> slots = {}; // launch slots; empty: the partition's launch_slots
 };
 
 // Every (clock, SMs, slot) of the grid, noise-free, clocks outer, then SMs, then slots (the
