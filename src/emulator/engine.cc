@@ -66,6 +66,7 @@ GpuPhysics MakePhysics(const hw::GpuSpec& gpu) {
   p.inter_node_bps = gpu.interconnect.inter_node_bandwidth_gbps * kGiga;
   p.inter_node_latency_s = gpu.interconnect.inter_node_latency_us * 1e-6;
   p.library_default_sms = gpu.interconnect.library_default_sms;
+  p.activity = gpu.activity;
   KAREUS_CHECK(p.sm_count > 0 && p.f_max_hz > 0 && p.hbm_bps > 0 && p.sm_bps_at_fmax > 0 &&
                p.tensor_flops_per_cycle_sm > 0 && p.gemm_efficiency > 0 &&
                p.attention_efficiency > 0 && p.bus_bps > 0 && p.channel_bps > 0)
@@ -202,7 +203,7 @@ SetState EvaluateSet(const GpuPhysics& p, const CompiledKernel* compute, int com
     st.compute_rate = 1.0 / t_c;
     bw_used += bytes_c / t_c;
     const double u = t_core / t_c;
-    sm_activity += busy_sms * (compute->core_activity * u + p.activity.stall * (1.0 - u));
+    sm_activity += busy_sms * (compute->core_activity * u + p.activity.memory_stall * (1.0 - u));
   }
   if (has_m) {
     const double t_m = comm->latency_s + std::max(t_wire, comm->hbm_bytes / (d_m * share));

@@ -13,19 +13,6 @@
 
 namespace kareus::emulator::internal {
 
-// SM activity factors: the share of `power.dynamic_max_w` (all SMs running a dense tensor-core
-// GEMM at the max clock) an SM draws while running a kernel of that kind. No public per-kind
-// figure exists (gpu-power-model.md §7 item 4); these are calibrated so that the targets of
-// DESIGN.md §5 hold (tests/emulator/calibration_test.cc), and are shared by every GPU.
-struct ActivityFactors {
-  double gemm = 1.0;         // definition of dynamic_max_w
-  double attention = 0.85;   // flash attention: tensor cores plus softmax on the CUDA cores
-  double elementwise = 0.5;  // CUDA-core math of norms / rope / SwiGLU while not stalled
-  double stall = 0.3;        // an SM waiting on HBM (issuing loads/stores, schedulers, L1/L2)
-  double comm = 0.25;        // a copy/reduce loop of a comm kernel: "draws little power"
-                             // (sjeaugey, NVIDIA/nccl#689)
-};
-
 // Per-GPU constants in SI units, derived once from the GpuSpec.
 struct GpuPhysics {
   const hw::GpuSpec* spec = nullptr;
@@ -55,7 +42,7 @@ struct GpuPhysics {
   double inter_node_bps = 0.0;
   double inter_node_latency_s = 0.0;
   int library_default_sms = 0;
-  ActivityFactors activity;
+  hw::ActivitySpec activity;  // SM activity per kernel kind (GPU data file, [calibrated])
 };
 
 GpuPhysics MakePhysics(const hw::GpuSpec& gpu);

@@ -137,6 +137,17 @@ GpuSpec ParseGpuSpec(const std::string& text, const std::string& source) {
     net.Fail("library_default_sms", Describe(gpu.interconnect.library_default_sms),
              "must be below sm_count");
   }
+  if (root.Has("activity")) {
+    const YamlMap activity = root.Map("activity");
+    ActivitySpec& a = gpu.activity;
+    for (auto [key, field] : {std::pair{"gemm", &a.gemm}, std::pair{"attention", &a.attention},
+                              std::pair{"elementwise", &a.elementwise},
+                              std::pair{"memory_stall", &a.memory_stall},
+                              std::pair{"comm", &a.comm}}) {
+      if (activity.Has(key)) *field = Fraction(activity, key);
+    }
+    activity.RejectUnknownKeys();
+  }
   root.RejectUnknownKeys();
   return gpu;
 }

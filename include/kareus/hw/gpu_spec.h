@@ -47,6 +47,18 @@ struct InterconnectSpec {
   int library_default_sms = 0;  // SMs NCCL's default channel count occupies (baselines)
 };
 
+// SM activity per kernel kind: the share of power.dynamic_max_w one SM draws while running a
+// kernel of that kind (dynamic_max_w is defined by a dense tensor-core GEMM, so gemm = 1). No
+// public per-kind figure exists (reference/gpu-power-model.md §7 item 4); the emulator's
+// calibration tests fit them. Optional in the data file (`activity:`), these defaults otherwise.
+struct ActivitySpec {
+  double gemm = 1.0;          // dense tensor-core GEMM (definition of dynamic_max_w)
+  double attention = 0.85;    // flash attention: tensor cores plus softmax on the CUDA cores
+  double elementwise = 0.5;   // CUDA-core math of norms / RoPE / SwiGLU while not stalled
+  double memory_stall = 0.3;  // an SM waiting on HBM (issuing loads/stores, L1/L2 traffic)
+  double comm = 0.25;         // an SM running a comm kernel's copy/reduce loop
+};
+
 struct GpuSpec {
   std::string name;  // preset name, e.g. "A100-SXM4-40GB"
   int sm_count = 0;
@@ -60,6 +72,7 @@ struct GpuSpec {
   PowerSpec power;
   std::vector<VoltagePoint> voltage_curve;  // ascending in freq_mhz
   InterconnectSpec interconnect;
+  ActivitySpec activity;
 
   double PeakTensorFlops(int freq_mhz) const;  // sm_count * flops/clk/SM * f
   double VoltageAt(int freq_mhz) const;        // linear interpolation, clamped at the ends
