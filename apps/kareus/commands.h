@@ -10,6 +10,7 @@ namespace kareus::cli {
 void AddGpusCommand(CLI::App& app);
 void AddModelsCommand(CLI::App& app);
 void AddPartitionsCommand(CLI::App& app);
+void AddProfileCommand(CLI::App& app);
 void AddSimulateCommand(CLI::App& app);
 
 }  // namespace kareus::cli

@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   kareus::cli::AddGpusCommand(app);
   kareus::cli::AddModelsCommand(app);
   kareus::cli::AddPartitionsCommand(app);
+  kareus::cli::AddProfileCommand(app);
   kareus::cli::AddSimulateCommand(app);
   try {
     app.parse(argc, argv);

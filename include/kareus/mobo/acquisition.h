@@ -1,0 +1,57 @@
+// SPDX-License-Identifier: Apache-2.0
+// Batch acquisition: which unmeasured configurations to measure next, from surrogate
+// predictions. Exact 2-D hypervolume improvement on normalized objectives; the published
+// four-pass split (reference/kareus-official.md §3.4-3.5) and Kareus's per-clock variant.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kareus/mobo/search_space.h"
+#include "kareus/mobo/surrogate.h"
+
+namespace kareus::mobo {
+
+enum class Strategy {
+  // Published: 40 % total-energy HVI, 20 % dynamic-energy HVI, 20 % fastest predicted, rest
+  // most uncertain (raw std_E + std_T), backfill by max HVI. Top-k per pass, no batch update.
+  kPublished,
+  // Kareus default: composition uses every clock's (time, energy) frontier, so a share of the
+  // batch goes to per-clock HVI (relative units per clock, round robin over clocks ranked by
+  // their best improvement), a share to global HVI, the rest to relative uncertainty. Each
+  // pick is added to its front as if measured at its prediction ("kriging believer") so a
+  // batch does not pile onto one spot.
+  kPerClock,
+  // Global total-energy HVI with the believer update and an uncertainty share, no per-clock
+  // pass: isolates what the per-clock pass adds.
+  kBeliever,
+};
+const char* ToString(Strategy strategy);
+Strategy StrategyFromString(const std::string& text);  // InputError lists the names
+
+// What the acquisition sees: the measured configurations and the predictions for the rest.
+struct AcquisitionInput {
+  const SearchSpace* space = nullptr;
+  std::vector<int64_t> measured;        // space indices
+  std::vector<double> measured_time_s;  // per measured
+  std::vector<double> measured_energy_j;          // total
+  std::vector<double> measured_dynamic_energy_j;  // total - P_static x time
+  std::vector<int64_t> candidates;      // unmeasured space indices
+  Predictions predictions;              // per candidate (time, dynamic energy)
+  double static_power_w = 0.0;          // derives predicted total energy
+};
+
+// Why a configuration was picked (the published JSONL flags, §3.1).
+enum class PickReason { kTotalHvi, kDynamicHvi, kFastest, kUncertain, kClockHvi, kBackfill };
+const char* ToString(PickReason reason);
+
+struct Pick {
+  int64_t index = 0;  // space index
+  PickReason reason = PickReason::kBackfill;
+};
+
+// Picks min(batch_size, candidates) distinct candidates. Deterministic.
+std::vector<Pick> SelectBatch(Strategy strategy, const AcquisitionInput& input, int batch_size);
+
+}  // namespace kareus::mobo

@@ -1,0 +1,130 @@
+// SPDX-License-Identifier: Apache-2.0
+// The partition profiler: multi-objective Bayesian optimization of every partition type of a
+// workload (DESIGN.md §6), with a resumable measurement store and, on request, the exhaustive
+// (oracle) and random baselines that measure it. The entry point of `kareus profile` and of
+// the profiling step of `kareus run`.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kareus/common/context.h"
+#include "kareus/common/json.h"
+#include "kareus/emulator/emulator.h"
+#include "kareus/measure/backend.h"
+#include "kareus/mobo/acquisition.h"
+#include "kareus/mobo/surrogate.h"
+#include "kareus/pareto/pareto.h"
+#include "kareus/workload/ops.h"
+
+namespace kareus::mobo {
+
+struct ProfileOptions {
+  int64_t budget = 0;              // evaluations per tunable partition type; 0: budget_fraction
+  double budget_fraction = 0.12;   // of each type's space, rounded up, when budget == 0
+  int initial_design = 0;          // configurations of the initial design; 0: auto
+                                   // (max(6, initial_fraction x budget))
+  double initial_fraction = 0.2;   // auto initial design as a share of the budget
+  int batch_size = 0;              // configurations per acquisition batch; 0: auto (~8 batches)
+  SurrogateKind surrogate = SurrogateKind::kGaussianProcess;  // measured better than xgb
+  Strategy strategy = Strategy::kPerClock;                   // measured better than published
+  bool full_grid = false;          // every supported clock instead of the profiling sub-grid
+  bool oracle = false;             // also run the exhaustive (noise-free) and random baselines
+  bool denoise = true;             // frontiers on the surrogate's posterior means at the
+                                   // measured configurations instead of the raw readings
+  std::vector<std::string> partitions;  // types to profile (names); empty: all
+  std::filesystem::path store;     // SQLite measurement store; empty: measurements not kept
+  emulator::MeasurementOptions measurement;  // emulator backend: noise and protocol
+  double batch_warmup_s = 10.0;    // emulator backend: GPU-seconds of setup per batch
+};
+
+// One configuration the profiler evaluated.
+struct Evaluation {
+  int64_t index = 0;  // in the partition's SearchSpace
+  measure::Knobs knobs;
+  measure::Sample sample;   // as measured
+  measure::Sample estimate;  // denoised: the final surrogate's mean at this configuration
+                             // (== sample when denoising is off or the type is not tunable)
+  int batch = 0;      // 0: initial design, then 1, 2, ...
+  std::string reason;  // "initial", "total_hvi", "clock_hvi", ... ("exhaustive" if not tunable)
+  bool from_store = false;  // read from the store instead of measured in this run
+};
+
+// A frontier point: the estimate (denoised) the frontier was selected on, and the reading.
+struct FrontierPoint {
+  measure::Knobs knobs;
+  double time_s = 0.0;
+  double energy_j = 0.0;          // total
+  double dynamic_energy_j = 0.0;  // energy_j - P_static x time_s
+  double measured_time_s = 0.0;
+  double measured_energy_j = 0.0;
+};
+
+// The (time, total energy) frontier of the configurations measured at one clock: what
+// composition (DESIGN.md §7) uses, since the clock is chosen per instruction.
+struct ClockFrontier {
+  int freq_mhz = 0;
+  std::vector<FrontierPoint> points;  // by time ascending
+};
+
+// The optimizer against the exhaustive oracle and random search at the same budget. Measured
+// frontiers are re-evaluated noise-free; every hypervolume of a type uses one reference point:
+// the oracle frontier's nadir pushed out by 10 % of its range on each axis.
+struct OracleComparison {
+  double oracle_hypervolume = 0.0;  // of the exhaustive noise-free frontier
+  double hypervolume = 0.0;         // of the optimizer's frontier configurations, noise-free
+  double hv_ratio = 0.0;            // hypervolume / oracle_hypervolume
+  double random_hv_ratio = 0.0;     // random search, same budget, same noise
+  double clock_hv_ratio = 0.0;      // mean over clocks of the per-clock ratio (same rule)
+  double random_clock_hv_ratio = 0.0;
+  pareto::Point reference;
+};
+
+struct PartitionResult {
+  std::string type;
+  bool tunable = true;
+  int64_t space_size = 0;
+  int64_t budget = 0;               // evaluations planned
+  int initial_design = 0;
+  int batch_size = 0;
+  std::vector<Evaluation> evaluations;  // in evaluation order
+  int64_t measured = 0;             // taken in this run
+  int64_t reused = 0;               // found in the store
+  double gpu_seconds = 0.0;         // cost of the measurements taken in this run
+  double hypervolume = 0.0;         // of the measured frontier, reference 1.1 x measured max
+  std::vector<double> hypervolume_trace;  // same, after the initial design and each batch
+  std::vector<FrontierPoint> frontier;    // (time, total energy), by time ascending
+  std::vector<ClockFrontier> clock_frontiers;  // one per clock of the space, descending clock
+  std::optional<OracleComparison> oracle;
+};
+
+struct ProfileSummary {
+  std::string gpu;
+  std::string workload_signature;
+  std::string backend;  // Backend::Description()
+  std::string surrogate;
+  std::string strategy;
+  uint64_t seed = 0;
+  std::vector<PartitionResult> partitions;
+  double gpu_seconds = 0.0;        // all measurements taken in this run (warm-ups included)
+  int64_t measurements_taken = 0;
+  int64_t measurements_reused = 0;  // read from the store
+
+  // The `kareus profile --json` document (format "kareus-profile", version 1).
+  Json ToJson(bool with_evaluations = false) const;
+};
+
+// Profiles every (selected) partition type of `model` with the embedded emulator backend,
+// seeded by context.seed. Budgets and names are validated before anything is measured
+// (InputError); a store that cannot be used throws EnvironmentError and is left unchanged.
+ProfileSummary ProfileWorkload(const workload::WorkloadModel& model, const ProfileOptions& options,
+                               const Context& context);
+
+// The same with an explicit backend (a real GPU, a test double).
+ProfileSummary ProfileWorkload(const workload::WorkloadModel& model, const ProfileOptions& options,
+                               measure::Backend& backend, const Context& context);
+
+}  // namespace kareus::mobo

@@ -1,0 +1,358 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "kareus/mobo/acquisition.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+#include "kareus/common/error.h"
+#include "kareus/pareto/pareto.h"
+#include "mobo/hv_fast.h"
+
+namespace kareus::mobo {
+namespace internal {
+
+double FrontHvi(const std::vector<pareto::Point>& front, const pareto::Point& p,
+                const pareto::Point& reference) {
+  if (!(p.time_s < reference.time_s && p.energy_j < reference.energy_j)) return 0.0;
+  // Integrate over t in [p.t, ref.t] the gap between the front's attained energy level L(t)
+  // (lowest energy of the points with time <= t, else the reference) and p's energy.
+  double level = reference.energy_j;
+  std::size_t i = 0;
+  for (; i < front.size() && front[i].time_s <= p.time_s; ++i) level = front[i].energy_j;
+  if (level <= p.energy_j) return 0.0;
+  double area = 0.0, t = p.time_s;
+  for (; i < front.size(); ++i) {
+    area += (front[i].time_s - t) * (level - p.energy_j);
+    t = front[i].time_s;
+    level = std::min(level, front[i].energy_j);
+    if (level <= p.energy_j) return area;
+  }
+  return area + (reference.time_s - t) * (level - p.energy_j);
+}
+
+void InsertIntoFront(std::vector<pareto::Point>* front, const pareto::Point& p) {
+  for (const pareto::Point& q : *front) {
+    if (q.time_s <= p.time_s && q.energy_j <= p.energy_j) return;
+  }
+  std::vector<pareto::Point> kept;
+  kept.reserve(front->size() + 1);
+  for (const pareto::Point& q : *front) {
+    if (!(p.time_s <= q.time_s && p.energy_j <= q.energy_j)) kept.push_back(q);
+  }
+  kept.push_back(p);
+  std::sort(kept.begin(), kept.end(),
+            [](const pareto::Point& a, const pareto::Point& b) { return a.time_s < b.time_s; });
+  *front = std::move(kept);
+}
+
+namespace {
+
+// Min-max normalization from the measured values, reference at 1.1 x the measured maximum
+// (published HVContext, §3.4). A zero range becomes 1.
+struct Normalizer {
+  double t_min = 0, t_range = 1, e_min = 0, e_range = 1;
+  pareto::Point reference;
+  Normalizer(const std::vector<double>& t, const std::vector<double>& e) {
+    const auto [t_lo, t_hi] = std::minmax_element(t.begin(), t.end());
+    const auto [e_lo, e_hi] = std::minmax_element(e.begin(), e.end());
+    t_min = *t_lo;
+    e_min = *e_lo;
+    t_range = *t_hi - *t_lo > 0 ? *t_hi - *t_lo : 1.0;
+    e_range = *e_hi - *e_lo > 0 ? *e_hi - *e_lo : 1.0;
+    reference = Apply(1.1 * *t_hi, 1.1 * *e_hi, -1);
+  }
+  pareto::Point Apply(double time, double energy, int64_t payload) const {
+    return {.time_s = (time - t_min) / t_range, .energy_j = (energy - e_min) / e_range,
+            .payload = payload};
+  }
+};
+
+std::vector<pareto::Point> MeasuredFront(const Normalizer& norm, const std::vector<double>& t,
+                                         const std::vector<double>& e) {
+  std::vector<pareto::Point> points;
+  for (std::size_t i = 0; i < t.size(); ++i) {
+    points.push_back(norm.Apply(t[i], e[i], static_cast<int64_t>(i)));
+  }
+  return pareto::Filter(std::move(points));
+}
+
+class Selector {
+ public:
+  Selector(const AcquisitionInput& input, int batch_size)
+      : in_(input), k_(std::min<int>(batch_size, static_cast<int>(input.candidates.size()))),
+        taken_(input.candidates.size(), false) {
+    const std::size_t n = input.candidates.size();
+    total_energy_.resize(n);
+    for (std::size_t c = 0; c < n; ++c) {
+      total_energy_[c] = input.predictions.dynamic_energy_j[c] +
+                         input.static_power_w * input.predictions.time_s[c];
+    }
+  }
+  bool Full() const { return static_cast<int>(picks_.size()) >= k_; }
+  int Remaining() const { return k_ - static_cast<int>(picks_.size()); }
+  int k() const { return k_; }
+  const std::vector<Pick>& picks() const { return picks_; }
+  bool Taken(std::size_t c) const { return taken_[c]; }
+  void Take(std::size_t c, PickReason reason) {
+    KAREUS_CHECK(!taken_[c]);
+    taken_[c] = true;
+    picks_.push_back({.index = in_.candidates[c], .reason = reason});
+  }
+  double TotalEnergy(std::size_t c) const { return total_energy_[c]; }
+
+  // Top `count` untaken candidates by score (descending), ties to the lower space index;
+  // only positive scores when `positive_only`.
+  void TakeTop(const std::vector<double>& score, int count, PickReason reason,
+               bool positive_only) {
+    std::vector<std::size_t> order(score.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](std::size_t a, std::size_t b) { return score[a] > score[b]; });
+    for (std::size_t c : order) {
+      if (count <= 0 || Full()) break;
+      if (taken_[c] || (positive_only && !(score[c] > 0.0))) continue;
+      Take(c, reason);
+      --count;
+    }
+  }
+
+  // Global HVI picks with the believer update: after each pick its predicted point joins the
+  // front, so the next pick scores against it.
+  void TakeBelieverHvi(const Normalizer& norm, std::vector<pareto::Point> front, int count,
+                       PickReason reason) {
+    const std::size_t n = in_.candidates.size();
+    for (; count > 0 && !Full(); --count) {
+      double best = 0.0;
+      std::size_t best_c = n;
+      for (std::size_t c = 0; c < n; ++c) {
+        if (taken_[c]) continue;
+        const double hvi = FrontHvi(
+            front, norm.Apply(in_.predictions.time_s[c], total_energy_[c], -1), norm.reference);
+        if (hvi > best) {
+          best = hvi;
+          best_c = c;
+        }
+      }
+      if (best_c == n) return;
+      Take(best_c, reason);
+      InsertIntoFront(&front, norm.Apply(in_.predictions.time_s[best_c],
+                                         total_energy_[best_c], -1));
+    }
+  }
+
+  // Relative uncertainty std_t/t + std_E/E (unit-free, so time counts as much as energy; the
+  // published raw std_E + std_T lets energy dominate).
+  std::vector<double> RelativeUncertainty() const {
+    const Predictions& p = in_.predictions;
+    std::vector<double> u(in_.candidates.size());
+    for (std::size_t c = 0; c < u.size(); ++c) {
+      u[c] = p.time_std_s[c] / std::max(p.time_s[c], 1e-30) +
+             p.dynamic_energy_std_j[c] / std::max(std::abs(p.dynamic_energy_j[c]), 1e-30);
+    }
+    return u;
+  }
+
+ private:
+  const AcquisitionInput& in_;
+  int k_;
+  std::vector<bool> taken_;
+  std::vector<Pick> picks_;
+  std::vector<double> total_energy_;
+};
+
+std::vector<Pick> SelectPublished(const AcquisitionInput& in, int batch_size) {
+  Selector s(in, batch_size);
+  const std::size_t n = in.candidates.size();
+  const Normalizer real(in.measured_time_s, in.measured_energy_j);
+  const Normalizer dyn(in.measured_time_s, in.measured_dynamic_energy_j);
+  const auto real_front = MeasuredFront(real, in.measured_time_s, in.measured_energy_j);
+  const auto dyn_front = MeasuredFront(dyn, in.measured_time_s, in.measured_dynamic_energy_j);
+  std::vector<double> hvi_real(n), hvi_dyn(n), neg_time(n), raw_std(n), hvi_max(n);
+  for (std::size_t c = 0; c < n; ++c) {
+    const double t = in.predictions.time_s[c];
+    hvi_real[c] = FrontHvi(real_front, real.Apply(t, s.TotalEnergy(c), -1), real.reference);
+    hvi_dyn[c] = FrontHvi(dyn_front, dyn.Apply(t, in.predictions.dynamic_energy_j[c], -1),
+                          dyn.reference);
+    neg_time[c] = -t;
+    raw_std[c] = in.predictions.dynamic_energy_std_j[c] + in.predictions.time_std_s[c];
+    hvi_max[c] = std::max(hvi_real[c], hvi_dyn[c]);
+  }
+  const int k = s.k();
+  const int n_real = static_cast<int>(std::lround(0.4 * k));
+  const int n_dyn = static_cast<int>(std::lround(0.2 * k));
+  const int n_time = static_cast<int>(std::lround(0.2 * k));
+  s.TakeTop(hvi_real, n_real, PickReason::kTotalHvi, true);
+  s.TakeTop(hvi_dyn, n_dyn, PickReason::kDynamicHvi, true);
+  s.TakeTop(neg_time, n_time, PickReason::kFastest, false);
+  s.TakeTop(raw_std, k - n_real - n_dyn - n_time, PickReason::kUncertain, false);
+  s.TakeTop(hvi_max, s.Remaining(), PickReason::kBackfill, false);
+  return s.picks();
+}
+
+std::vector<Pick> SelectBeliever(const AcquisitionInput& in, int batch_size) {
+  Selector s(in, batch_size);
+  const Normalizer real(in.measured_time_s, in.measured_energy_j);
+  const int n_hvi = static_cast<int>(std::lround(0.75 * s.k()));
+  s.TakeBelieverHvi(real, MeasuredFront(real, in.measured_time_s, in.measured_energy_j), n_hvi,
+                    PickReason::kTotalHvi);
+  s.TakeTop(s.RelativeUncertainty(), s.Remaining(), PickReason::kUncertain, false);
+  return s.picks();
+}
+
+std::vector<Pick> SelectPerClock(const AcquisitionInput& in, int batch_size) {
+  Selector s(in, batch_size);
+  const SearchSpace& space = *in.space;
+  const std::size_t n = in.candidates.size();
+  const int clocks = static_cast<int>(space.clocks_mhz().size());
+
+  // 1. Global HVI share (the overall frontier spans clocks).
+  const Normalizer real(in.measured_time_s, in.measured_energy_j);
+  const int n_global = static_cast<int>(std::lround(0.3 * s.k()));
+  s.TakeBelieverHvi(real, MeasuredFront(real, in.measured_time_s, in.measured_energy_j),
+                    n_global, PickReason::kTotalHvi);
+
+  // 2. Per-clock HVI share. Per clock, objectives are relative to that clock's best measured
+  // time and energy, so an improvement of x % counts the same at every clock; the reference is
+  // 1.1 x the clock's worst measured values.
+  struct ClockState {
+    double t_min = std::numeric_limits<double>::infinity();
+    double e_min = std::numeric_limits<double>::infinity();
+    double t_max = 0, e_max = 0;
+    std::vector<pareto::Point> front;
+    std::vector<std::size_t> candidates;
+  };
+  std::vector<ClockState> per_clock(clocks);
+  for (std::size_t i = 0; i < in.measured.size(); ++i) {
+    ClockState& cs = per_clock[space.ClockIndex(in.measured[i])];
+    cs.t_min = std::min(cs.t_min, in.measured_time_s[i]);
+    cs.e_min = std::min(cs.e_min, in.measured_energy_j[i]);
+    cs.t_max = std::max(cs.t_max, in.measured_time_s[i]);
+    cs.e_max = std::max(cs.e_max, in.measured_energy_j[i]);
+  }
+  for (std::size_t c = 0; c < n; ++c) {
+    per_clock[space.ClockIndex(in.candidates[c])].candidates.push_back(c);
+  }
+  auto relative = [&](const ClockState& cs, double t, double e) {
+    return pareto::Point{.time_s = t / cs.t_min, .energy_j = e / cs.e_min, .payload = -1};
+  };
+  for (int ci = 0; ci < clocks; ++ci) {
+    ClockState& cs = per_clock[ci];
+    if (!std::isfinite(cs.t_min)) {  // no measurement at this clock: anchor on predictions
+      for (std::size_t c : cs.candidates) {
+        cs.t_min = std::min(cs.t_min, in.predictions.time_s[c]);
+        cs.e_min = std::min(cs.e_min, s.TotalEnergy(c));
+        cs.t_max = std::max(cs.t_max, in.predictions.time_s[c]);
+        cs.e_max = std::max(cs.e_max, s.TotalEnergy(c));
+      }
+    }
+    std::vector<pareto::Point> points;
+    for (std::size_t i = 0; i < in.measured.size(); ++i) {
+      if (space.ClockIndex(in.measured[i]) != ci) continue;
+      points.push_back(relative(cs, in.measured_time_s[i], in.measured_energy_j[i]));
+    }
+    cs.front = pareto::Filter(std::move(points));
+  }
+  const int n_clock = static_cast<int>(std::lround(0.5 * s.k()));
+  int taken_clock = 0;
+  while (taken_clock < n_clock && !s.Full()) {
+    // One round: every clock proposes its best candidate; clocks are served in order of
+    // their improvement, at most one pick per clock per round.
+    struct Proposal {
+      double hvi;
+      int clock;
+      std::size_t candidate;
+    };
+    std::vector<Proposal> proposals;
+    for (int ci = 0; ci < clocks; ++ci) {
+      const ClockState& cs = per_clock[ci];
+      if (!std::isfinite(cs.t_min)) continue;
+      const pareto::Point reference{.time_s = 1.1 * cs.t_max / cs.t_min,
+                                    .energy_j = 1.1 * cs.e_max / cs.e_min};
+      double best = 0.0;
+      std::size_t best_c = n;
+      for (std::size_t c : cs.candidates) {
+        if (s.Taken(c)) continue;
+        const double hvi = FrontHvi(
+            cs.front, relative(cs, in.predictions.time_s[c], s.TotalEnergy(c)), reference);
+        if (hvi > best) {
+          best = hvi;
+          best_c = c;
+        }
+      }
+      if (best_c != n) proposals.push_back({best, ci, best_c});
+    }
+    if (proposals.empty()) break;
+    std::stable_sort(proposals.begin(), proposals.end(),
+                     [](const Proposal& a, const Proposal& b) { return a.hvi > b.hvi; });
+    for (const Proposal& p : proposals) {
+      if (taken_clock >= n_clock || s.Full()) break;
+      s.Take(p.candidate, PickReason::kClockHvi);
+      ClockState& cs = per_clock[p.clock];
+      InsertIntoFront(&cs.front, relative(cs, in.predictions.time_s[p.candidate],
+                                          s.TotalEnergy(p.candidate)));
+      ++taken_clock;
+    }
+  }
+
+  // 3. The rest: most uncertain, relative units.
+  s.TakeTop(s.RelativeUncertainty(), s.Remaining(), PickReason::kUncertain, false);
+  return s.picks();
+}
+
+}  // namespace
+}  // namespace internal
+
+const char* ToString(Strategy strategy) {
+  switch (strategy) {
+    case Strategy::kPublished:
+      return "published";
+    case Strategy::kPerClock:
+      return "per-clock";
+    case Strategy::kBeliever:
+      return "believer";
+  }
+  return "?";
+}
+
+Strategy StrategyFromString(const std::string& text) {
+  if (text == "published") return Strategy::kPublished;
+  if (text == "per-clock") return Strategy::kPerClock;
+  if (text == "believer") return Strategy::kBeliever;
+  ThrowInput("strategy", text, "must be one of: published, per-clock, believer");
+}
+
+const char* ToString(PickReason reason) {
+  switch (reason) {
+    case PickReason::kTotalHvi:
+      return "total_hvi";
+    case PickReason::kDynamicHvi:
+      return "dynamic_hvi";
+    case PickReason::kFastest:
+      return "fastest";
+    case PickReason::kUncertain:
+      return "uncertain";
+    case PickReason::kClockHvi:
+      return "clock_hvi";
+    case PickReason::kBackfill:
+      return "backfill";
+  }
+  return "?";
+}
+
+std::vector<Pick> SelectBatch(Strategy strategy, const AcquisitionInput& input, int batch_size) {
+  KAREUS_CHECK(input.space != nullptr && !input.measured.empty());
+  KAREUS_CHECK(input.predictions.time_s.size() == input.candidates.size());
+  switch (strategy) {
+    case Strategy::kPublished:
+      return internal::SelectPublished(input, batch_size);
+    case Strategy::kPerClock:
+      return internal::SelectPerClock(input, batch_size);
+    case Strategy::kBeliever:
+      return internal::SelectBeliever(input, batch_size);
+  }
+  return {};
+}
+
+}  // namespace kareus::mobo

@@ -1,0 +1,196 @@
+// SPDX-License-Identifier: Apache-2.0
+// Search space, surrogates, the acquisition fast path and batch selection.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <set>
+
+#include "kareus/common/error.h"
+#include "kareus/mobo/acquisition.h"
+#include "kareus/mobo/search_space.h"
+#include "kareus/mobo/surrogate.h"
+#include "kareus/pareto/pareto.h"
+#include "measure/synthetic_backend.h"
+#include "mobo/hv_fast.h"
+
+namespace kareus::mobo {
+namespace {
+
+SearchSpace SyntheticSpace(int slots = 3) {
+  return SearchSpace::For(testing::SyntheticGpu(), testing::SyntheticPartition("fwd_mlp", slots),
+                          false);
+}
+
+TEST(SearchSpace, PublishedGridIndexRoundTripAndEncoding) {
+  const SearchSpace space = SyntheticSpace();
+  ASSERT_EQ(space.clocks_mhz().size(), 18u);  // 1410..900 by 30
+  EXPECT_EQ(space.clocks_mhz().front(), 1410);
+  EXPECT_EQ(space.clocks_mhz().back(), 900);
+  EXPECT_EQ(space.Size(), 18 * 10 * 3);
+  std::set<std::string> seen;
+  for (int64_t i = 0; i < space.Size(); ++i) {
+    const measure::Knobs k = space.At(i);
+    EXPECT_EQ(space.IndexOf(k), i);
+    EXPECT_EQ(k.freq_mhz, space.clocks_mhz()[space.ClockIndex(i)]);
+    seen.insert(std::to_string(k.freq_mhz) + "/" + std::to_string(k.sms) + "/" + k.slot);
+    const std::vector<double> x = space.Encode(i);
+    ASSERT_EQ(static_cast<int>(x.size()), space.Dimensions());
+    for (double v : x) EXPECT_TRUE(v >= 0.0 && v <= 1.0);
+    EXPECT_DOUBLE_EQ(x[2] + x[3] + x[4], 1.0);  // one-hot slot
+  }
+  EXPECT_EQ(static_cast<int64_t>(seen.size()), space.Size());
+  EXPECT_EQ(space.IndexOf({.freq_mhz = 1405, .sms = 3, .slot = "norm_0"}), -1);
+  EXPECT_EQ(space.IndexOf({.freq_mhz = 1410, .sms = 3, .slot = "attn_9"}), -1);
+}
+
+TEST(SearchSpace, FullGridAndFixedPartitions) {
+  const auto gpu = testing::SyntheticGpu();
+  const SearchSpace full = SearchSpace::For(gpu, testing::SyntheticPartition("a", 2), true);
+  EXPECT_EQ(full.clocks_mhz().size(), gpu.clock.Supported().size());
+  EXPECT_GT(full.clocks_mhz().size(), 18u);
+  const SearchSpace fixed =
+      SearchSpace::For(gpu, testing::SyntheticPartition("trail", 1, /*tunable=*/false), false);
+  EXPECT_EQ(fixed.Size(), 18);
+  EXPECT_EQ(fixed.At(0).sms, 20);
+  EXPECT_EQ(fixed.At(0).slot, "norm_0");
+}
+
+TEST(HvFast, MatchesTheParetoLibrary) {
+  Rng rng(11);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  for (int trial = 0; trial < 200; ++trial) {
+    std::vector<pareto::Point> points;
+    const int n = 1 + trial % 15;
+    for (int i = 0; i < n; ++i) points.push_back({.time_s = u(rng), .energy_j = u(rng)});
+    const pareto::Point reference{.time_s = 1.05, .energy_j = 1.05};
+    const std::vector<pareto::Point> front = pareto::Filter(points);
+    for (int c = 0; c < 10; ++c) {
+      const pareto::Point p{.time_s = 1.1 * u(rng), .energy_j = 1.1 * u(rng)};
+      EXPECT_NEAR(internal::FrontHvi(front, p, reference),
+                  pareto::HypervolumeImprovement(front, p, reference), 1e-12);
+      std::vector<pareto::Point> inserted = front;
+      internal::InsertIntoFront(&inserted, p);
+      EXPECT_TRUE(pareto::IsFront(inserted));
+      EXPECT_NEAR(pareto::Hypervolume(inserted, reference),
+                  pareto::Hypervolume(front, reference) +
+                      pareto::HypervolumeImprovement(front, p, reference),
+                  1e-12);
+    }
+  }
+}
+
+struct Data {
+  std::vector<std::vector<double>> x;
+  std::vector<double> time_s, dynamic_j;
+  std::vector<int64_t> indices;
+};
+
+// A pseudo-random 1/every of the space (or, with `every` < 0, the complement of 1/-every).
+Data Sample(const SearchSpace& space, const workload::PartitionType& type, int every) {
+  Data d;
+  for (int64_t i = 0; i < space.Size(); ++i) {
+    const bool in = DeriveSeed(77, static_cast<uint64_t>(i)) % std::abs(every) == 0;
+    if (in != (every > 0)) continue;
+    const auto s = testing::SyntheticBackend::Truth(type, space.At(i));
+    d.x.push_back(space.Encode(i));
+    d.time_s.push_back(s.time_s);
+    d.dynamic_j.push_back(s.dynamic_energy_j);
+    d.indices.push_back(i);
+  }
+  return d;
+}
+
+class SurrogateTest : public ::testing::TestWithParam<SurrogateKind> {};
+
+TEST_P(SurrogateTest, LearnsTheSyntheticSpaceAndIsDeterministic) {
+  const auto type = testing::SyntheticPartition("fwd_mlp", 3);
+  const SearchSpace space = SearchSpace::For(testing::SyntheticGpu(), type, false);
+  const Data train = Sample(space, type, 5);
+  const Data test = Sample(space, type, -5);
+  auto a = MakeSurrogate(GetParam(), {.seed = 5});
+  auto b = MakeSurrogate(GetParam(), {.seed = 5});
+  a->Fit(train.x, train.time_s, train.dynamic_j);
+  b->Fit(train.x, train.time_s, train.dynamic_j);
+  const Predictions pa = a->Predict(test.x);
+  const Predictions pb = b->Predict(test.x);
+  ASSERT_EQ(pa.time_s.size(), test.x.size());
+  double time_err = 0.0, energy_err = 0.0;
+  for (std::size_t i = 0; i < test.x.size(); ++i) {
+    EXPECT_EQ(pa.time_s[i], pb.time_s[i]);  // same seed, same model
+    EXPECT_EQ(pa.dynamic_energy_std_j[i], pb.dynamic_energy_std_j[i]);
+    EXPECT_GE(pa.time_std_s[i], 0.0);
+    EXPECT_GE(pa.dynamic_energy_std_j[i], 0.0);
+    time_err += std::abs(pa.time_s[i] / test.time_s[i] - 1.0);
+    energy_err += std::abs(pa.dynamic_energy_j[i] / test.dynamic_j[i] - 1.0);
+  }
+  // A fifth of the space predicts the rest within a few percent on average.
+  EXPECT_LT(time_err / test.x.size(), 0.05);
+  EXPECT_LT(energy_err / test.x.size(), 0.05);
+}
+
+INSTANTIATE_TEST_SUITE_P(Kinds, SurrogateTest,
+                         ::testing::Values(SurrogateKind::kXgbEnsemble,
+                                           SurrogateKind::kGaussianProcess));
+
+TEST(Surrogate, NamesRoundTripAndUnknownNamesAreInputErrors) {
+  for (auto kind : {SurrogateKind::kXgbEnsemble, SurrogateKind::kGaussianProcess}) {
+    EXPECT_EQ(SurrogateKindFromString(ToString(kind)), kind);
+  }
+  for (auto s : {Strategy::kPublished, Strategy::kPerClock, Strategy::kBeliever}) {
+    EXPECT_EQ(StrategyFromString(ToString(s)), s);
+  }
+  EXPECT_THROW(SurrogateKindFromString("forest"), InputError);
+  EXPECT_THROW(StrategyFromString("greedy"), InputError);
+}
+
+class AcquisitionTest : public ::testing::TestWithParam<Strategy> {};
+
+TEST_P(AcquisitionTest, PicksDistinctUnmeasuredCandidates) {
+  const auto type = testing::SyntheticPartition("fwd_mlp", 3);
+  const SearchSpace space = SearchSpace::For(testing::SyntheticGpu(), type, false);
+  const Data train = Sample(space, type, 11);
+  auto surrogate = MakeSurrogate(SurrogateKind::kGaussianProcess, {});
+  surrogate->Fit(train.x, train.time_s, train.dynamic_j);
+  AcquisitionInput input;
+  input.space = &space;
+  input.static_power_w = 85.0;
+  input.measured = train.indices;
+  input.measured_time_s = train.time_s;
+  input.measured_dynamic_energy_j = train.dynamic_j;
+  for (std::size_t i = 0; i < train.time_s.size(); ++i) {
+    input.measured_energy_j.push_back(train.dynamic_j[i] + 85.0 * train.time_s[i]);
+  }
+  std::vector<std::vector<double>> x;
+  const std::set<int64_t> measured(train.indices.begin(), train.indices.end());
+  for (int64_t i = 0; i < space.Size(); ++i) {
+    if (measured.contains(i)) continue;
+    input.candidates.push_back(i);
+    x.push_back(space.Encode(i));
+  }
+  input.predictions = surrogate->Predict(x);
+  for (int k : {1, 5, 16, 32}) {
+    const std::vector<Pick> picks = SelectBatch(GetParam(), input, k);
+    ASSERT_EQ(static_cast<int>(picks.size()), k);
+    std::set<int64_t> unique;
+    for (const Pick& p : picks) {
+      EXPECT_FALSE(measured.contains(p.index));
+      EXPECT_TRUE(p.index >= 0 && p.index < space.Size());
+      unique.insert(p.index);
+    }
+    EXPECT_EQ(unique.size(), picks.size());
+    // Deterministic.
+    const std::vector<Pick> again = SelectBatch(GetParam(), input, k);
+    for (std::size_t i = 0; i < picks.size(); ++i) EXPECT_EQ(picks[i].index, again[i].index);
+  }
+  // Asking for more than exists returns every candidate once.
+  const std::vector<Pick> all =
+      SelectBatch(GetParam(), input, static_cast<int>(input.candidates.size()) + 5);
+  EXPECT_EQ(all.size(), input.candidates.size());
+}
+
+INSTANTIATE_TEST_SUITE_P(Strategies, AcquisitionTest,
+                         ::testing::Values(Strategy::kPublished, Strategy::kPerClock,
+                                           Strategy::kBeliever));
+
+}  // namespace
+}  // namespace kareus::mobo

@@ -1,0 +1,131 @@
+// SPDX-License-Identifier: Apache-2.0
+// `kareus profile` end to end on a paper workload: exit code 2 with the reason for invalid
+// input, JSON fields, and a store that is reused, or refused and kept, across runs.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+#include "kareus/common/io.h"
+#include "kareus/common/json.h"
+
+namespace kareus {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct CliRun {
+  int exit_code = -1;
+  std::string out;  // stdout + stderr
+};
+
+class ProfileCliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const char* binary_dir = std::getenv("KAREUS_BINARY_DIR");
+    const char* source_dir = std::getenv("KAREUS_SOURCE_DIR");
+    if (binary_dir == nullptr || source_dir == nullptr) GTEST_SKIP() << "run through CTest";
+    kareus_ = fs::path(binary_dir) / "apps/kareus/kareus";
+    if (!fs::exists(kareus_)) GTEST_SKIP() << "build the kareus target first";
+    examples_ = fs::path(source_dir) / "examples/paper";
+    dir_ = fs::temp_directory_path() / ("kareus-profile-cli-" + std::to_string(::getpid()) + "-" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override {
+    if (!dir_.empty()) fs::remove_all(dir_);
+  }
+
+  CliRun Kareus(const std::string& args, bool merge_stderr = true) {
+    const std::string command = kareus_.string() + " " + args + (merge_stderr ? " 2>&1" : " 2>/dev/null");
+    CliRun run;
+    FILE* pipe = popen(command.c_str(), "r");
+    EXPECT_NE(pipe, nullptr);
+    std::array<char, 4096> buffer;
+    std::size_t n;
+    while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) run.out.append(buffer.data(), n);
+    const int status = pclose(pipe);
+    run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    return run;
+  }
+
+  std::string Workload(const char* name) const { return (examples_ / name).string(); }
+
+  fs::path kareus_, examples_, dir_;
+};
+
+constexpr const char* kTp8 = "01-llama3.2-3b-tp8-mbs8-seq4096.yaml";
+constexpr const char* kOther = "05-qwen3-1.7b-tp8-mbs8-seq4096.yaml";
+
+TEST_F(ProfileCliTest, InvalidInputExitsTwoWithTheReason) {
+  const std::string wl = Workload(kTp8) + " --partition fwd_mlp --quiet";
+  CliRun r = Kareus("profile " + wl + " --budget 3");
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_NE(r.out.find("initial design"), std::string::npos) << r.out;
+  r = Kareus("profile " + wl + " --budget 100000");
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_NE(r.out.find("exceeds the search space"), std::string::npos) << r.out;
+  r = Kareus("profile " + wl + " --budget-fraction 0");
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  r = Kareus("profile " + wl + " --surrogate forest");
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_NE(r.out.find("surrogate"), std::string::npos) << r.out;
+  r = Kareus("profile " + wl + " --strategy greedy");
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_NE(r.out.find("strategy"), std::string::npos) << r.out;
+  r = Kareus("profile " + Workload(kTp8) + " --partition fwd_nothing --quiet");
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+}
+
+TEST_F(ProfileCliTest, JsonStoreReuseAndForeignWorkload) {
+  const fs::path store = dir_ / "profile.db";
+  const std::string args = "profile " + Workload(kTp8) +
+                           " --partition fwd_mlp --budget 16 --oracle --json --quiet --store " +
+                           store.string();
+  CliRun first = Kareus(args, false);
+  ASSERT_EQ(first.exit_code, 0) << first.out;
+  const Json a = Json::parse(first.out);
+  ASSERT_EQ(a["partitions"].size(), 1u);
+  const Json& t = a["partitions"][0];
+  EXPECT_EQ(t["type"], "fwd_mlp");
+  EXPECT_EQ(t["evaluations"], 16);
+  EXPECT_GT(t["space_size"].get<int>(), 16);
+  EXPECT_GT(t["gpu_seconds"].get<double>(), 0.0);
+  EXPECT_GT(t["hypervolume"].get<double>(), 0.0);
+  EXPECT_FALSE(t["frontier"].empty());
+  for (const char* key : {"oracle_hypervolume", "hv_ratio", "random_hv_ratio"}) {
+    EXPECT_TRUE(t.contains(key)) << key;
+  }
+  EXPECT_EQ(a["measurements_taken"], 16);
+
+  CliRun again = Kareus(args, false);
+  ASSERT_EQ(again.exit_code, 0) << again.out;
+  const Json b = Json::parse(again.out);
+  EXPECT_EQ(b["measurements_taken"], 0);
+  EXPECT_EQ(b["measurements_reused"], 16);
+  EXPECT_EQ(b["partitions"][0]["frontier"], t["frontier"]);
+
+  const std::string before = ReadTextFile(store);
+  CliRun foreign = Kareus("profile " + Workload(kOther) + " --partition fwd_mlp --budget 16 --quiet --store " +
+                       store.string());
+  EXPECT_EQ(foreign.exit_code, 2) << foreign.out;
+  EXPECT_NE(foreign.out.find("belongs to another"), std::string::npos) << foreign.out;
+  EXPECT_EQ(ReadTextFile(store), before);
+
+  // A file that is not a store at all.
+  const fs::path garbage = dir_ / "notes.txt";
+  { std::FILE* f = std::fopen(garbage.c_str(), "w"); std::fputs("not a database\n", f); std::fclose(f); }
+  CliRun bad = Kareus("profile " + Workload(kTp8) + " --partition fwd_mlp --budget 16 --quiet --store " +
+                   garbage.string());
+  EXPECT_EQ(bad.exit_code, 2) << bad.out;
+  EXPECT_EQ(ReadTextFile(garbage), "not a database\n");
+}
+
+}  // namespace
+}  // namespace kareus
