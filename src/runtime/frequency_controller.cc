@@ -66,11 +66,13 @@ FrequencyController::~FrequencyController() {
 
 int FrequencyController::SnapToSupported(int freq_mhz) const {
   if (supported_mhz_.empty()) return freq_mhz;
-  int best = supported_mhz_.front();
-  for (int clock : supported_mhz_) {  // descending: the first of equal distances is the higher
-    if (std::abs(clock - freq_mhz) < std::abs(best - freq_mhz)) best = clock;
-  }
-  return best;
+  // Descending list: the first clock <= freq_mhz and the one before it bracket the request.
+  const auto below = std::lower_bound(supported_mhz_.begin(), supported_mhz_.end(), freq_mhz,
+                                      std::greater<>());
+  if (below == supported_mhz_.begin()) return supported_mhz_.front();
+  if (below == supported_mhz_.end()) return supported_mhz_.back();
+  const int above = *std::prev(below);
+  return above - freq_mhz <= freq_mhz - *below ? above : *below;  // ties: the higher clock
 }
 
 void FrequencyController::RequestClock(int freq_mhz) {

@@ -134,6 +134,14 @@ TEST_F(RuntimeTest, SupportedClocksAndSnapping) {
   EXPECT_EQ(controller.SnapToSupported(1000), 1005);  // 990 and 1005 on the grid
   EXPECT_EQ(controller.SnapToSupported(5000), 1980);
   EXPECT_EQ(controller.SnapToSupported(1410), 1410);
+  // Invariant: the binary search equals the brute-force nearest clock (ties: the higher one).
+  for (int mhz = 1; mhz <= 2600; ++mhz) {
+    int best = clocks.front();
+    for (int clock : clocks) {
+      if (std::abs(clock - mhz) < std::abs(best - mhz)) best = clock;
+    }
+    ASSERT_EQ(controller.SnapToSupported(mhz), best) << mhz;
+  }
   EXPECT_THROW(controller.RequestClock(0), InputError);
 }
 
