@@ -10,6 +10,8 @@ namespace kareus::cli {
 void AddGpusCommand(CLI::App& app);
 void AddModelsCommand(CLI::App& app);
 void AddPartitionsCommand(CLI::App& app);
+void AddRunCommand(CLI::App& app);
+void AddEvaluateCommand(CLI::App& app);
 void AddProfileCommand(CLI::App& app);
 void AddSimulateCommand(CLI::App& app);
 

@@ -16,6 +16,8 @@ int main(int argc, char** argv) {
   kareus::cli::AddGpusCommand(app);
   kareus::cli::AddModelsCommand(app);
   kareus::cli::AddPartitionsCommand(app);
+  kareus::cli::AddRunCommand(app);
+  kareus::cli::AddEvaluateCommand(app);
   kareus::cli::AddProfileCommand(app);
   kareus::cli::AddSimulateCommand(app);
   try {

@@ -57,7 +57,17 @@ TEST(CompareAtEqualTime, StaircaseOverTheCommonRange) {
   EXPECT_NEAR(s.mean_percent, 10.0, 1e-9);
   const auto self = CompareAtEqualTime(ref, ref);
   EXPECT_NEAR(self.max_percent, 0.0, 1e-12);
-  EXPECT_FALSE(CompareAtEqualTime(ref, {{3.0, 1}}).overlap);
+  // A method that is entirely slower is compared from its fastest time on.
+  const auto slower = CompareAtEqualTime(ref, {{3.0, 40}});
+  ASSERT_TRUE(slower.overlap);
+  EXPECT_DOUBLE_EQ(slower.range_begin_s, 3.0);
+  EXPECT_NEAR(slower.mean_percent, 50.0, 1e-9);
+  // A method that ends faster than the reference starts keeps its least energy.
+  const auto faster = CompareAtEqualTime(ref, {{0.5, 95}, {0.8, 90}});
+  EXPECT_DOUBLE_EQ(faster.range_begin_s, 1.0);
+  EXPECT_DOUBLE_EQ(faster.range_end_s, 2.0);
+  EXPECT_NEAR(faster.max_percent, 10.0, 1e-9);
+  EXPECT_NEAR(faster.min_percent, -12.5, 1e-9);
 }
 
 }  // namespace

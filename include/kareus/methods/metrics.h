@@ -32,12 +32,13 @@ std::optional<double> IsoTimeEnergyReduction(const std::vector<TimeEnergy>& refe
 std::optional<double> IsoEnergyTimeReduction(const std::vector<TimeEnergy>& reference,
                                              const std::vector<TimeEnergy>& method);
 
-// Energy saving of `method` over `reference` at equal time along the time range where both
-// frontiers exist. Each frontier is the staircase "least energy of a point no slower than t"
-// (what a user gets by picking the best plan that meets a deadline t); both are sampled on a
-// fine grid over the common range [max(fastest times), min(slowest times)].
+// Energy saving of `method` over `reference` at equal time. Each frontier is the staircase
+// "least energy of a plan no slower than t" (what a user gets by picking the best plan that
+// meets a deadline t), defined from the frontier's fastest time on; both are sampled on a fine
+// grid over the range where both are defined and at least one has a plan of its own:
+// [max(fastest times), max(slowest times)].
 struct InterpolatedSaving {
-  bool overlap = false;          // false when the time ranges do not overlap
+  bool overlap = false;          // false when either frontier is empty
   double range_begin_s = 0.0;
   double range_end_s = 0.0;
   double mean_percent = 0.0;     // mean of 100 (E_ref(t) - E_m(t)) / E_ref(t)

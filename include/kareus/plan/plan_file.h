@@ -37,7 +37,8 @@ struct PlannedInstruction {
   int microbatch = 0;
   int freq_mhz = 0;  // locked SM clock for the whole instruction
   ExecutionMode mode = ExecutionMode::kSequential;
-  std::vector<PartitionKnobs> partitions;  // empty in sequential mode
+  std::vector<PartitionKnobs> partitions;  // empty: sequential mode, or nanobatched with the
+                                           // library defaults (NCCL, launched at partition start)
   double time_s = 0.0;                     // predicted duration of this instruction
   double energy_j = 0.0;                   // predicted energy per GPU of this instruction
 };

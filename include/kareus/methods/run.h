@@ -1,0 +1,116 @@
+// SPDX-License-Identifier: Apache-2.0
+// `kareus run`: one flow from a workload to plans, the time-energy frontier of every method and
+// the published comparison (DESIGN.md §1, §8). Methods are strategies over the same flow; they
+// differ only in which knobs they may choose:
+//
+//   method                execution                   clock               comm SMs / launch
+//   megatron              sequential                  default             library default
+//   nanobatching          2 nanobatches               default             library default, at start
+//   perseus               sequential                  per instruction     library default
+//   nanobatching+perseus  2 nanobatches               per instruction     library default, at start
+//   kareus                nanobatched or sequential   per instruction     per partition type, profiled
+//   kareus-oracle         as kareus, from exhaustive noise-free partition frontiers (diagnostic)
+//
+// Every method's plans are finally "run" on the emulated cluster: each instruction the plan
+// chose is simulated end to end (noise-free), the pipeline DAG gives the iteration time, and
+// energy is summed over all GPUs. Those are the numbers every table reports; the planner's own
+// predictions are kept beside them only as diagnostics.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kareus/common/context.h"
+#include "kareus/common/json.h"
+#include "kareus/emulator/emulator.h"
+#include "kareus/mobo/profiler.h"
+#include "kareus/pipeline/solver.h"
+#include "kareus/plan/plan_file.h"
+#include "kareus/workload/ops.h"
+
+namespace kareus::methods {
+
+enum class Method { kMegatron, kNanobatching, kPerseus, kNanobatchingPerseus, kKareus, kKareusOracle };
+const char* ToString(Method method);  // "megatron", ..., "nanobatching+perseus", "kareus-oracle"
+const char* Label(Method method);     // "Megatron-LM", ..., "Kareus (oracle)"
+Method MethodFromString(const std::string& text);  // InputError listing the names
+std::vector<Method> DefaultMethods();              // the five; not the oracle
+
+struct RunOptions {
+  std::vector<Method> methods = DefaultMethods();
+  mobo::ProfileOptions profile;  // Kareus's partition profiler (budget, surrogate, store, ...)
+  emulator::MeasurementOptions measurement;  // instruction clock sweeps (Perseus-style profiling)
+  double unit_time_s = 1e-3;     // solver time quantum
+  int max_options = 400;         // per instruction, after composition (epsilon-thinned beyond)
+  bool quiet = false;            // no progress on the terminal
+};
+
+// One execution option of an instruction, with the knobs that realize it.
+struct InstructionOption {
+  double time_s = 0.0;    // predicted (profiled / composed), per instruction
+  double energy_j = 0.0;  // predicted, per GPU
+  plan::PlannedInstruction knobs;  // freq_mhz, mode, partitions; kind/microbatch unset
+};
+
+// A frontier point of a method: the solver's step, its choice per DAG node, the planner's
+// prediction and the emulated run of that plan.
+struct PlanPoint {
+  int64_t step = 0;
+  std::vector<int> choice;
+  pipeline::Evaluation predicted;
+  pipeline::Evaluation measured;
+};
+
+struct MethodResult {
+  Method method = Method::kKareus;
+  std::vector<std::vector<InstructionOption>> forward_options;   // [stage]
+  std::vector<std::vector<InstructionOption>> backward_options;  // [stage]
+  pipeline::Problem problem;            // predicted options as the solver saw them
+  pipeline::Summary solver;
+  pipeline::Dag dag;
+  std::vector<PlanPoint> points;        // slowest (cheapest) first, fastest last
+  std::vector<int> sampled;             // the published 10-plan sample, indices into points
+  double profiling_gpu_seconds = 0.0;   // measurement cost of the method's profiling
+  int64_t measurements = 0;
+  std::map<std::string, double> phase_wall_s;  // "profile", "compose", "solve", "evaluate"
+  std::optional<mobo::ProfileSummary> profile;  // partition profiling (kareus)
+  std::string note;                     // e.g. why a method fell back to sequential execution
+};
+
+struct RunResult {
+  workload::WorkloadModel model;
+  RunOptions options;
+  uint64_t seed = 0;
+  std::vector<MethodResult> methods;
+  Json summary;  // summary.json (format "kareus.summary/1")
+};
+
+// Runs every requested method on `workload`. Input errors (budgets, names) throw InputError
+// before anything is measured.
+RunResult RunWorkload(const workload::Workload& workload, const RunOptions& options,
+                      const Context& context);
+
+// The plan of `point_index` of `method` (instructions in 1F1B order with their knobs and
+// predicted costs; iteration cost as measured on the emulated cluster).
+plan::Plan MakePlan(const RunResult& run, const MethodResult& method, int point_index);
+
+// Writes, atomically: summary.json, report.html, and for the main method (kareus if run, else
+// the last one) plan.json (fastest plan), frontier.json (every point) and plans/ (the sampled
+// plans plus the fastest); every method's files also under methods/<method>/.
+void WriteRunOutputs(const RunResult& run, const std::filesystem::path& out);
+
+// `kareus evaluate`: several workloads into out/<workload name>/ plus evaluation.json and the
+// combined table (returned).
+struct EvaluationResult {
+  Json evaluation;   // {"format": "kareus.evaluation/1", "rows": [...]}
+  std::string table; // the combined text table
+};
+EvaluationResult EvaluateWorkloads(const std::vector<std::filesystem::path>& workloads,
+                                   const RunOptions& options, const Context& context,
+                                   const std::filesystem::path& out);
+
+}  // namespace kareus::methods
