@@ -43,7 +43,8 @@ FrontierChoice ChooseFrontierPoint(const plan::FrontierFile& frontier, double ta
 // Not thread-safe: call the hooks from the training thread. SwapPlan may come from any thread.
 class PlanExecutor {
  public:
-  // `controller` may be null: the executor then checks the order and serves the knobs only.
+  // `controller` may be null: the executor then checks the order and serves the knobs only;
+  // otherwise it must outlive the executor.
   // Throws InputError when the stage is not in the plan or a clock is outside the GPU's range.
   PlanExecutor(plan::Plan plan, PlanExecutorOptions options,
                FrequencyController* controller = nullptr);
