@@ -213,7 +213,13 @@ SimResult SimulateInstruction(const workload::WorkloadModel& model, int stage,
   }
   for (const auto& [name, comm] : knobs.partitions) {
     const workload::PartitionType& type = FindPartitionType(model, name);
-    ValidatePartitionKnobs(gpu, type, {.freq_mhz = knobs.freq_mhz, .sms = comm.sms,
+    // The library default (e.g. 32 NCCL channels on H100) is legal even where the searched
+    // choices stop below it: it is what the baselines run.
+    const bool library_default = comm.sms == library_sms;
+    ValidatePartitionKnobs(gpu, type, {.freq_mhz = knobs.freq_mhz,
+                                       .sms = library_default && !type.sm_choices.empty()
+                                                  ? type.sm_choices.front()
+                                                  : comm.sms,
                                        .slot = comm.slot});
   }
   if (nanobatched) {

@@ -137,5 +137,20 @@ TEST(Instruction, OverlapAndClockTradeoffs) {
   EXPECT_LT(slow.dynamic_energy_j, nano.dynamic_energy_j);
 }
 
+// The library-default knobs are legal on every GPU even where they lie outside the searched SM
+// choices (H100: 32 NCCL channels vs choices 3..30).
+TEST(Instruction, LibraryDefaultKnobsRunOnEveryGpu) {
+  const workload::WorkloadModel model = workload::BuildWorkloadModel(
+      workload::LoadWorkloadFile(testing::SourceDir() / "examples/llama3.1-8b-h100.yaml"));
+  ASSERT_GT(model.workload.gpu.interconnect.library_default_sms, 30);
+  for (workload::Direction dir : {workload::Direction::kForward, workload::Direction::kBackward}) {
+    const SimResult r = SimulateInstruction(
+        model, 0, dir,
+        DefaultInstructionKnobs(model, model.workload.gpu.clock.max_mhz, ExecutionMode::kNanobatched));
+    EXPECT_GT(r.time_s, 0.0);
+    EXPECT_LE(r.effective_freq_mhz, model.workload.gpu.clock.max_mhz);
+  }
+}
+
 }  // namespace
 }  // namespace kareus::emulator
