@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <sstream>
+#include <utility>
 
 #include "emulator/engine.h"
 #include "kareus/common/error.h"
@@ -54,7 +55,14 @@ void RunCompiled(const GpuPhysics& physics, const CompiledPartition& compiled,
                          acc);
 }
 
-void AddInto(SimResult& total, const SimResult& part, double times) {
+// Sums parts of an instruction; `clock_range` tracks the parts' realized clocks so that a
+// constant clock is reported exactly rather than as a rounded integral.
+void AddInto(SimResult& total, const SimResult& part, double times,
+             std::pair<double, double>& clock_range) {
+  if (part.time_s > 0.0) {
+    clock_range.first = std::min(clock_range.first, part.effective_freq_mhz);
+    clock_range.second = std::max(clock_range.second, part.effective_freq_mhz);
+  }
   total.time_s += part.time_s * times;
   total.energy_j += part.energy_j * times;
   total.static_energy_j += part.static_energy_j * times;
@@ -65,10 +73,13 @@ void AddInto(SimResult& total, const SimResult& part, double times) {
   total.overlap_s += part.overlap_s * times;
 }
 
-void FinishSum(SimResult& total) {
+void FinishSum(SimResult& total, const std::pair<double, double>& clock_range) {
   total.energy_j = total.static_energy_j + total.dynamic_energy_j;
   total.avg_power_w = total.time_s > 0.0 ? total.energy_j / total.time_s : 0.0;
-  total.effective_freq_mhz = total.time_s > 0.0 ? total.effective_freq_mhz / total.time_s : 0.0;
+  total.effective_freq_mhz = total.time_s <= 0.0 ? 0.0
+                             : clock_range.first == clock_range.second
+                                 ? clock_range.first
+                                 : total.effective_freq_mhz / total.time_s;
 }
 
 }  // namespace
@@ -158,6 +169,7 @@ SimResult SimulateKernel(const hw::GpuSpec& gpu, const workload::Op& op, int sms
   acc.time_s = dt;
   acc.dynamic_energy_j = (st.power_w - physics.static_w) * dt;
   acc.freq_time_mhz_s = f / 1e6 * dt;
+  acc.min_freq_mhz = acc.max_freq_mhz = f / 1e6;
   (kernel.collective ? acc.comm_busy_s : acc.compute_busy_s) = dt;
   return acc.Finish(physics.static_w);
 }
@@ -204,6 +216,7 @@ SimResult SimulateInstruction(const workload::WorkloadModel& model, int stage,
                                                 : stage_model.backward;
   const int library_sms = std::clamp(physics.library_default_sms, 1, physics.sm_count - 1);
   SimResult total;
+  std::pair<double, double> clock_range{1e300, 0.0};
   const bool nanobatched = knobs.mode == ExecutionMode::kNanobatched && model.nanobatching &&
                            !instr.sequence.empty();
   if (knobs.mode == ExecutionMode::kNanobatched && !model.nanobatching) {
@@ -251,7 +264,7 @@ SimResult SimulateInstruction(const workload::WorkloadModel& model, int stage,
         if (count == 0) continue;
         Accumulator acc;
         RunCompiled(physics, compiled, with == 1, sms, launch, knobs.freq_mhz, acc);
-        AddInto(total, acc.Finish(physics.static_w), count);
+        AddInto(total, acc.Finish(physics.static_w), count, clock_range);
       }
     }
   } else {
@@ -262,7 +275,7 @@ SimResult SimulateInstruction(const workload::WorkloadModel& model, int stage,
       kernels.push_back(internal::CompileKernel(physics, op));
     }
     internal::RunSequential(physics, kernels, library_sms, Hz(knobs.freq_mhz), acc);
-    AddInto(total, acc.Finish(physics.static_w), 1.0);
+    AddInto(total, acc.Finish(physics.static_w), 1.0, clock_range);
   }
   {
     Accumulator acc;
@@ -272,9 +285,9 @@ SimResult SimulateInstruction(const workload::WorkloadModel& model, int stage,
       kernels.push_back(internal::CompileKernel(physics, op));
     }
     internal::RunSequential(physics, kernels, library_sms, Hz(knobs.freq_mhz), acc);
-    AddInto(total, acc.Finish(physics.static_w), 1.0);
+    AddInto(total, acc.Finish(physics.static_w), 1.0, clock_range);
   }
-  FinishSum(total);
+  FinishSum(total, clock_range);
   return total;
 }
 

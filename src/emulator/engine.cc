@@ -251,7 +251,9 @@ SimResult Accumulator::Finish(double static_w) const {
   r.dynamic_energy_j = dynamic_energy_j;
   r.energy_j = r.static_energy_j + r.dynamic_energy_j;
   r.avg_power_w = time_s > 0.0 ? r.energy_j / time_s : 0.0;
-  r.effective_freq_mhz = time_s > 0.0 ? freq_time_mhz_s / time_s : 0.0;
+  r.effective_freq_mhz = time_s <= 0.0                   ? 0.0
+                         : min_freq_mhz == max_freq_mhz ? max_freq_mhz
+                                                        : freq_time_mhz_s / time_s;
   r.compute_busy_s = compute_busy_s;
   r.comm_busy_s = comm_busy_s;
   r.overlap_s = overlap_s;
@@ -266,6 +268,8 @@ inline void Accumulate(Accumulator& acc, const GpuPhysics& p, const SetState& st
   acc.time_s += dt;
   acc.dynamic_energy_j += (st.power_w - p.static_w) * dt;
   acc.freq_time_mhz_s += f_hz / kMega * dt;
+  acc.min_freq_mhz = std::min(acc.min_freq_mhz, f_hz / kMega);
+  acc.max_freq_mhz = std::max(acc.max_freq_mhz, f_hz / kMega);
   if (compute_running) acc.compute_busy_s += dt;
   if (comm_running) acc.comm_busy_s += dt;
   if (compute_running && comm_running) acc.overlap_s += dt;

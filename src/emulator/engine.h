@@ -79,6 +79,8 @@ struct Accumulator {
   double time_s = 0.0;
   double dynamic_energy_j = 0.0;
   double freq_time_mhz_s = 0.0;  // integral of the realized clock over time
+  double min_freq_mhz = 1e300;   // realized clock range: a constant clock is reported exactly
+  double max_freq_mhz = 0.0;
   double compute_busy_s = 0.0;
   double comm_busy_s = 0.0;
   double overlap_s = 0.0;
