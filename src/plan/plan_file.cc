@@ -361,6 +361,12 @@ Plan ReadPlanFile(const std::filesystem::path& path) {
   return ReadValidated<Plan>(path, [](const Json& json) { return PlanFromJson(json); });
 }
 
+std::string FrontierPlanPath(const FrontierPoint& point) {
+  if (!point.plan_path.empty()) return point.plan_path;
+  if (point.plan_index < 0) return "";
+  return fmt::format("plans/plan_{:05d}.json", point.plan_index);
+}
+
 Json ToJson(const FrontierFile& frontier) {
   Json points = Json::array();
   for (const FrontierPoint& point : frontier.points) {

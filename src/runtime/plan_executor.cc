@@ -27,7 +27,7 @@ FrontierChoice ChooseFrontierPoint(const plan::FrontierFile& frontier, double ta
   int fastest = -1;
   for (int i = 0; i < static_cast<int>(frontier.points.size()); ++i) {
     const plan::FrontierPoint& point = frontier.points[i];
-    if (point.plan_path.empty()) continue;
+    if (plan::FrontierPlanPath(point).empty()) continue;
     if (fastest < 0 || point.time_s < frontier.points[fastest].time_s) fastest = i;
     if (point.time_s > target_time_s) continue;
     const bool better =
@@ -40,14 +40,14 @@ FrontierChoice ChooseFrontierPoint(const plan::FrontierFile& frontier, double ta
   }
   if (fastest < 0) {
     ThrowInput("frontier.points", fmt::format("{} points", frontier.points.size()),
-               "no point has a plan file (plan_path); nothing to swap to");
+               "no point has a plan file (plan_path or plan_index); nothing to swap to");
   }
   if (best.point_index < 0) {  // the target is faster than any plan: run as fast as we can
     best.point_index = fastest;
     best.point = frontier.points[fastest];
     best.meets_target = false;
   }
-  best.plan_path = frontier_folder / best.point.plan_path;
+  best.plan_path = frontier_folder / plan::FrontierPlanPath(best.point);
   return best;
 }
 
@@ -138,14 +138,16 @@ void PlanExecutor::OnStepEnd() {
 
 void PlanExecutor::OnInstructionBegin(std::string_view kind) {
   const plan::InstructionKind got = ParseKind(kind);
-  const auto& instructions = stage_plan().instructions;
   if (in_instruction_) {
     Mismatch(fmt::format("{} began while {} was still running (missing on_instruction_end)",
-                         plan::ToString(got), Describe(instructions[current_index_])));
+                         plan::ToString(got),
+                         Describe(stage_plan().instructions[current_index_])));
   }
   // Zeus's on_step_begin is a no-op, so its users may not call it: the first instruction after
-  // a step end opens the next step.
+  // a step end opens the next step (and installs a pending plan swap, so take references into
+  // the plan only after this).
   if (!in_step_) OnStepBegin();
+  const auto& instructions = stage_plan().instructions;
   if (next_index_ >= static_cast<int>(instructions.size())) {
     Mismatch(fmt::format("the loop began {} but the plan has only {} instructions per step for "
                          "this stage (missing on_step_end, or a plan for fewer microbatches?)",

@@ -263,6 +263,11 @@ TEST(FrontierFile, RoundTripAndRules) {
     EXPECT_THAT(e.what(), HasSubstr("unsupported version 9"));
   }
   EXPECT_THROW(PlanFromJson(ToJson(frontier)), InputError);  // a frontier is not a plan
+  EXPECT_EQ(FrontierPlanPath(frontier.points[0]), "plans/plan_00000.json");
+  EXPECT_EQ(FrontierPlanPath(frontier.points[2]), "");
+  EXPECT_EQ(FrontierPlanPath({.time_s = 1, .energy_j = 1, .static_energy_j = 0,
+                              .plan_index = 42, .plan_path = ""}),
+            "plans/plan_00042.json");
   std::filesystem::remove_all(dir);
 }
 

@@ -563,7 +563,7 @@ TEST(ChooseFrontierPoint, LowestEnergyWithinTargetElseFastestOrCheapest) {
     if (!choice.meets_target) continue;
     EXPECT_LE(choice.point.time_s, target);
     for (const auto& point : frontier.points) {
-      if (!point.plan_path.empty() && point.time_s <= target) {
+      if (!plan::FrontierPlanPath(point).empty() && point.time_s <= target) {
         EXPECT_GE(point.energy_j, choice.point.energy_j);
       }
     }
@@ -611,6 +611,27 @@ TEST_F(RuntimeTest, StragglerSwapTakesEffectAtTheStepBoundary) {
   // A plan for another job is refused when asked, not at the boundary.
   EXPECT_THROW(executor.SwapPlan(MakeTestPlan(kStages, 4)), InputError);
   EXPECT_THROW(executor.SwapPlan(MakeTestPlan(3, kMicrobatches)), InputError);
+}
+
+// `kareus run` names kept plans by plan_index ("plans/plan_%05d.json") without plan_path.
+TEST_F(RuntimeTest, StragglerSwapFindsPlansByIndexAsKareusRunWritesThem) {
+  const std::filesystem::path folder = dir_ / "run";
+  plan::FrontierFile frontier{.method = "kareus", .workload = Json::object(), .points = {}};
+  plan::WritePlanFile(folder / "plans/plan_00007.json", MakeTestPlan(kStages, kMicrobatches, 0));
+  plan::WritePlanFile(folder / "plans/plan_00003.json", MakeTestPlan(kStages, kMicrobatches, 150));
+  frontier.points = {{.time_s = 1.0, .energy_j = 100, .static_energy_j = 0, .plan_index = 7,
+                      .plan_path = ""},
+                     {.time_s = 1.1, .energy_j = 95, .static_energy_j = 0, .plan_index = -1,
+                      .plan_path = ""},
+                     {.time_s = 1.2, .energy_j = 90, .static_energy_j = 0, .plan_index = 3,
+                      .plan_path = ""}};
+  plan::WriteFrontierFile(folder / "frontier.json", frontier);
+  PlanExecutor executor(folder / "plans/plan_00007.json", {.stage = 1});
+  const FrontierChoice choice = executor.SwapToFrontier(folder, 1.5);
+  EXPECT_EQ(choice.point_index, 2);
+  EXPECT_EQ(choice.plan_path, folder / "plans/plan_00003.json");
+  executor.OnInstructionBegin("forward");
+  EXPECT_EQ(executor.current_instruction().freq_mhz, testing::TestClockMhz(1, 0) - 150);
 }
 
 TEST(NvmlIndexForCudaDevice, FollowsCudaVisibleDevices) {

@@ -107,6 +107,11 @@ struct FrontierFile {
   std::vector<FrontierPoint> points;  // sorted by time, fastest first
 };
 
+// The plan file of a frontier point, relative to frontier.json's folder: plan_path when set,
+// else the writer's naming convention "plans/plan_%05d.json" of plan_index (kareus run); empty
+// when the point kept no plan (plan_index -1 and no plan_path).
+std::string FrontierPlanPath(const FrontierPoint& point);
+
 Json ToJson(const FrontierFile& frontier);
 FrontierFile FrontierFromJson(const Json& json);
 void WriteFrontierFile(const std::filesystem::path& path, const FrontierFile& frontier);

@@ -33,7 +33,7 @@ struct FrontierChoice {
   bool meets_target = true;          // false: every point is slower; the fastest was chosen
 };
 
-// Among the points that have a plan file: the lowest-energy point whose time <= target_time_s
+// Among the points that have a plan file (plan::FrontierPlanPath): the lowest-energy point whose time <= target_time_s
 // (ties: the faster one). A target above every time picks the cheapest point overall, usually
 // the slowest; a target below every time the fastest point, with meets_target = false
 // (Perseus §B3: "min energy with T <= T'"). Throws InputError when no point has a plan file.
