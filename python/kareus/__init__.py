@@ -11,8 +11,11 @@ slot per partition) and measure GPU energy::
     executor.on_instruction_begin("forward"); ...; executor.on_instruction_end("forward")
     executor.on_step_end()
 
-NVML is loaded at run time: $KAREUS_NVML_LIBRARY, else libnvidia-ml.so.1. `kareus.optimize`
-(the end-to-end `kareus run`) is not exposed yet.
+NVML is loaded at run time: $KAREUS_NVML_LIBRARY, else libnvidia-ml.so.1.
+
+Plan a workload end to end (what `kareus run` does, on the built-in emulator)::
+
+    summary = kareus.optimize("examples/paper/01-llama3.2-3b-tp8-mbs8-seq4096.yaml", out="out")
 """
 
 from ._kareus import (  # noqa: F401
@@ -24,6 +27,7 @@ from ._kareus import (  # noqa: F401
     Measurement,
     PlanExecutor,
     nvml_index_for_cuda_device,
+    optimize,
 )
 
 __all__ = [
@@ -35,5 +39,6 @@ __all__ = [
     "Measurement",
     "PlanExecutor",
     "nvml_index_for_cuda_device",
+    "optimize",
 ]
 __version__ = "0.1.0"

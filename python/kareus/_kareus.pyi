@@ -2,7 +2,7 @@
 # Type stubs of the compiled module kareus._kareus (python/src/kareus_module.cc).
 import os
 from types import TracebackType
-from typing import Literal, Optional, Sequence, TypedDict
+from typing import Any, Dict, List, Literal, Optional, Sequence, TypedDict
 
 class Error(RuntimeError): ...
 class InputError(ValueError):
@@ -11,6 +11,14 @@ class EnvironmentError(OSError):
     """NVML missing or failing, no such GPU, a file that cannot be read."""
 
 def nvml_index_for_cuda_device(cuda_device: int) -> int: ...
+def optimize(
+    workload: str,
+    out: Optional[str] = None,
+    methods: Optional[List[str]] = None,
+    budget_fraction: Optional[float] = None,
+    seed: int = 1,
+    quiet: bool = True,
+) -> Dict[str, Any]: ...
 
 class ControllerStats(TypedDict):
     requests: int

@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 
+#include "kareus/methods/run.h"
 #include "kareus/runtime/energy_monitor.h"
 #include "kareus/runtime/frequency_controller.h"
 #include "kareus/runtime/nvml.h"
@@ -87,6 +88,41 @@ PYBIND11_MODULE(_kareus, m) {
       error(e.what());
     }
   });
+
+  m.def(
+      "optimize",
+      [](const std::string& workload, std::optional<std::string> out,
+         std::optional<std::vector<std::string>> methods, std::optional<double> budget_fraction,
+         uint64_t seed, bool quiet) {
+        namespace km = kareus::methods;
+        km::RunOptions options;
+        if (methods) {
+          options.methods.clear();
+          for (const auto& name : *methods) options.methods.push_back(km::MethodFromString(name));
+        }
+        if (budget_fraction) {
+          if (!(*budget_fraction > 0.0 && *budget_fraction <= 1.0)) {
+            kareus::ThrowInput("budget_fraction", std::to_string(*budget_fraction), "must be in (0, 1]");
+          }
+          options.profile.budget_fraction = *budget_fraction;
+        }
+        options.quiet = quiet;
+        if (out) options.profile.store = std::filesystem::path(*out) / "measurements.sqlite";
+        std::string summary;
+        {
+          py::gil_scoped_release release;  // the run is pure C++; let other threads go on
+          const auto run = km::RunWorkload(kareus::workload::LoadWorkloadFile(workload), options,
+                                           kareus::Context{.seed = seed, .quiet = quiet});
+          if (out) km::WriteRunOutputs(run, *out);
+          summary = run.summary.dump();
+        }
+        return py::module_::import("json").attr("loads")(summary);
+      },
+      py::arg("workload"), py::arg("out") = py::none(), py::arg("methods") = py::none(),
+      py::arg("budget_fraction") = py::none(), py::arg("seed") = 1, py::arg("quiet") = true,
+      "Run Kareus end to end on a workload file (what `kareus run` does): every method's "
+      "frontier on the built-in emulator, the comparison tables; with `out`, also plan.json, "
+      "frontier.json, plans/, summary.json and report.html. Returns summary.json as a dict.");
 
   m.def("nvml_index_for_cuda_device", &rt::NvmlIndexForCudaDevice, py::arg("cuda_device"),
         "NVML index of a CUDA device ordinal (e.g. LOCAL_RANK), through CUDA_VISIBLE_DEVICES.");

@@ -102,6 +102,7 @@ std::vector<ComposedOption> ComposeInstruction(const workload::WorkloadModel& mo
   const auto& ins = direction == Direction::kForward ? model.stages[stage].forward
                                                      : model.stages[stage].backward;
   std::vector<ComposedOption> all;
+  if (!model.nanobatching) return all;
   for (int f : clocks) {
     const auto it = inputs.clocks.find(f);
     if (it == inputs.clocks.end()) continue;
