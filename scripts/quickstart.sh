@@ -11,4 +11,6 @@ cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DKAREUS_BUILD_TESTS=OFF
 cmake --build build -j "$(nproc)"
 
 workload=${1:-examples/paper/01-llama3.2-3b-tp8-mbs8-seq4096.yaml}
-./build/apps/kareus/kareus partitions "$workload"
+out=${2:-out/$(basename "$workload" .yaml)}
+./build/apps/kareus/kareus run "$workload" --out "$out"
+echo "Open $out/report.html in a browser."
