@@ -93,8 +93,6 @@ struct Measurement {
 Measurement Measure(const SimResult& truth, const MeasurementOptions& options, uint64_t seed,
                     uint64_t key);
 
-// ---- Additions (issue 3) -------------------------------------------------------------------
-
 // One kernel alone on `sms` SMs at a locked clock (a collective: with `sms` comm SMs, nothing
 // else running). The building block the physics tests and calibration check.
 SimResult SimulateKernel(const hw::GpuSpec& gpu, const workload::Op& op, int sms, int freq_mhz);
