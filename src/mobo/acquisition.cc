@@ -207,8 +207,81 @@ std::vector<Pick> SelectPerClock(const AcquisitionInput& in, int batch_size) {
   const std::size_t n = in.candidates.size();
   const int clocks = static_cast<int>(space.clocks_mhz().size());
 
-  // 1. Global HVI share (the overall frontier spans clocks).
+  // 0. Knob-neighbour exploration. Clock, SMs and slot act nearly separably, so the (SMs,
+  // slot) pairs on the per-clock fronts are likely near the best at every clock; a pair next to
+  // one of them (one SM step, or another slot) that was never measured at any clock is tried
+  // at that front point's clock. A surrogate that interpolates smoothly over SMs otherwise
+  // never visits a narrow optimum between measured SM counts (wave quantization).
   const Normalizer real(in.measured_time_s, in.measured_energy_j);
+  {
+    const int n_sms = static_cast<int>(space.sms().size());
+    const int n_slots = static_cast<int>(space.slots().size());
+    std::vector<int> tried(static_cast<std::size_t>(n_sms) * n_slots, 0);
+    for (int64_t m : in.measured) ++tried[space.SmIndex(m) * n_slots + space.SlotIndex(m)];
+    std::vector<int64_t> position(space.Size(), -1);  // space index -> candidate position
+    for (std::size_t c = 0; c < n; ++c) position[in.candidates[c]] = static_cast<int64_t>(c);
+    // Score each (SMs, slot) pair by how many per-clock fronts it is on; remember the clock
+    // where it is fastest on a front, to try its neighbours there.
+    std::vector<int> on_fronts(tried.size(), 0);
+    std::vector<int64_t> anchor(tried.size(), -1);
+    for (int ci = 0; ci < clocks; ++ci) {
+      std::vector<pareto::Point> points;
+      for (std::size_t i = 0; i < in.measured.size(); ++i) {
+        if (space.ClockIndex(in.measured[i]) != ci) continue;
+        points.push_back({.time_s = in.measured_time_s[i], .energy_j = in.measured_energy_j[i],
+                          .payload = in.measured[i]});
+      }
+      for (const pareto::Point& p : pareto::Filter(std::move(points))) {
+        const std::size_t pair = space.SmIndex(p.payload) * n_slots + space.SlotIndex(p.payload);
+        ++on_fronts[pair];
+        if (anchor[pair] < 0) anchor[pair] = p.payload;
+      }
+    }
+    std::vector<std::size_t> pairs;
+    for (std::size_t pair = 0; pair < on_fronts.size(); ++pair) {
+      if (on_fronts[pair] > 0) pairs.push_back(pair);
+    }
+    std::stable_sort(pairs.begin(), pairs.end(), [&](std::size_t a, std::size_t b) {
+      return on_fronts[a] > on_fronts[b];
+    });
+    const int n_explore = std::max(1, static_cast<int>(std::lround(0.25 * s.k())));
+    int explored = 0;
+    // After the neighbours, the SM extremes of every slot (an isolated optimum at the edge,
+    // e.g. a 1-SM gather launched early, has no measured neighbour to lead to it), tried at the
+    // clock of the best front pair.
+    const std::size_t n_pairs = pairs.size();
+    for (std::size_t i = 0; i < n_pairs; ++i) pairs.push_back(pairs[i]);
+    for (std::size_t i = 0; i < pairs.size(); ++i) {
+      if (explored >= n_explore || s.Full()) break;
+      const std::size_t pair = pairs[i];
+      const int64_t a = anchor[pair];
+      const int sm = space.SmIndex(a), slot = space.SlotIndex(a);
+      const int64_t base = a - sm * n_slots - slot;  // the anchor clock's first configuration
+      std::vector<std::pair<int, int>> neighbours;
+      if (i < n_pairs) {
+        neighbours = {{sm - 1, slot}, {sm + 1, slot}};
+        for (int l = 0; l < n_slots; ++l) {
+          if (l != slot) neighbours.push_back({sm, l});
+        }
+      } else if (i == n_pairs) {
+        for (int l = 0; l < n_slots; ++l) {
+          neighbours.push_back({0, l});
+          neighbours.push_back({n_sms - 1, l});
+        }
+      }
+      for (const auto& [nsm, nslot] : neighbours) {
+        if (explored >= n_explore || s.Full()) break;
+        if (nsm < 0 || nsm >= n_sms || tried[nsm * n_slots + nslot] > 0) continue;
+        const int64_t c = position[base + nsm * n_slots + nslot];
+        if (c < 0 || s.Taken(static_cast<std::size_t>(c))) continue;
+        s.Take(static_cast<std::size_t>(c), PickReason::kNeighbour);
+        ++tried[nsm * n_slots + nslot];
+        ++explored;
+      }
+    }
+  }
+
+  // 1. Global HVI share (the overall frontier spans clocks).
   const int n_global = static_cast<int>(std::lround(0.3 * s.k()));
   s.TakeBelieverHvi(real, MeasuredFront(real, in.measured_time_s, in.measured_energy_j),
                     n_global, PickReason::kTotalHvi);
@@ -337,6 +410,8 @@ const char* ToString(PickReason reason) {
       return "clock_hvi";
     case PickReason::kBackfill:
       return "backfill";
+    case PickReason::kNeighbour:
+      return "neighbour";
   }
   return "?";
 }

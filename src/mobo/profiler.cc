@@ -463,6 +463,10 @@ Json ProfileSummary::ToJson(bool with_evaluations) const {
       t["measured_hypervolume_noise_free"] = r.oracle->hypervolume;
       t["hv_ratio"] = r.oracle->hv_ratio;
       t["random_hv_ratio"] = r.oracle->random_hv_ratio;
+      t["space_reference"] = Json{{"time_s", r.oracle->space_reference.time_s},
+                                  {"energy_j", r.oracle->space_reference.energy_j}};
+      t["space_ref_hv_ratio"] = r.oracle->space_ref_hv_ratio;
+      t["random_space_ref_hv_ratio"] = r.oracle->random_space_ref_hv_ratio;
       t["clock_hv_ratio"] = r.oracle->clock_hv_ratio;
       t["random_clock_hv_ratio"] = r.oracle->random_clock_hv_ratio;
     }

@@ -2,6 +2,7 @@
 #include "kareus/mobo/search_space.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "kareus/common/error.h"
 
@@ -53,7 +54,10 @@ std::vector<double> SearchSpace::Encode(int64_t index) const {
   x[0] = *max_clock > *min_clock
              ? static_cast<double>(knobs.freq_mhz - *min_clock) / (*max_clock - *min_clock)
              : 0.0;
-  x[1] = *max_sm > *min_sm ? static_cast<double>(knobs.sms - *min_sm) / (*max_sm - *min_sm)
+  // SMs on a log scale: a collective's time goes as 1/SMs until the bus saturates, so equal
+  // steps in log(SMs) are closer to equal steps in time than equal SM counts are.
+  x[1] = *max_sm > *min_sm ? std::log(static_cast<double>(knobs.sms) / *min_sm) /
+                                 std::log(static_cast<double>(*max_sm) / *min_sm)
                            : 0.0;
   x[2 + SlotIndex(index)] = 1.0;
   return x;

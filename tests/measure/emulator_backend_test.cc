@@ -22,8 +22,10 @@ TEST(EmulatorBackend, NoiseFreeTwinIsTheSimulationAndNoiseIsPerConfiguration) {
   const workload::WorkloadModel model = PaperModel();
   ASSERT_FALSE(model.partition_types.empty());
   const workload::PartitionType& type = model.partition_types.front();
-  const EmulatorBackendOptions options{.seed = 3, .batch_warmup_s = 10.0,
-                                       .workload_signature = model.workload.Signature()};
+  EmulatorBackendOptions options;
+  options.seed = 3;
+  options.batch_warmup_s = 10.0;
+  options.workload_signature = model.workload.Signature();
   auto noisy = MakeEmulatorBackend(model.workload.gpu, options);
   auto again = MakeEmulatorBackend(model.workload.gpu, options);
   auto exact = noisy->NoiseFreeTwin();

@@ -18,7 +18,7 @@ enum class Strategy {
   // most uncertain (raw std_E + std_T), backfill by max HVI. Top-k per pass, no batch update.
   kPublished,
   // Kareus default: composition uses every clock's (time, energy) frontier, so a share of the
-  // batch goes to per-clock HVI (relative units per clock, round robin over clocks ranked by
+  // batch tries untried (SMs, slot) neighbours of front points, a share goes to per-clock HVI (relative units per clock, round robin over clocks ranked by
   // their best improvement), a share to global HVI, the rest to relative uncertainty. Each
   // pick is added to its front as if measured at its prediction ("kriging believer") so a
   // batch does not pile onto one spot.
@@ -43,7 +43,15 @@ struct AcquisitionInput {
 };
 
 // Why a configuration was picked (the published JSONL flags, §3.1).
-enum class PickReason { kTotalHvi, kDynamicHvi, kFastest, kUncertain, kClockHvi, kBackfill };
+enum class PickReason {
+  kTotalHvi,
+  kDynamicHvi,
+  kFastest,
+  kUncertain,
+  kClockHvi,
+  kBackfill,
+  kNeighbour,  // an untried (SMs, slot) pair next to a front point's
+};
 const char* ToString(PickReason reason);
 
 struct Pick {

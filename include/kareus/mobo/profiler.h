@@ -71,16 +71,22 @@ struct ClockFrontier {
 };
 
 // The optimizer against the exhaustive oracle and random search at the same budget. Measured
-// frontiers are re-evaluated noise-free; every hypervolume of a type uses one reference point:
-// the oracle frontier's nadir pushed out by 10 % of its range on each axis.
+// frontiers are re-evaluated noise-free; all hypervolumes of one type share one reference
+// point. Two references are reported: the oracle frontier's nadir pushed out by 10 % of its
+// range (strict: the frontier's own span is the whole box), and 1.1 x the worst time and
+// energy of the whole space (the published HVContext convention, §3.4, applied to the
+// exhaustive set).
 struct OracleComparison {
-  double oracle_hypervolume = 0.0;  // of the exhaustive noise-free frontier
-  double hypervolume = 0.0;         // of the optimizer's frontier configurations, noise-free
-  double hv_ratio = 0.0;            // hypervolume / oracle_hypervolume
-  double random_hv_ratio = 0.0;     // random search, same budget, same noise
-  double clock_hv_ratio = 0.0;      // mean over clocks of the per-clock ratio (same rule)
+  double oracle_hypervolume = 0.0;  // exhaustive noise-free frontier, strict reference
+  double hypervolume = 0.0;         // the optimizer's frontier configurations, noise-free
+  double hv_ratio = 0.0;            // hypervolume / oracle_hypervolume (strict reference)
+  double random_hv_ratio = 0.0;     // random search, same budget, same noise and extraction
+  double space_ref_hv_ratio = 0.0;  // the same ratios with the published-convention reference
+  double random_space_ref_hv_ratio = 0.0;
+  double clock_hv_ratio = 0.0;      // mean over clocks of the per-clock strict ratio
   double random_clock_hv_ratio = 0.0;
-  pareto::Point reference;
+  pareto::Point reference;          // strict
+  pareto::Point space_reference;    // 1.1 x worst of the space
 };
 
 struct PartitionResult {

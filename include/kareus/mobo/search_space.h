@@ -35,8 +35,8 @@ class SearchSpace {
   int SmIndex(int64_t index) const { return static_cast<int>((index / slots_.size()) % sms_.size()); }
   int SlotIndex(int64_t index) const { return static_cast<int>(index % slots_.size()); }
 
-  // Surrogate features: [clock scaled to [0, 1] over the grid, SMs scaled to [0, 1], one-hot
-  // slot]. The published encoding is [freq_MHz, sm_idx, one_hot(slot)] (§2.3); scaling is an
+  // Surrogate features: [clock scaled to [0, 1] over the grid, log(SMs) scaled to [0, 1],
+  // one-hot slot]. The published encoding is [freq_MHz, sm_idx, one_hot(slot)] (§2.3); scaling is an
   // order-preserving relabel for trees and gives the GP comparable length scales.
   int Dimensions() const { return 2 + static_cast<int>(slots_.size()); }
   std::vector<double> Encode(int64_t index) const;
