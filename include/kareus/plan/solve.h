@@ -1,0 +1,67 @@
+// SPDX-License-Identifier: Apache-2.0
+// From instruction options to plans: solve the pipeline frontier (pipeline/solver.h), turn
+// frontier points into plan::Plan objects, and write the outputs of a solve:
+//   plan.json      the fastest (max-throughput) plan
+//   frontier.json  every frontier point (time_s, energy_j, static_energy_j, plan_index)
+//   plans/plan_NNNNN.json  the plans sampled as the published evaluation samples them
+//                  (reference/kareus-official.md §4.7) plus the fastest; NNNNN is the
+//                  point's iteration index (0 = slowest, as Perseus numbers its files).
+#pragma once
+
+#include <cstddef>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "kareus/common/json.h"
+#include "kareus/pipeline/solver.h"
+#include "kareus/plan/compose.h"
+#include "kareus/plan/plan_file.h"
+
+namespace kareus::plan {
+
+struct StageOptions {
+  int gpus = 1;                              // GPUs running the stage (TP x CP x DP)
+  std::vector<InstructionOption> forward;    // options of every forward of the stage
+  std::vector<InstructionOption> backward;   // options of every backward of the stage
+};
+
+struct PlanProblem {
+  std::string method = "kareus";        // written into every plan
+  Json workload = Json::object();       // free-form description written into every file
+  pipeline::ScheduleKind schedule = pipeline::ScheduleKind::k1F1B;
+  int num_microbatches = 0;
+  std::vector<StageOptions> stages = {};
+  double p2p_time_s = 0.0;              // transfer time on every cross-stage edge
+};
+
+struct PlanResult {
+  pipeline::Result solve;              // frontier points in iteration order (slowest first)
+  std::vector<std::size_t> sampled;    // iteration indices of the plans written to plans/
+};
+
+// Solves the frontier; statuses are in solve.summary (an invalid problem gives no points).
+PlanResult SolvePlans(const PlanProblem& problem, const pipeline::Options& options);
+
+// The plan of frontier point `index` (iteration order).
+Plan BuildPlan(const PlanProblem& problem, const pipeline::Result& result, std::size_t index);
+
+// Iteration indices to keep out of n frontier points (iteration order, n-1 = fastest), as
+// tests/artifact/create_frontier.sh does: stride = ceil(n/15); take n-1, n-1-stride, ... (at
+// most 15, >= 0), sort ascending, drop positions 0, 2, 4, 6, 8; then add n-1 if it was dropped.
+std::vector<std::size_t> SamplePlanIndices(std::size_t n);
+
+FrontierFile BuildFrontierFile(const PlanProblem& problem, const PlanResult& result);
+
+struct WrittenFiles {
+  std::filesystem::path plan;
+  std::filesystem::path frontier;
+  std::vector<std::filesystem::path> plans = {};
+};
+
+// Writes plan.json, frontier.json and plans/ under `dir` (atomically, file by file). Throws
+// InputError when the result has no points.
+WrittenFiles WriteSolveOutputs(const std::filesystem::path& dir, const PlanProblem& problem,
+                               const PlanResult& result);
+
+}  // namespace kareus::plan
