@@ -14,5 +14,7 @@ void AddRunCommand(CLI::App& app);
 void AddEvaluateCommand(CLI::App& app);
 void AddProfileCommand(CLI::App& app);
 void AddSimulateCommand(CLI::App& app);
+void AddSolveCommand(CLI::App& app);
+void AddExportCommand(CLI::App& app);
 
 }  // namespace kareus::cli

@@ -20,6 +20,8 @@ int main(int argc, char** argv) {
   kareus::cli::AddEvaluateCommand(app);
   kareus::cli::AddProfileCommand(app);
   kareus::cli::AddSimulateCommand(app);
+  kareus::cli::AddSolveCommand(app);
+  kareus::cli::AddExportCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

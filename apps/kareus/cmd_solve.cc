@@ -1,0 +1,84 @@
+// SPDX-License-Identifier: Apache-2.0
+// `kareus solve PROFILE.csv`: the Perseus-compatible frontier solve (plan/perseus.h).
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "commands.h"
+#include "kareus/common/json.h"
+#include "kareus/common/table.h"
+#include "kareus/plan/perseus.h"
+
+namespace kareus::cli {
+namespace {
+
+struct SolveArgs {
+  std::string profile;
+  int stages = 0;
+  int microbatches = 0;
+  double static_power_w = 0.0;
+  double unit_time_ms = 1.0;
+  int gpus_per_stage = 1;
+  std::string out;
+  bool json = false;
+};
+
+Json CostJson(const pipeline::Evaluation& e) {
+  return {{"time_s", e.time_s}, {"energy_j", e.energy_j}, {"static_energy_j", e.static_energy_j}};
+}
+
+void Run(const SolveArgs& a) {
+  const plan::SolveProfileSummary s = plan::SolveProfile({.profile = a.profile,
+                                                          .num_stages = a.stages,
+                                                          .num_microbatches = a.microbatches,
+                                                          .p_static_w = a.static_power_w,
+                                                          .unit_time_s = a.unit_time_ms * 1e-3,
+                                                          .gpus_per_stage = a.gpus_per_stage,
+                                                          .out = a.out});
+  if (a.json) {
+    Json plans = Json::array();
+    for (const auto& path : s.files.plans) plans.push_back(path.string());
+    const Json out = {{"status", pipeline::ToString(s.solver.status)},
+                      {"message", s.solver.message},
+                      {"steps", s.solver.steps},
+                      {"points", s.points},
+                      {"fastest", CostJson(s.fastest)},
+                      {"lowest_energy", CostJson(s.cheapest)},
+                      {"plan", s.files.plan.string()},
+                      {"frontier", s.files.frontier.string()},
+                      {"plans", plans}};
+    std::fputs(DumpJson(out).c_str(), stdout);
+    return;
+  }
+  Table table({"point", "time_s", "energy_j", "static_j"});
+  table.AddRow({"fastest", FormatFixed(s.fastest.time_s, 4), FormatFixed(s.fastest.energy_j, 1),
+                FormatFixed(s.fastest.static_energy_j, 1)});
+  table.AddRow({"lowest energy", FormatFixed(s.cheapest.time_s, 4),
+                FormatFixed(s.cheapest.energy_j, 1), FormatFixed(s.cheapest.static_energy_j, 1)});
+  std::printf("%s", table.ToString().c_str());
+  std::printf("%zu frontier points in %lld steps (%s); wrote %s, %s and %zu plans\n", s.points,
+              static_cast<long long>(s.solver.steps), pipeline::ToString(s.solver.status),
+              s.files.plan.string().c_str(), s.files.frontier.string().c_str(),
+              s.files.plans.size());
+}
+
+}  // namespace
+
+void AddSolveCommand(CLI::App& app) {
+  auto args = std::make_shared<SolveArgs>();
+  auto* cmd = app.add_subcommand(
+      "solve", "Solve a Perseus profile CSV (stage,instruction,frequency,time,energy) for the "
+               "iteration time-energy frontier; writes plan.json, frontier.json and plans/");
+  cmd->add_option("PROFILE", args->profile, "Perseus profile CSV (energy per GPU)")->required();
+  cmd->add_option("--stages", args->stages, "Pipeline stages")->required();
+  cmd->add_option("--microbatches", args->microbatches, "Microbatches per iteration")->required();
+  cmd->add_option("--static-power", args->static_power_w,
+                  "Static (blocking) power of one GPU, W")->required();
+  cmd->add_option("--unit-time", args->unit_time_ms, "Solver time quantum, ms (default 1)");
+  cmd->add_option("--gpus-per-stage", args->gpus_per_stage, "GPUs per stage (default 1)");
+  cmd->add_option("--out", args->out, "Output folder")->required();
+  cmd->add_flag("--json", args->json, "Print JSON");
+  cmd->callback([args]() { Run(*args); });
+}
+
+}  // namespace kareus::cli
