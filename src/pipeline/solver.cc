@@ -92,6 +92,36 @@ Spec BuildSpec(const std::vector<Option>& options, int gpus, const Options& opts
   return spec;
 }
 
+// Evaluation over a precomputed predecessor list (node -> (pred, lag)).
+Evaluation EvaluateWith(const Problem& problem, const Dag& dag,
+                        const std::vector<std::vector<std::pair<int, double>>>& preds,
+                        const std::vector<int>& choice, double p_static_w,
+                        std::vector<double>& finish) {
+  finish.assign(dag.nodes.size(), 0.0);
+  Evaluation eval;
+  double effective = 0.0;
+  double gpus_total = 0.0;
+  for (int s = 0; s < problem.num_stages; ++s) {
+    gpus_total += problem.gpus_per_stage.empty() ? 1 : problem.gpus_per_stage[s];
+  }
+  for (int v : dag.topological_order) {
+    const Instruction& inst = dag.nodes[v];
+    const auto& list = inst.kind == InstructionKind::kForward ? problem.forward_options[inst.stage]
+                                                              : problem.backward_options[inst.stage];
+    const Option& o = list[static_cast<std::size_t>(choice[v])];
+    double start = 0.0;
+    for (auto [p, lag] : preds[v]) start = std::max(start, finish[p] + lag);
+    finish[v] = start + o.time_s;
+    eval.time_s = std::max(eval.time_s, finish[v]);
+    const int gpus = problem.gpus_per_stage.empty() ? 1 : problem.gpus_per_stage[inst.stage];
+    effective += gpus * (o.energy_j - p_static_w * o.time_s);
+  }
+  eval.static_energy_j = p_static_w * eval.time_s * gpus_total;
+  eval.energy_j = effective + eval.static_energy_j;
+  eval.dynamic_energy_j = eval.energy_j - eval.static_energy_j;
+  return eval;
+}
+
 using FlowTraits = boost::adjacency_list_traits<boost::vecS, boost::vecS, boost::directedS>;
 using FlowGraph = boost::adjacency_list<
     boost::vecS, boost::vecS, boost::directedS, boost::no_property,
@@ -437,7 +467,8 @@ void Engine::Reclaim(std::vector<int>& choice, double deadline) const {
 IterationPoint Engine::MakePoint(std::vector<int> choice, int64_t step, int64_t quanta) const {
   if (options_.reclaim_slack) Reclaim(choice, RealMakespan(choice));
   IterationPoint point;
-  point.cost = Evaluate(problem_, dag_, choice, options_.p_static_w);
+  std::vector<double> finish;
+  point.cost = EvaluateWith(problem_, dag_, preds_, choice, options_.p_static_w, finish);
   point.step = step;
   point.quanta = quanta;
   point.choice = std::move(choice);
@@ -598,33 +629,12 @@ const char* ToString(Status status) {
 Evaluation Evaluate(const Problem& problem, const Dag& dag, const std::vector<int>& choice,
                     double p_static_w) {
   KAREUS_CHECK(choice.size() == dag.nodes.size()) << "one option per DAG node";
-  std::vector<double> finish(dag.nodes.size(), 0.0);
   std::vector<std::vector<std::pair<int, double>>> preds(dag.nodes.size());
   for (const DagEdge& e : dag.edges) {
     preds[e.to].emplace_back(e.from, e.cross_stage ? problem.p2p_time_s : 0.0);
   }
-  Evaluation eval;
-  double effective = 0.0;
-  for (int v : dag.topological_order) {
-    const Instruction& inst = dag.nodes[v];
-    const auto& list = inst.kind == InstructionKind::kForward ? problem.forward_options[inst.stage]
-                                                              : problem.backward_options[inst.stage];
-    const Option& o = list[static_cast<std::size_t>(choice[v])];
-    double start = 0.0;
-    for (auto [p, lag] : preds[v]) start = std::max(start, finish[p] + lag);
-    finish[v] = start + o.time_s;
-    eval.time_s = std::max(eval.time_s, finish[v]);
-    const int gpus = problem.gpus_per_stage.empty() ? 1 : problem.gpus_per_stage[inst.stage];
-    effective += gpus * (o.energy_j - p_static_w * o.time_s);
-  }
-  double gpus_total = 0.0;
-  for (int s = 0; s < problem.num_stages; ++s) {
-    gpus_total += problem.gpus_per_stage.empty() ? 1 : problem.gpus_per_stage[s];
-  }
-  eval.static_energy_j = p_static_w * eval.time_s * gpus_total;
-  eval.energy_j = effective + eval.static_energy_j;
-  eval.dynamic_energy_j = eval.energy_j - eval.static_energy_j;
-  return eval;
+  std::vector<double> finish;
+  return internal::EvaluateWith(problem, dag, preds, choice, p_static_w, finish);
 }
 
 Result Solve(const Problem& problem, const Options& options) {
