@@ -41,7 +41,7 @@ void AddProfileCommand(CLI::App& app) {
   auto* budget = cmd->add_option("--budget", args->budget,
                                  "Evaluations per partition type (default: --budget-fraction)");
   cmd->add_option("--budget-fraction", args->budget_fraction,
-                  "Share of each type's search space to measure (default 0.12)")
+                  "Share of each type's search space to measure (default 0.15)")
       ->excludes(budget);
   cmd->add_option("--surrogate", args->surrogate, "Surrogate model: gp | xgb")
       ->capture_default_str();

@@ -24,7 +24,7 @@ namespace kareus::mobo {
 
 struct ProfileOptions {
   int64_t budget = 0;              // evaluations per tunable partition type; 0: budget_fraction
-  double budget_fraction = 0.12;   // of each type's space, rounded up, when budget == 0
+  double budget_fraction = 0.15;   // of each type's space, rounded up, when budget == 0
   int initial_design = 0;          // configurations of the initial design; 0: auto
                                    // (max(6, initial_fraction x budget))
   double initial_fraction = 0.2;   // auto initial design as a share of the budget
