@@ -275,6 +275,45 @@ class Exact {
   int gpus_total_ = 0;
 };
 
+// A lower bound of the discrete optimum from the convex relaxation (every instruction may run
+// any convex combination of its options, durations continuous): the solver itself is exact
+// for the convex model on integer quanta, so run it with a fine quantum u on options made 2u
+// faster (energies shifted so effective energies are unchanged). Each shifted hull then lies
+// below the real hull one quantum later, so rounding a relaxed schedule down to quanta costs
+// no more than the relaxation: model(floor(D/u)) <= relaxation(D) <= discrete optimum(D).
+class ConvexBound {
+ public:
+  explicit ConvexBound(const Problem& problem) {
+    Problem shifted = problem;
+    for (auto* lists : {&shifted.forward_options, &shifted.backward_options}) {
+      for (auto& list : *lists) {
+        for (Option& o : list) {
+          o.time_s -= 2 * kFineUnit;
+          o.energy_j -= 2 * kFineUnit * kStaticW;
+        }
+      }
+    }
+    const Result model = Solve(shifted, {.unit_time_s = kFineUnit, .p_static_w = kStaticW,
+                                         .reclaim_slack = false, .keep_dominated = true});
+    for (const IterationPoint& point : model.points) {
+      if (point.step >= 0) steps_.push_back({point.quanta, point.model_energy_j});
+    }
+  }
+
+  double AtDeadline(double deadline_s) const {
+    const auto limit = static_cast<int64_t>(std::floor(deadline_s / kFineUnit + 1e-9));
+    double best = std::numeric_limits<double>::infinity();
+    for (auto [quanta, energy] : steps_) {
+      if (quanta <= limit) best = std::min(best, energy);
+    }
+    return best;
+  }
+
+ private:
+  static constexpr double kFineUnit = 1e-4;
+  std::vector<std::pair<int64_t, double>> steps_;
+};
+
 double LongestPathAllFastest(const Problem& problem, const Dag& dag) {
   std::vector<int> choice(dag.nodes.size());
   for (std::size_t v = 0; v < choice.size(); ++v) {
@@ -307,6 +346,7 @@ TEST(Solver, MatchesExactOptimumOnRandomSmallDags) {
                 1e-12);
     EXPECT_NEAR(result.summary.min_time_s, result.points.back().cost.time_s, 1e-12);
     Exact exact(problem, result.dag);
+    const ConvexBound convex(problem);
     if (std::getenv("KAREUS_SOLVER_TEST_VERBOSE") != nullptr) {
       std::printf("instance %d: S=%d M=%d points=%zu\n", instance, problem.num_stages,
                   problem.num_microbatches, result.points.size());
@@ -331,7 +371,14 @@ TEST(Solver, MatchesExactOptimumOnRandomSmallDags) {
         answer = exact.MinEnergy(point.cost.time_s, point.cost.energy_j * (1 + 1e-12), budget);
       }
       unverified += answer.exact ? 0 : 1;
-      const double optimum = answer.energy_j;
+      if (answer.exact) {  // the relaxation really bounds the discrete optimum
+        EXPECT_LE(convex.AtDeadline(point.cost.time_s), answer.energy_j * (1 + 1e-9));
+      }
+      // A bound-only answer is strengthened by the convex relaxation's bound.
+      const double optimum =
+          answer.exact ? answer.energy_j
+                       : std::min(point.cost.energy_j,
+                                  std::max(answer.energy_j, convex.AtDeadline(point.cost.time_s)));
       ASSERT_LE(optimum, point.cost.energy_j * (1 + 1e-12));
       const double gap = (point.cost.energy_j - optimum) / optimum;
       if (std::getenv("KAREUS_SOLVER_TEST_VERBOSE") != nullptr) {
@@ -350,7 +397,7 @@ TEST(Solver, MatchesExactOptimumOnRandomSmallDags) {
   std::sort(gaps.begin(), gaps.end());
   const double median = gaps[gaps.size() / 2];
   const double p95 = gaps[static_cast<std::size_t>(0.95 * (gaps.size() - 1))];
-  std::printf("solver vs exact over %zu points (%d of them against a proven lower bound: "
+  std::printf("solver vs exact over %zu points (%d of them against a proven lower bound, the "
               "search budget spent): median gap %.4f %%, p95 %.4f %%, worst %.4f %% "
               "(instance %d)\n",
               gaps.size(), unverified, 100 * median, 100 * p95, 100 * worst, worst_instance);
@@ -361,13 +408,11 @@ TEST(Solver, MatchesExactOptimumOnRandomSmallDags) {
                 100 * exact_gaps[static_cast<std::size_t>(0.95 * (exact_gaps.size() - 1))],
                 100 * exact_gaps.back());
   }
-  // The thresholds hold over the points whose exact search completed; a bound-only point
-  // overstates its gap (the search budget keeps this test fast), so those enter only the
-  // conservative statistics printed above and the median check below.
-  ASSERT_GE(exact_gaps.size(), gaps.size() * 6 / 10);
-  EXPECT_LT(exact_gaps[exact_gaps.size() / 2], 0.01);
-  EXPECT_LT(exact_gaps[static_cast<std::size_t>(0.95 * (exact_gaps.size() - 1))], 0.03);
+  // Over every point; where the search budget ran out the gap is measured against a proven
+  // lower bound (branch-and-bound or convex relaxation), which can only overstate it.
+  EXPECT_GE(exact_gaps.size(), gaps.size() / 2);
   EXPECT_LT(median, 0.01);
+  EXPECT_LT(p95, 0.03);
 }
 
 TEST(Solver, SingleOptionPerInstructionGivesOnePoint) {
