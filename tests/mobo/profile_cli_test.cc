@@ -2,10 +2,12 @@
 // `kareus profile` end to end on a paper workload: exit code 2 with the reason for invalid
 // input, JSON fields, and a store that is reused, or refused and kept, across runs.
 #include <gtest/gtest.h>
+#include <sqlite3.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <array>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -59,6 +61,25 @@ class ProfileCliTest : public ::testing::Test {
 
   fs::path kareus_, examples_, dir_;
 };
+
+// Rows in a store being written by another process (0 while it has no table yet).
+int64_t StoreRows(const fs::path& path) {
+  if (!fs::exists(path)) return 0;
+  sqlite3* db = nullptr;
+  int64_t rows = 0;
+  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) == SQLITE_OK) {
+    sqlite3_busy_timeout(db, 1000);
+    sqlite3_stmt* stmt = nullptr;
+    if (sqlite3_prepare_v2(db, "SELECT COUNT(*) FROM measurements", -1, &stmt, nullptr) ==
+            SQLITE_OK &&
+        sqlite3_step(stmt) == SQLITE_ROW) {
+      rows = sqlite3_column_int64(stmt, 0);
+    }
+    sqlite3_finalize(stmt);
+  }
+  sqlite3_close(db);
+  return rows;
+}
 
 constexpr const char* kTp8 = "01-llama3.2-3b-tp8-mbs8-seq4096.yaml";
 constexpr const char* kOther = "05-qwen3-1.7b-tp8-mbs8-seq4096.yaml";
@@ -125,6 +146,59 @@ TEST_F(ProfileCliTest, JsonStoreReuseAndForeignWorkload) {
                    garbage.string());
   EXPECT_EQ(bad.exit_code, 2) << bad.out;
   EXPECT_EQ(ReadTextFile(garbage), "not a database\n");
+}
+
+// The real process killed with SIGKILL mid-run: the rerun measures only what is missing and
+// ends with the frontiers of an uninterrupted run.
+TEST_F(ProfileCliTest, SigkilledRunResumesWithTheSameFrontiers) {
+  const std::string workload = Workload("02-llama3.2-3b-cp2-tp4-mbs8-seq4096.yaml");
+  const std::string types = " --partition fwd_qkv_ag --partition bwd_qkv_rs --partition bwd_mlp";
+  const fs::path store = dir_ / "killed.db";
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    if (std::freopen("/dev/null", "w", stdout) == nullptr) _exit(126);
+    execl(kareus_.c_str(), "kareus", "profile", workload.c_str(), "--partition", "fwd_qkv_ag",
+          "--partition", "bwd_qkv_rs", "--partition", "bwd_mlp", "--quiet", "--store",
+          store.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  bool finished = false;
+  for (int i = 0; i < 20000 && StoreRows(store) < 100; ++i) {
+    int status = 0;
+    if (waitpid(child, &status, WNOHANG) == child) {
+      finished = true;
+      break;
+    }
+    usleep(1000);
+  }
+  if (finished) GTEST_SKIP() << "the run finished before it could be killed";
+  ASSERT_EQ(kill(child, SIGKILL), 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  if (!WIFSIGNALED(status)) GTEST_SKIP() << "the run finished before it could be killed";
+  const int64_t committed = StoreRows(store);
+  ASSERT_GE(committed, 100);
+  const int64_t total = 162 + 108 + 81;  // 15 % of 1,080, 720 and 540
+  ASSERT_LT(committed, total);
+
+  CliRun resumed = Kareus("profile " + workload + types + " --quiet --json --store " +
+                          store.string(), false);
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.out;
+  const Json a = Json::parse(resumed.out);
+  EXPECT_EQ(a["measurements_reused"].get<int64_t>(), committed);
+  EXPECT_EQ(a["measurements_taken"].get<int64_t>(), total - committed);  // none twice
+  EXPECT_EQ(StoreRows(store), total);
+
+  CliRun clean = Kareus("profile " + workload + types + " --quiet --json --store " +
+                        (dir_ / "clean.db").string(), false);
+  ASSERT_EQ(clean.exit_code, 0) << clean.out;
+  const Json b = Json::parse(clean.out);
+  ASSERT_EQ(a["partitions"].size(), b["partitions"].size());
+  for (std::size_t i = 0; i < a["partitions"].size(); ++i) {
+    EXPECT_EQ(a["partitions"][i]["frontier"], b["partitions"][i]["frontier"]);
+    EXPECT_EQ(a["partitions"][i]["clock_frontiers"], b["partitions"][i]["clock_frontiers"]);
+  }
 }
 
 }  // namespace
