@@ -13,6 +13,10 @@
 #include <numeric>
 #include <utility>
 
+// Boost.Graph's edge iterators trip GCC's -Wmaybe-uninitialized after inlining (a known false
+// positive); keep warnings-as-errors builds clean.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <boost/graph/adjacency_list.hpp>
 #include <boost/graph/boykov_kolmogorov_max_flow.hpp>
 
@@ -663,3 +667,5 @@ Result Solve(const Problem& problem, const Options& options) {
 }
 
 }  // namespace kareus::pipeline
+
+#pragma GCC diagnostic pop

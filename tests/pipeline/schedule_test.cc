@@ -11,6 +11,12 @@
 namespace kareus::pipeline {
 namespace {
 
+std::string Token(char kind, int microbatch) {
+  std::string token(1, kind);
+  token += std::to_string(microbatch);
+  return token;
+}
+
 // Megatron-LM's forward_backward_pipelining_without_interleaving, transcribed as its loop
 // structure (warm-up, steady state with one forward then one backward, cool-down), producing
 // "F3"/"B3" tokens for one pipeline rank.
@@ -21,20 +27,19 @@ std::vector<std::string> MegatronOrder(int pipeline_size, int rank, int num_micr
   std::vector<std::string> out;
   int fwd = 0;
   int bwd = 0;
-  for (int i = 0; i < num_warmup; ++i) out.push_back("F" + std::to_string(fwd++));
+  for (int i = 0; i < num_warmup; ++i) out.push_back(Token('F', fwd++));
   for (int i = 0; i < num_remaining; ++i) {
-    out.push_back("F" + std::to_string(fwd++));
-    out.push_back("B" + std::to_string(bwd++));
+    out.push_back(Token('F', fwd++));
+    out.push_back(Token('B', bwd++));
   }
-  for (int i = 0; i < num_warmup; ++i) out.push_back("B" + std::to_string(bwd++));
+  for (int i = 0; i < num_warmup; ++i) out.push_back(Token('B', bwd++));
   return out;
 }
 
 std::vector<std::string> Tokens(const std::vector<Instruction>& list) {
   std::vector<std::string> out;
   for (const Instruction& inst : list) {
-    out.push_back((inst.kind == InstructionKind::kForward ? "F" : "B") +
-                  std::to_string(inst.microbatch));
+    out.push_back(Token(inst.kind == InstructionKind::kForward ? 'F' : 'B', inst.microbatch));
   }
   return out;
 }
