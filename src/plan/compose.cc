@@ -90,6 +90,10 @@ ComposeResult ComposeInstruction(const std::vector<ClockInput>& clocks,
                             .mode = ExecutionMode::kSequential});
     }
   }
+  if (candidates.empty()) {
+    ThrowInput("clocks", Describe(clocks.size()) + " clocks",
+               "need partitions or a sequential run at one clock at least");
+  }
   result.summary.candidates = static_cast<int>(candidates.size());
   std::vector<pareto::Point> points;
   for (std::size_t i = 0; i < candidates.size(); ++i) {

@@ -128,6 +128,9 @@ WrittenFiles WriteSolveOutputs(const std::filesystem::path& dir, const PlanProbl
   for (std::size_t index : result.sampled) {
     sampled.emplace_back(dir / PlanFileName(index), BuildPlan(problem, result.solve, index));
   }
+  // Validate every plan the way a reader will (e.g. only 1F1B plans are files) before writing.
+  PlanFromJson(ToJson(fastest));
+  for (const auto& entry : sampled) PlanFromJson(ToJson(entry.second));
   WrittenFiles files{.plan = dir / "plan.json", .frontier = dir / "frontier.json"};
   for (const auto& [path, plan] : sampled) {
     WritePlanFile(path, plan);

@@ -207,6 +207,19 @@ TEST(SolveProfile, WritesPlansFrontierAndSampledPlans) {
   EXPECT_EQ(scheds.files[0].filename(), "scheds_pipeline_00000.py");
 }
 
+TEST(SolvePlans, UnwritablePlanWritesNothing) {
+  // plan.json files hold 1F1B plans only: a GPipe solve is rejected before any file exists.
+  const fs::path dir = TempDir("gpipe");
+  WriteText(dir / "profile.csv", ProfileCsv(2));
+  PlanProblem problem{.schedule = pipeline::ScheduleKind::kGPipe,
+                      .num_microbatches = 4,
+                      .stages = ReadPerseusProfile(dir / "profile.csv", 2)};
+  const PlanResult result = SolvePlans(problem, {.p_static_w = 85.0});
+  ASSERT_FALSE(result.solve.points.empty());
+  EXPECT_THROW(WriteSolveOutputs(dir / "out", problem, result), InputError);
+  EXPECT_FALSE(fs::exists(dir / "out"));
+}
+
 TEST(Export, SchedsTextUsesPublishedConfigStrings) {
   Plan plan;
   plan.method = "kareus";
