@@ -26,8 +26,11 @@ std::vector<TypeSamples> SamplesFromProfile(const workload::WorkloadModel& model
   std::vector<TypeSamples> out;
   for (const auto& p : profile.partitions) {
     TypeSamples t{.type = p.type, .samples = {}};
+    // The profiler's denoised estimate at each measured configuration (its final surrogate's
+    // mean): selecting fronts on raw noisy readings keeps lucky draws (measured: median
+    // hv_ratio 0.987 raw vs 0.998 denoised, docs/ARCHITECTURE.md §5).
     for (const auto& e : p.evaluations) {
-      t.samples.push_back({.knobs = e.knobs, .time_s = e.sample.time_s, .energy_j = e.sample.energy_j});
+      t.samples.push_back({.knobs = e.knobs, .time_s = e.estimate.time_s, .energy_j = e.estimate.energy_j});
     }
     out.push_back(std::move(t));
   }
