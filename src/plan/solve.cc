@@ -2,6 +2,7 @@
 #include "kareus/plan/solve.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 #include "kareus/common/error.h"
@@ -43,20 +44,34 @@ PlanResult SolvePlans(const PlanProblem& problem, const pipeline::Options& optio
 }
 
 std::vector<std::size_t> SamplePlanIndices(std::size_t n) {
-  if (n == 0) return {};
-  const std::size_t stride = (n + 14) / 15;
   std::vector<std::size_t> samples;
-  for (std::size_t k = 0; k < 15; ++k) {
-    if (k * stride > n - 1) break;
-    samples.push_back(n - 1 - k * stride);
+  if (n <= 10) {  // a short frontier: every plan
+    for (std::size_t i = 0; i < n; ++i) samples.push_back(i);
+    return samples;
+  }
+  const std::size_t stride = (n + 14) / 15;
+  for (std::size_t k = 0; k < 15 && k * stride <= n - 1; ++k) samples.push_back(n - 1 - k * stride);
+  if (samples.size() < 15) {
+    // The published stride needs n large enough for 15 samples; below that, 15 evenly spaced
+    // plans (distinct for n >= 15), or every plan for n < 15.
+    samples.clear();
+    const std::size_t count = std::min<std::size_t>(n, 15);
+    for (std::size_t k = 0; k < count; ++k) {
+      samples.push_back(static_cast<std::size_t>(
+          std::llround(double(n - 1) - double(k) * double(n - 1) / double(count - 1))));
+    }
   }
   std::sort(samples.begin(), samples.end());
+  // Drop positions 0, 2, 4, 6, 8 (the slow end) until ten remain; the fastest is always kept.
   std::vector<std::size_t> kept;
+  std::size_t to_drop = samples.size() - 10;
   for (std::size_t pos = 0; pos < samples.size(); ++pos) {
-    if (pos <= 8 && pos % 2 == 0) continue;
+    if (to_drop > 0 && pos % 2 == 0) {
+      --to_drop;
+      continue;
+    }
     kept.push_back(samples[pos]);
   }
-  if (kept.empty() || kept.back() != n - 1) kept.push_back(n - 1);
   return kept;
 }
 
@@ -110,6 +125,10 @@ FrontierFile BuildFrontierFile(const PlanProblem& problem, const PlanResult& res
                            .plan_index = kept ? static_cast<int>(i) : -1,
                            .plan_path = kept ? PlanFileName(i) : std::string()});
   }
+  // Re-evaluated costs (e.g. plans run on the emulated cluster) need not keep the solver's
+  // order exactly; the file lists points fastest first.
+  std::stable_sort(file.points.begin(), file.points.end(),
+                   [](const FrontierPoint& a, const FrontierPoint& b) { return a.time_s < b.time_s; });
   return file;
 }
 

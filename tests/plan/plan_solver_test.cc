@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <set>
 #include <string>
 
 #include <gmock/gmock.h>
@@ -133,12 +134,14 @@ TEST(Sampling, MatchesPublishedWorkedExample) {
   // reference/kareus-official.md §4.7: N = 2496.
   EXPECT_EQ(SamplePlanIndices(2496), (std::vector<std::size_t>{324, 658, 992, 1326, 1660, 1827,
                                                                1994, 2161, 2328, 2495}));
-  for (std::size_t n = 1; n < 60; ++n) {
+  EXPECT_EQ(SamplePlanIndices(5), (std::vector<std::size_t>{0, 1, 2, 3, 4}));
+  for (std::size_t n = 1; n < 400; ++n) {
     const auto kept = SamplePlanIndices(n);
     ASSERT_FALSE(kept.empty());
     EXPECT_EQ(kept.back(), n - 1);
-    EXPECT_LE(kept.size(), 10u);
+    EXPECT_EQ(kept.size(), std::min<std::size_t>(n, 10)) << n;
     EXPECT_TRUE(std::is_sorted(kept.begin(), kept.end()));
+    EXPECT_EQ(std::set<std::size_t>(kept.begin(), kept.end()).size(), kept.size()) << n;
   }
 }
 

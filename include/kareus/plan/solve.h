@@ -48,7 +48,9 @@ Plan BuildPlan(const PlanProblem& problem, const pipeline::Result& result, std::
 
 // Iteration indices to keep out of n frontier points (iteration order, n-1 = fastest), as
 // tests/artifact/create_frontier.sh does: stride = ceil(n/15); take n-1, n-1-stride, ... (at
-// most 15, >= 0), sort ascending, drop positions 0, 2, 4, 6, 8; then add n-1 if it was dropped.
+// most 15, >= 0), sort ascending, drop positions 0, 2, 4, 6, 8. Short frontiers: n <= 10 keeps
+// every plan; when the published stride gives fewer than 15 samples, 15 evenly spaced plans (or
+// every plan for n < 15) lose slow-end positions until ten remain. n-1 (fastest) is always kept.
 std::vector<std::size_t> SamplePlanIndices(std::size_t n);
 
 FrontierFile BuildFrontierFile(const PlanProblem& problem, const PlanResult& result);
