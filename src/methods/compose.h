@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// From partition measurements to instruction options (DESIGN.md §7): per clock, every
-// partition type's front on (time, effective energy), its count in the instruction, the work
-// that runs without a collective, and the non-partition work, composed by min-plus sums.
+// The inputs of instruction composition (plan/compose.h) from what Kareus measured: per clock,
+// every partition type's configurations (profiled, or exhaustive for the oracle) with the count
+// of its occurrences that carry a collective, and the instruction's fixed work (non-partition
+// kernels and the partitions without a collective) measured once per clock.
 #pragma once
 
 #include <map>
@@ -10,68 +11,57 @@
 
 #include "kareus/emulator/emulator.h"
 #include "kareus/mobo/profiler.h"
-#include "kareus/plan/plan_file.h"
+#include "kareus/pareto/pareto.h"
+#include "kareus/plan/compose.h"
 #include "kareus/workload/ops.h"
 
 namespace kareus::methods::internal {
 
-// Measured (or exhaustively simulated) configurations of one partition type.
+// Configurations of one partition type with their (denoised or exact) time and energy.
 struct TypeSamples {
   std::string type;
-  struct Sample {
-    emulator::PartitionKnobs knobs;
-    double time_s = 0.0;
-    double energy_j = 0.0;  // total, per GPU
-  };
-  std::vector<Sample> samples;
+  std::vector<plan::PartitionPoint> points;
+  std::vector<int> freq_mhz;  // clock of each point
 };
 
-std::vector<TypeSamples> SamplesFromProfile(const workload::WorkloadModel& model,
-                                            const mobo::ProfileSummary& profile);
+std::vector<TypeSamples> SamplesFromProfile(const mobo::ProfileSummary& profile);
 // Every configuration of every type at every clock, noise-free (the kareus-oracle diagnostic).
 std::vector<TypeSamples> ExhaustiveSamples(const workload::WorkloadModel& model,
                                            const std::vector<int>& clocks);
 
-// Per clock: the work composition adds besides the tunable partitions, measured like the
-// published non-partition profiles (reference/kareus-official.md §1.8).
-struct ComposeInputs {
-  struct PerClock {
-    // (time_s, energy_j) of each stage's fixed work, forward and backward: the non-partition
-    // kernels and the partitions that run without a collective (the first and last of a block),
-    // measured together once per clock.
-    std::vector<std::pair<double, double>> fixed_forward, fixed_backward;
-    // Per type, the front on (time, effective energy) of the configurations at this clock.
-    std::map<std::string, std::vector<TypeSamples::Sample>> fronts;
-  };
-  std::map<int, PerClock> clocks;
-  double gpu_seconds = 0.0;  // cost of the extra measurements, all GPUs
+// (time_s, energy_j per GPU) of each stage's fixed work per clock and direction: the
+// non-partition kernels plus the partitions that run without a collective (the first and last
+// of a block), run back to back, measured like the published non-partition profiles
+// (reference/kareus-official.md §1.8).
+struct FixedWork {
+  std::map<int, std::vector<std::pair<double, double>>> forward, backward;  // [clock][stage]
+  double gpu_seconds = 0.0;  // cost, all GPUs
   int64_t measurements = 0;
 };
+FixedWork MeasureFixedWork(const workload::WorkloadModel& model, const std::vector<int>& clocks,
+                           const emulator::MeasurementOptions& measurement, uint64_t seed);
 
-ComposeInputs MeasureComposeInputs(const workload::WorkloadModel& model,
-                                   const std::vector<TypeSamples>& samples,
-                                   const std::vector<int>& clocks,
-                                   const emulator::MeasurementOptions& measurement, uint64_t seed);
-
-struct ComposedOption {
-  double time_s = 0.0;
-  double energy_j = 0.0;  // per GPU
-  plan::PlannedInstruction knobs;
-};
-
-// The instruction's nanobatched options: per clock the min-plus sum of its partition types'
-// fronts (each type's point times its count: all occurrences share the type's knobs), plus the
-// fixed work, filtered on effective energy; the union over clocks, filtered again. At most
-// `max_options` (epsilon-thinned beyond). Clocks missing a tunable type's front are skipped.
-std::vector<ComposedOption> ComposeInstruction(const workload::WorkloadModel& model, int stage,
-                                               workload::Direction direction,
-                                               const ComposeInputs& inputs,
-                                               const std::vector<int>& clocks, int max_options);
+// Composition inputs of one instruction, one per clock at which every tunable type it uses has
+// at least one configuration (the others are skipped, as the published composition keeps only
+// clocks every partition has). `sequential[f]` is the measured sequential execution.
+std::vector<plan::ClockInput> ClockInputs(const workload::WorkloadModel& model, int stage,
+                                          workload::Direction direction,
+                                          const std::vector<TypeSamples>& samples,
+                                          const FixedWork& fixed, const std::vector<int>& clocks,
+                                          const std::map<int, std::pair<double, double>>& sequential);
 
 // Options not dominated on (time, effective energy = E - P_static t), fastest first.
 template <typename Option>
-std::vector<Option> FilterOptions(std::vector<Option> options, double p_static_w);
+std::vector<Option> FilterOptions(const std::vector<Option>& options, double p_static_w) {
+  std::vector<pareto::Point> points;
+  for (size_t i = 0; i < options.size(); ++i) {
+    points.push_back({.time_s = options[i].time_s,
+                      .energy_j = options[i].energy_j - p_static_w * options[i].time_s,
+                      .payload = static_cast<int64_t>(i)});
+  }
+  std::vector<Option> out;
+  for (const auto& p : pareto::Filter(std::move(points))) out.push_back(options[p.payload]);
+  return out;
+}
 
 }  // namespace kareus::methods::internal
-
-#include "methods/compose_inl.h"

@@ -104,39 +104,4 @@ InterpolatedSaving CompareAtEqualTime(const std::vector<TimeEnergy>& reference,
   return out;
 }
 
-std::vector<int> PublishedFrontierSample(int n) {
-  std::vector<int> sampled;
-  if (n <= 0) return sampled;
-  if (n <= 10) {
-    for (int i = 0; i < n; ++i) sampled.push_back(i);
-    return sampled;
-  }
-  const int stride = (n + 14) / 15;
-  for (int i = n - 1; i >= 0 && sampled.size() < 15; i -= stride) sampled.push_back(i);
-  if (sampled.size() < 15) {
-    // The published stride needs n large enough for 15 samples; below that, sample 15 evenly
-    // spaced plans (distinct for n >= 15) or, for 10 < n < 15, every plan.
-    sampled.clear();
-    if (n >= 15) {
-      for (int k = 0; k < 15; ++k) {
-        sampled.push_back(static_cast<int>(std::lround((n - 1) - k * (n - 1) / 14.0)));
-      }
-    } else {
-      for (int i = n - 1; i >= 0; --i) sampled.push_back(i);
-    }
-  }
-  std::sort(sampled.begin(), sampled.end());
-  // Drop positions 0, 2, 4, 6, 8 (the slow end) until ten plans remain.
-  std::vector<int> kept;
-  int to_drop = static_cast<int>(sampled.size()) - 10;
-  for (size_t position = 0; position < sampled.size(); ++position) {
-    if (to_drop > 0 && position % 2 == 0) {
-      --to_drop;
-      continue;
-    }
-    kept.push_back(sampled[position]);
-  }
-  return kept;
-}
-
 }  // namespace kareus::methods

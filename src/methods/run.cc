@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <set>
 #include <tuple>
 
 #include "kareus/common/error.h"
@@ -13,6 +14,7 @@
 #include "kareus/methods/metrics.h"
 #include "kareus/pareto/pareto.h"
 #include "kareus/report/report.h"
+#include "kareus/plan/compose.h"
 #include "methods/compose.h"
 
 namespace kareus::methods {
@@ -69,20 +71,13 @@ void Progress(const RunOptions& options, const std::string& text) {
   if (!options.quiet) std::fprintf(stderr, "kareus: %s\n", text.c_str());
 }
 
-emulator::InstructionKnobs ToEmulatorKnobs(const plan::PlannedInstruction& knobs) {
+emulator::InstructionKnobs ToEmulatorKnobs(const plan::InstructionOption& option) {
   emulator::InstructionKnobs out;
-  out.freq_mhz = knobs.freq_mhz;
-  out.mode = knobs.mode == plan::ExecutionMode::kSequential ? emulator::ExecutionMode::kSequential
-                                                            : emulator::ExecutionMode::kNanobatched;
-  for (const auto& p : knobs.partitions) out.partitions[p.type] = {.sms = p.sms, .slot = p.slot};
+  out.freq_mhz = option.freq_mhz;
+  out.mode = option.mode == plan::ExecutionMode::kSequential ? emulator::ExecutionMode::kSequential
+                                                             : emulator::ExecutionMode::kNanobatched;
+  for (const auto& p : option.partitions) out.partitions[p.type] = {.sms = p.sms, .slot = p.slot};
   return out;
-}
-
-// The Nanobatching baselines' knobs: no per-type knobs, i.e. the library default (NCCL with its
-// default channels, launched at the start of every partition), as the published runtime runs
-// when no schedule is loaded (kareus-official.md §1.6).
-std::vector<plan::PartitionKnobs> DefaultPartitionKnobs(const workload::WorkloadModel&) {
-  return {};
 }
 
 // The clocks a method may pick per instruction: the GPU's profiling grid (published sub-grid),
@@ -92,9 +87,11 @@ std::vector<int> PlanningClocks(const workload::WorkloadModel& model, const RunO
   return options.profile.full_grid ? clock.Supported() : clock.ProfileGrid();
 }
 
-// Measures (emulates a measurement of) one whole instruction under `knobs`: the Perseus-style
-// in-situ clock sweep. Deterministic per configuration so methods that share a configuration
-// (Perseus and Kareus's sequential fallback) read the same value.
+// Measures (emulates a measurement of) one whole instruction: the Perseus-style in-situ clock
+// sweep. Nanobatched with no per-type knobs means the library default (NCCL with its default
+// channels, launched at the start of every partition), as the published runtime runs when no
+// schedule is loaded (kareus-official.md §1.6). Deterministic per configuration, so methods that
+// share one (Perseus and Kareus's sequential fallback) read the same value.
 struct InstructionProfiler {
   const workload::WorkloadModel& model;
   emulator::MeasurementOptions measurement;
@@ -102,59 +99,27 @@ struct InstructionProfiler {
   double gpu_seconds = 0.0;
   int64_t measurements = 0;
 
-  InstructionOption Measure(int stage, Direction direction, const plan::PlannedInstruction& knobs) {
-    const auto truth = emulator::SimulateInstruction(model, stage, direction, ToEmulatorKnobs(knobs));
-    std::string key = model.workload.Signature() + "|instruction|" + std::to_string(stage) + "|" +
-                      workload::ToString(direction) + "|" + plan::ToString(knobs.mode) + "|" +
-                      std::to_string(knobs.freq_mhz);
-    for (const auto& p : knobs.partitions) key += "|" + p.type + ":" + std::to_string(p.sms) + "@" + p.slot;
+  plan::InstructionOption Measure(int stage, Direction direction, int freq_mhz, plan::ExecutionMode mode) {
+    plan::InstructionOption option{.freq_mhz = freq_mhz, .mode = mode};
+    const auto truth = emulator::SimulateInstruction(model, stage, direction, ToEmulatorKnobs(option));
+    const std::string key = model.workload.Signature() + "|instruction|" + std::to_string(stage) + "|" +
+                            workload::ToString(direction) + "|" + plan::ToString(mode) + "|" +
+                            std::to_string(freq_mhz);
     const auto m = emulator::Measure(truth, measurement, seed, HashString(key.c_str()));
     gpu_seconds += m.gpu_seconds * model.stages[stage].gpus;
     ++measurements;
-    return {.time_s = m.value.time_s, .energy_j = m.value.energy_j, .knobs = knobs};
+    option.time_s = m.value.time_s;
+    option.energy_j = m.value.energy_j;
+    return option;
   }
 };
 
-plan::PlannedInstruction Knobs(int freq_mhz, plan::ExecutionMode mode,
-                               std::vector<plan::PartitionKnobs> partitions = {}) {
-  plan::PlannedInstruction k;
-  k.freq_mhz = freq_mhz;
-  k.mode = mode;
-  k.partitions = std::move(partitions);
-  return k;
-}
-
-// Options of the methods whose knobs are only clock and execution mode.
-void ClockSweepOptions(MethodResult& result, const workload::WorkloadModel& model,
-                       const std::vector<int>& clocks, plan::ExecutionMode mode,
-                       InstructionProfiler& profiler) {
-  const int stages = static_cast<int>(model.stages.size());
-  result.forward_options.assign(stages, {});
-  result.backward_options.assign(stages, {});
-  const auto defaults = mode == plan::ExecutionMode::kNanobatched ? DefaultPartitionKnobs(model)
-                                                                  : std::vector<plan::PartitionKnobs>{};
-  for (int s = 0; s < stages; ++s) {
-    for (int f : clocks) {
-      result.forward_options[s].push_back(profiler.Measure(s, Direction::kForward, Knobs(f, mode, defaults)));
-      result.backward_options[s].push_back(profiler.Measure(s, Direction::kBackward, Knobs(f, mode, defaults)));
-    }
-  }
-}
-
-pipeline::Problem MakeProblem(const MethodResult& result, const workload::WorkloadModel& model) {
-  pipeline::Problem problem;
-  problem.num_stages = static_cast<int>(model.stages.size());
+plan::PlanProblem EmptyProblem(Method method, const workload::WorkloadModel& model) {
+  plan::PlanProblem problem;
+  problem.method = ToString(method);
+  problem.workload = model.workload.ToJson();
   problem.num_microbatches = model.workload.microbatches;
-  for (const auto& stage : model.stages) problem.gpus_per_stage.push_back(stage.gpus);
-  auto convert = [](const std::vector<InstructionOption>& options) {
-    std::vector<pipeline::Option> out;
-    for (const auto& o : options) out.push_back({.time_s = o.time_s, .energy_j = o.energy_j});
-    return out;
-  };
-  for (int s = 0; s < problem.num_stages; ++s) {
-    problem.forward_options.push_back(convert(result.forward_options[s]));
-    problem.backward_options.push_back(convert(result.backward_options[s]));
-  }
+  for (const auto& stage : model.stages) problem.stages.push_back({.gpus = stage.gpus, .forward = {}, .backward = {}});
   // Activations (forward) and gradients (backward) cross stages on the inter-node link.
   const auto& net = model.workload.gpu.interconnect;
   double bytes = 0.0;
@@ -165,74 +130,54 @@ pipeline::Problem MakeProblem(const MethodResult& result, const workload::Worklo
   return problem;
 }
 
-// Solves the method's pipeline and runs every frontier plan on the emulated cluster.
-void SolveAndEvaluate(MethodResult& result, const workload::WorkloadModel& model,
-                      const RunOptions& options) {
-  const double p_static = model.workload.gpu.power.static_w;
-  result.problem = MakeProblem(result, model);
-  auto start = Clock::now();
-  const pipeline::Result solved =
-      pipeline::Solve(result.problem, {.unit_time_s = options.unit_time_s, .p_static_w = p_static});
-  result.phase_wall_s["solve"] = Seconds(start);
-  result.solver = solved.summary;
-  result.dag = solved.dag;
-  if (solved.points.empty()) {
-    throw Error(std::string(ToString(result.method)) + ": the solver returned no plan (" +
-                pipeline::ToString(solved.summary.status) + ": " + solved.summary.message + ")");
-  }
-  // Ground truth of an option: the whole instruction simulated with its knobs, noise-free.
-  start = Clock::now();
-  pipeline::Problem truth = result.problem;
-  std::map<std::tuple<int, int, int>, bool> simulated;
-  for (const auto& p : solved.points) {
-    for (size_t node = 0; node < p.choice.size(); ++node) {
-      const auto& ins = result.dag.nodes[node];
-      const bool forward = ins.kind == pipeline::InstructionKind::kForward;
-      const auto key = std::make_tuple(ins.stage, forward ? 0 : 1, p.choice[node]);
-      if (simulated.count(key)) continue;
-      simulated[key] = true;
-      const auto& option = (forward ? result.forward_options : result.backward_options)[ins.stage][p.choice[node]];
-      const auto sim = emulator::SimulateInstruction(
-          model, ins.stage, forward ? Direction::kForward : Direction::kBackward, ToEmulatorKnobs(option.knobs));
-      auto& target = (forward ? truth.forward_options : truth.backward_options)[ins.stage][p.choice[node]];
-      target = {.time_s = sim.time_s, .energy_j = sim.energy_j};
+// Options of the methods whose knobs are only the clock and the execution mode.
+void ClockSweepOptions(plan::PlanProblem& problem, const workload::WorkloadModel& model,
+                       const std::vector<int>& clocks, plan::ExecutionMode mode,
+                       InstructionProfiler& profiler) {
+  for (int s = 0; s < static_cast<int>(model.stages.size()); ++s) {
+    for (int f : clocks) {
+      problem.stages[s].forward.push_back(profiler.Measure(s, Direction::kForward, f, mode));
+      problem.stages[s].backward.push_back(profiler.Measure(s, Direction::kBackward, f, mode));
     }
-    result.points.push_back({.step = p.step,
-                             .choice = p.choice,
-                             .predicted = p.cost,
-                             .measured = pipeline::Evaluate(truth, result.dag, p.choice, p_static)});
   }
-  result.phase_wall_s["evaluate"] = Seconds(start);
-  result.sampled = PublishedFrontierSample(static_cast<int>(result.points.size()));
 }
 
-// Per clock, the effective-energy fronts of every partition type from measured (or exhaustive)
-// configurations, then composed into instruction options.
-void KareusOptions(MethodResult& result, const workload::WorkloadModel& model,
+// Kareus's options: per clock, the composition of the partition types' measured fronts plus
+// the fixed work (plan/compose.h), the sequential execution, and the library-default nanobatched
+// execution as fallbacks the solver may pick where tuned overlap does not pay.
+void KareusOptions(plan::PlanProblem& problem, const workload::WorkloadModel& model,
                    const std::vector<internal::TypeSamples>& samples, InstructionProfiler& profiler,
                    const std::vector<int>& clocks, const RunOptions& options) {
-  const int stages = static_cast<int>(model.stages.size());
-  result.forward_options.assign(stages, {});
-  result.backward_options.assign(stages, {});
-  const auto defaults = DefaultPartitionKnobs(model);
-  const internal::ComposeInputs inputs = internal::MeasureComposeInputs(model, samples, clocks, profiler.measurement, profiler.seed);
-  profiler.gpu_seconds += inputs.gpu_seconds;
-  profiler.measurements += inputs.measurements;
-  for (int s = 0; s < stages; ++s) {
+  const double p_static = model.workload.gpu.power.static_w;
+  internal::FixedWork fixed;
+  if (model.nanobatching) {
+    fixed = internal::MeasureFixedWork(model, clocks, profiler.measurement, profiler.seed);
+    profiler.gpu_seconds += fixed.gpu_seconds;
+    profiler.measurements += fixed.measurements;
+  }
+  for (int s = 0; s < static_cast<int>(model.stages.size()); ++s) {
     for (Direction d : {Direction::kForward, Direction::kBackward}) {
-      auto& out = d == Direction::kForward ? result.forward_options[s] : result.backward_options[s];
-      for (const auto& composed : internal::ComposeInstruction(model, s, d, inputs, clocks, options.max_options)) {
-        out.push_back({.time_s = composed.time_s, .energy_j = composed.energy_j, .knobs = composed.knobs});
-      }
-      // Fallbacks the solver may pick where overlap does not pay: sequential execution and the
-      // library-default nanobatched execution at every clock.
+      std::map<int, std::pair<double, double>> sequential;
+      std::vector<plan::InstructionOption> fallbacks;
       for (int f : clocks) {
-        out.push_back(profiler.Measure(s, d, Knobs(f, plan::ExecutionMode::kSequential)));
-        if (model.nanobatching) {
-          out.push_back(profiler.Measure(s, d, Knobs(f, plan::ExecutionMode::kNanobatched, defaults)));
+        const auto seq = profiler.Measure(s, d, f, plan::ExecutionMode::kSequential);
+        sequential[f] = {seq.time_s, seq.energy_j};
+        if (model.nanobatching) fallbacks.push_back(profiler.Measure(s, d, f, plan::ExecutionMode::kNanobatched));
+      }
+      std::vector<plan::InstructionOption> all;
+      if (model.nanobatching) {
+        all = plan::ComposeInstruction(internal::ClockInputs(model, s, d, samples, fixed, clocks, sequential),
+                                       {.p_static_w = p_static, .epsilon = options.compose_epsilon})
+                  .options;
+      } else {
+        for (const auto& [f, seq] : sequential) {
+          all.push_back({.time_s = seq.first, .energy_j = seq.second, .freq_mhz = f,
+                         .mode = plan::ExecutionMode::kSequential});
         }
       }
-      out = internal::FilterOptions(std::move(out), model.workload.gpu.power.static_w);
+      all.insert(all.end(), fallbacks.begin(), fallbacks.end());
+      auto& target = d == Direction::kForward ? problem.stages[s].forward : problem.stages[s].backward;
+      target = internal::FilterOptions(all, p_static);
     }
   }
 }
@@ -241,6 +186,7 @@ MethodResult RunMethod(Method method, const workload::WorkloadModel& model,
                        const RunOptions& options, const Context& context) {
   MethodResult result;
   result.method = method;
+  result.problem = EmptyProblem(method, model);
   const auto& gpu = model.workload.gpu;
   const auto clocks = PlanningClocks(model, options);
   InstructionProfiler profiler{model, options.measurement, DeriveSeed(context.seed, 0x1257)};
@@ -260,11 +206,13 @@ MethodResult RunMethod(Method method, const workload::WorkloadModel& model,
   switch (method) {
     case Method::kMegatron:
     case Method::kNanobatching:
-      ClockSweepOptions(result, model, {gpu.clock.default_mhz}, mode, profiler);
+      ClockSweepOptions(result.problem, model, {gpu.clock.default_mhz}, mode, profiler);
+      result.phase_wall_s["profile"] = Seconds(start);
       break;
     case Method::kPerseus:
     case Method::kNanobatchingPerseus:
-      ClockSweepOptions(result, model, clocks, mode, profiler);
+      ClockSweepOptions(result.problem, model, clocks, mode, profiler);
+      result.phase_wall_s["profile"] = Seconds(start);
       break;
     case Method::kKareus:
     case Method::kKareusOracle: {
@@ -274,8 +222,8 @@ MethodResult RunMethod(Method method, const workload::WorkloadModel& model,
           mobo::ProfileOptions profile = options.profile;
           profile.oracle = false;
           result.profile = mobo::ProfileWorkload(model, profile, context);
-          samples = internal::SamplesFromProfile(model, *result.profile);
-          // Cost of every configuration the frontiers rest on, reused from the store or not: a
+          samples = internal::SamplesFromProfile(*result.profile);
+          // Cost of every configuration the fronts rest on, reused from the store or not: a
           // partition is measured on the GPUs of its collective's group (published harness).
           for (const auto& p : result.profile->partitions) {
             const int gpus = model.Type(p.type).collective.group_size;
@@ -288,24 +236,62 @@ MethodResult RunMethod(Method method, const workload::WorkloadModel& model,
       }
       result.phase_wall_s["profile"] = Seconds(start);
       start = Clock::now();
-      KareusOptions(result, model, samples, profiler, clocks, options);
+      KareusOptions(result.problem, model, samples, profiler, clocks, options);
       result.phase_wall_s["compose"] = Seconds(start);
       break;
     }
   }
-  if (!result.phase_wall_s.count("profile")) result.phase_wall_s["profile"] = Seconds(start);
   result.profiling_gpu_seconds = profiler.gpu_seconds;
   result.measurements = profiler.measurements;
-  SolveAndEvaluate(result, model, options);
+
+  // Solve, then run every frontier plan on the emulated cluster.
+  const double p_static = gpu.power.static_w;
+  start = Clock::now();
+  result.solved = plan::SolvePlans(result.problem, {.unit_time_s = options.unit_time_s, .p_static_w = p_static});
+  result.phase_wall_s["solve"] = Seconds(start);
+  const pipeline::Result& solved = result.solved.solve;
+  if (solved.points.empty()) {
+    throw Error(std::string(ToString(method)) + ": the solver returned no plan (" +
+                pipeline::ToString(solved.summary.status) + ": " + solved.summary.message + ")");
+  }
+  start = Clock::now();
+  // Ground truth of an option: the whole instruction simulated with its knobs, noise-free; only
+  // the options some frontier plan uses are simulated.
+  pipeline::Problem truth;
+  truth.schedule = result.problem.schedule;
+  truth.num_stages = static_cast<int>(model.stages.size());
+  truth.num_microbatches = result.problem.num_microbatches;
+  truth.p2p_time_s = result.problem.p2p_time_s;
+  for (const auto& stage : result.problem.stages) {
+    truth.gpus_per_stage.push_back(stage.gpus);
+    truth.forward_options.emplace_back(stage.forward.size());
+    truth.backward_options.emplace_back(stage.backward.size());
+  }
+  std::set<std::tuple<int, bool, int>> simulated;
+  for (const auto& point : solved.points) {
+    for (size_t node = 0; node < point.choice.size(); ++node) {
+      const auto& ins = solved.dag.nodes[node];
+      const bool forward = ins.kind == pipeline::InstructionKind::kForward;
+      if (!simulated.insert({ins.stage, forward, point.choice[node]}).second) continue;
+      const auto& stage = result.problem.stages[ins.stage];
+      const auto& option = (forward ? stage.forward : stage.backward)[point.choice[node]];
+      const auto sim = emulator::SimulateInstruction(
+          model, ins.stage, forward ? Direction::kForward : Direction::kBackward, ToEmulatorKnobs(option));
+      (forward ? truth.forward_options : truth.backward_options)[ins.stage][point.choice[node]] =
+          {.time_s = sim.time_s, .energy_j = sim.energy_j};
+    }
+    result.measured.push_back(pipeline::Evaluate(truth, solved.dag, point.choice, p_static));
+  }
+  result.phase_wall_s["evaluate"] = Seconds(start);
   return result;
 }
 
 std::vector<TimeEnergy> Measured(const MethodResult& m, bool sampled_only) {
   std::vector<TimeEnergy> out;
   if (sampled_only) {
-    for (int i : m.sampled) out.push_back({m.points[i].measured.time_s, m.points[i].measured.energy_j});
+    for (size_t i : m.solved.sampled) out.push_back({m.measured[i].time_s, m.measured[i].energy_j});
   } else {
-    for (const auto& p : m.points) out.push_back({p.measured.time_s, p.measured.energy_j});
+    for (const auto& e : m.measured) out.push_back({e.time_s, e.energy_j});
   }
   return out;
 }
@@ -320,17 +306,21 @@ Json OptionalPercent(const std::optional<double>& value) {
 }
 
 // Start and end of every instruction of a plan on the emulated cluster (earliest start).
-Json Timeline(const RunResult& run, const MethodResult& m, int point_index) {
-  const PlanPoint& point = m.points[point_index];
-  const auto& dag = m.dag;
+Json Timeline(const RunResult& run, const MethodResult& m, size_t point) {
+  const auto& dag = m.solved.solve.dag;
+  const auto& choice = m.Choice(point);
+  auto option_of = [&](size_t node) -> const plan::InstructionOption& {
+    const auto& ins = dag.nodes[node];
+    const auto& stage = m.problem.stages[ins.stage];
+    return (ins.kind == pipeline::InstructionKind::kForward ? stage.forward : stage.backward)[choice[node]];
+  };
   std::vector<double> duration(dag.nodes.size()), finish(dag.nodes.size(), 0.0), start(dag.nodes.size(), 0.0);
   for (size_t node = 0; node < dag.nodes.size(); ++node) {
     const auto& ins = dag.nodes[node];
     const bool forward = ins.kind == pipeline::InstructionKind::kForward;
-    const auto& option = (forward ? m.forward_options : m.backward_options)[ins.stage][point.choice[node]];
     duration[node] = emulator::SimulateInstruction(run.model, ins.stage,
                                                    forward ? Direction::kForward : Direction::kBackward,
-                                                   ToEmulatorKnobs(option.knobs)).time_s;
+                                                   ToEmulatorKnobs(option_of(node))).time_s;
   }
   std::vector<std::vector<std::pair<int, double>>> preds(dag.nodes.size());
   for (const auto& e : dag.edges) preds[e.to].push_back({e.from, e.cross_stage ? m.problem.p2p_time_s : 0.0});
@@ -344,14 +334,12 @@ Json Timeline(const RunResult& run, const MethodResult& m, int point_index) {
     for (size_t node = 0; node < dag.nodes.size(); ++node) {
       const auto& ins = dag.nodes[node];
       if (ins.stage != s) continue;
-      const bool forward = ins.kind == pipeline::InstructionKind::kForward;
-      const auto& option = (forward ? m.forward_options : m.backward_options)[s][point.choice[node]];
-      instructions.push_back({{"kind", forward ? "forward" : "backward"},
+      instructions.push_back({{"kind", pipeline::ToString(ins.kind)},
                               {"microbatch", ins.microbatch},
                               {"start_s", start[node]},
                               {"end_s", finish[node]},
-                              {"freq_mhz", option.knobs.freq_mhz},
-                              {"mode", plan::ToString(option.knobs.mode)}});
+                              {"freq_mhz", option_of(node).freq_mhz},
+                              {"mode", plan::ToString(option_of(node).mode)}});
     }
     stages.push_back({{"stage", s}, {"instructions", instructions}});
   }
@@ -387,17 +375,17 @@ Json BuildSummary(const RunResult& run) {
   Json methods = Json::array();
   for (const auto& m : run.methods) {
     Json frontier = Json::array();
-    for (size_t i = 0; i < m.points.size(); ++i) {
-      Json p = PointJson(m.points[i].measured);
+    for (size_t i = 0; i < m.measured.size(); ++i) {
+      Json p = PointJson(m.measured[i]);
       p["plan_index"] = static_cast<int>(i);
-      p["predicted_time_s"] = m.points[i].predicted.time_s;
-      p["predicted_energy_j"] = m.points[i].predicted.energy_j;
+      p["predicted_time_s"] = m.solved.solve.points[i].cost.time_s;
+      p["predicted_energy_j"] = m.solved.solve.points[i].cost.energy_j;
       frontier.push_back(p);
     }
-    const auto fastest = m.points.back().measured;
-    const auto lowest = std::min_element(m.points.begin(), m.points.end(), [](const auto& a, const auto& b) {
-      return a.measured.energy_j < b.measured.energy_j;
-    })->measured;
+    const auto fastest = m.measured[m.Fastest()];
+    const auto lowest = *std::min_element(m.measured.begin(), m.measured.end(), [](const auto& a, const auto& b) {
+      return a.energy_j < b.energy_j;
+    });
     Json phases = Json::object();
     for (const auto& [name, seconds] : m.phase_wall_s) phases[name] = seconds;
     Json entry{{"method", ToString(m.method)},
@@ -405,17 +393,17 @@ Json BuildSummary(const RunResult& run) {
                {"fastest", PointJson(fastest)},
                {"lowest_energy", PointJson(lowest)},
                {"frontier", frontier},
-               {"sampled_plans", m.sampled},
+               {"sampled_plans", m.solved.sampled},
                {"profiling_gpu_hours", m.profiling_gpu_seconds / 3600.0},
                {"measurements", m.measurements},
                {"phase_wall_s", phases},
                {"options_per_instruction",
-                {{"forward", m.forward_options.empty() ? 0 : m.forward_options[0].size()},
-                 {"backward", m.backward_options.empty() ? 0 : m.backward_options[0].size()}}},
+                {{"forward", m.problem.stages[0].forward.size()},
+                 {"backward", m.problem.stages[0].backward.size()}}},
                {"solver",
-                {{"status", pipeline::ToString(m.solver.status)},
-                 {"message", m.solver.message},
-                 {"steps", m.solver.steps}}}};
+                {{"status", pipeline::ToString(m.solved.solve.summary.status)},
+                 {"message", m.solved.solve.summary.message},
+                 {"steps", m.solved.solve.summary.steps}}}};
     if (!m.note.empty()) entry["note"] = m.note;
     methods.push_back(entry);
   }
@@ -423,10 +411,10 @@ Json BuildSummary(const RunResult& run) {
   Json max_throughput = Json::array();
   const MethodResult* megatron = Find(run, Method::kMegatron);
   for (const auto& m : run.methods) {
-    const auto& f = m.points.back().measured;
+    const auto& f = m.measured[m.Fastest()];
     Json row{{"method", ToString(m.method)}, {"time_s", f.time_s}, {"energy_j", f.energy_j}};
     if (megatron) {
-      const auto& ref = megatron->points.back().measured;
+      const auto& ref = megatron->measured[megatron->Fastest()];
       row["delta_time_pct"] = ReductionPercent(ref.time_s, f.time_s);
       row["delta_energy_pct"] = ReductionPercent(ref.energy_j, f.energy_j);
     } else {
@@ -509,7 +497,7 @@ Json BuildSummary(const RunResult& run) {
               {"frontier_table", frontier_table},
               {"interpolated", interpolated},
               {"checks", checks},
-              {"timeline", Timeline(run, *main, static_cast<int>(main->points.size()) - 1)},
+              {"timeline", Timeline(run, *main, main->Fastest())},
               {"partition_frontiers", PartitionFrontiers(*main)}};
 }
 
@@ -533,75 +521,29 @@ RunResult RunWorkload(const workload::Workload& workload, const RunOptions& opti
   return run;
 }
 
-plan::Plan MakePlan(const RunResult& run, const MethodResult& m, int point_index) {
-  KAREUS_CHECK(point_index >= 0 && point_index < static_cast<int>(m.points.size()));
-  const PlanPoint& point = m.points[point_index];
-  plan::Plan out;
-  out.method = ToString(m.method);
-  out.workload = run.model.workload.ToJson();
-  out.schedule = "1f1b";
-  out.num_microbatches = run.model.workload.microbatches;
-  out.iteration = {.time_s = point.measured.time_s,
-                   .energy_j = point.measured.energy_j,
-                   .static_energy_j = point.measured.static_energy_j,
-                   .dynamic_energy_j = point.measured.dynamic_energy_j};
-  for (int s = 0; s < m.dag.num_stages; ++s) {
-    plan::PlannedStage stage;
-    stage.stage = s;
-    stage.gpus = run.model.stages[s].gpus;
-    out.stages.push_back(stage);
-  }
-  // DAG nodes are listed per stage in execution order (node = stage * 2M + position).
-  for (size_t node = 0; node < m.dag.nodes.size(); ++node) {
-    const auto& ins = m.dag.nodes[node];
-    const bool forward = ins.kind == pipeline::InstructionKind::kForward;
-    const auto& option = (forward ? m.forward_options : m.backward_options)[ins.stage][point.choice[node]];
-    plan::PlannedInstruction planned = option.knobs;
-    planned.kind = forward ? plan::InstructionKind::kForward : plan::InstructionKind::kBackward;
-    planned.microbatch = ins.microbatch;
-    planned.time_s = option.time_s;
-    planned.energy_j = option.energy_j;
-    if (planned.mode == plan::ExecutionMode::kSequential) planned.partitions.clear();
-    out.stages[ins.stage].instructions.push_back(planned);
-  }
-  return out;
-}
-
 namespace {
 
-void WriteMethodFiles(const RunResult& run, const MethodResult& m, const std::filesystem::path& dir) {
-  const int fastest = static_cast<int>(m.points.size()) - 1;
-  plan::WritePlanFile(dir / "plan.json", MakePlan(run, m, fastest));
-  plan::FrontierFile frontier;
-  frontier.method = ToString(m.method);
-  frontier.workload = run.model.workload.ToJson();
-  std::vector<int> kept = m.sampled;
-  if (std::find(kept.begin(), kept.end(), fastest) == kept.end()) kept.push_back(fastest);
-  for (int i = fastest; i >= 0; --i) {
-    const auto& e = m.points[i].measured;
-    const bool has_plan = std::find(kept.begin(), kept.end(), i) != kept.end();
-    frontier.points.push_back({.time_s = e.time_s,
-                               .energy_j = e.energy_j,
-                               .static_energy_j = e.static_energy_j,
-                               .plan_index = has_plan ? i : -1});
-  }
-  std::sort(frontier.points.begin(), frontier.points.end(),
-            [](const auto& a, const auto& b) { return a.time_s < b.time_s; });
-  plan::WriteFrontierFile(dir / "frontier.json", frontier);
-  for (int i : kept) {
-    char name[32];
-    std::snprintf(name, sizeof(name), "plan_%05d.json", i);
-    plan::WritePlanFile(dir / "plans" / name, MakePlan(run, m, i));
-  }
+// The solve with every point's cost replaced by its run on the emulated cluster, so plans and
+// frontier files carry measured iteration costs (instructions keep their predicted costs).
+plan::PlanResult MeasuredResult(const MethodResult& m) {
+  plan::PlanResult out = m.solved;
+  for (size_t i = 0; i < out.solve.points.size(); ++i) out.solve.points[i].cost = m.measured[i];
+  return out;
 }
 
 }  // namespace
 
+plan::Plan MakePlan(const MethodResult& m, size_t point) {
+  return plan::BuildPlan(m.problem, MeasuredResult(m).solve, point);
+}
+
 void WriteRunOutputs(const RunResult& run, const std::filesystem::path& out) {
   const MethodResult* main = Find(run, Method::kKareus);
   if (!main) main = &run.methods.back();
-  for (const auto& m : run.methods) WriteMethodFiles(run, m, out / "methods" / ToString(m.method));
-  WriteMethodFiles(run, *main, out);
+  for (const auto& m : run.methods) {
+    plan::WriteSolveOutputs(out / "methods" / ToString(m.method), m.problem, MeasuredResult(m));
+  }
+  plan::WriteSolveOutputs(out, main->problem, MeasuredResult(*main));
   WriteJsonFile(out / "summary.json", run.summary);
   WriteFileAtomic(out / "report.html", report::RenderHtml(run.summary));
 }

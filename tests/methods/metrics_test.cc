@@ -3,32 +3,9 @@
 
 #include <gtest/gtest.h>
 
-#include <algorithm>
-#include <set>
 
 namespace kareus::methods {
 namespace {
-
-TEST(PublishedFrontierSample, MatchesTheCommittedKareusFiles) {
-  // kareus-official.md §4.7: N = 2496 gives stride 167 and keeps these ten iterations.
-  EXPECT_EQ(PublishedFrontierSample(2496),
-            (std::vector<int>{324, 658, 992, 1326, 1660, 1827, 1994, 2161, 2328, 2495}));
-}
-
-TEST(PublishedFrontierSample, SmallFrontiersKeepEverySample) {
-  EXPECT_EQ(PublishedFrontierSample(1), (std::vector<int>{0}));
-  EXPECT_EQ(PublishedFrontierSample(5), (std::vector<int>{0, 1, 2, 3, 4}));
-  EXPECT_EQ(PublishedFrontierSample(12).size(), 10u);
-  for (int n = 1; n < 400; ++n) {
-    const auto s = PublishedFrontierSample(n);
-    ASSERT_FALSE(s.empty());
-    EXPECT_EQ(s.back(), n - 1) << n;  // the fastest plan is always there
-    EXPECT_LE(s.size(), 15u);
-    EXPECT_EQ(s.size(), static_cast<size_t>(std::min(n, 10))) << n;
-    EXPECT_EQ(std::set<int>(s.begin(), s.end()).size(), s.size()) << n;
-    EXPECT_TRUE(std::is_sorted(s.begin(), s.end()));
-  }
-}
 
 TEST(IsoMetrics, PublishedDefinitionWithoutInterpolation) {
   const std::vector<TimeEnergy> perseus = {{5.0, 2800}, {5.5, 2600}, {6.5, 2400}};

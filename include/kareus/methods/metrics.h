@@ -48,12 +48,4 @@ struct InterpolatedSaving {
 InterpolatedSaving CompareAtEqualTime(const std::vector<TimeEnergy>& reference,
                                       const std::vector<TimeEnergy>& method, int samples = 1000);
 
-// Indices of the plans the published evaluation runs (tests/artifact/create_frontier.sh,
-// kareus-official.md §4.7) out of n plans ordered slowest (index 0) to fastest (n - 1):
-// stride = ceil(n / 15); sample n-1, n-1-stride, ... (at most 15, >= 0), sort ascending, drop
-// positions 0, 2, 4, 6, 8. Small frontiers: n <= 10 keeps every plan; when the published stride
-// gives fewer than 15 samples, 15 evenly spaced ones are taken instead (or every plan for n < 15)
-// and slow-end positions are dropped until ten remain. The fastest plan (n - 1) is always kept.
-std::vector<int> PublishedFrontierSample(int n);
-
 }  // namespace kareus::methods

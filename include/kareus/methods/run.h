@@ -30,6 +30,7 @@
 #include "kareus/mobo/profiler.h"
 #include "kareus/pipeline/solver.h"
 #include "kareus/plan/plan_file.h"
+#include "kareus/plan/solve.h"
 #include "kareus/workload/ops.h"
 
 namespace kareus::methods {
@@ -45,40 +46,26 @@ struct RunOptions {
   mobo::ProfileOptions profile;  // Kareus's partition profiler (budget, surrogate, store, ...)
   emulator::MeasurementOptions measurement;  // instruction clock sweeps (Perseus-style profiling)
   double unit_time_s = 1e-3;     // solver time quantum
-  int max_options = 400;         // per instruction, after composition (epsilon-thinned beyond)
+  double compose_epsilon = 0.0;  // epsilon-thinning of composed partial sums (0 = exact)
   bool quiet = false;            // no progress on the terminal
-};
-
-// One execution option of an instruction, with the knobs that realize it.
-struct InstructionOption {
-  double time_s = 0.0;    // predicted (profiled / composed), per instruction
-  double energy_j = 0.0;  // predicted, per GPU
-  plan::PlannedInstruction knobs;  // freq_mhz, mode, partitions; kind/microbatch unset
-};
-
-// A frontier point of a method: the solver's step, its choice per DAG node, the planner's
-// prediction and the emulated run of that plan.
-struct PlanPoint {
-  int64_t step = 0;
-  std::vector<int> choice;
-  pipeline::Evaluation predicted;
-  pipeline::Evaluation measured;
 };
 
 struct MethodResult {
   Method method = Method::kKareus;
-  std::vector<std::vector<InstructionOption>> forward_options;   // [stage]
-  std::vector<std::vector<InstructionOption>> backward_options;  // [stage]
-  pipeline::Problem problem;            // predicted options as the solver saw them
-  pipeline::Summary solver;
-  pipeline::Dag dag;
-  std::vector<PlanPoint> points;        // slowest (cheapest) first, fastest last
-  std::vector<int> sampled;             // the published 10-plan sample, indices into points
+  plan::PlanProblem problem;  // every instruction's options (predicted costs) as the solver saw them
+  plan::PlanResult solved;    // the solver's frontier, slowest first (predicted costs), and the
+                              // published 10-plan sample (solved.sampled)
+  // Per frontier point (same order): the plan run on the emulated cluster. Tables and files
+  // report these; the solver's predictions stay in solved.solve.points[i].cost.
+  std::vector<pipeline::Evaluation> measured;
   double profiling_gpu_seconds = 0.0;   // measurement cost of the method's profiling
   int64_t measurements = 0;
   std::map<std::string, double> phase_wall_s;  // "profile", "compose", "solve", "evaluate"
   std::optional<mobo::ProfileSummary> profile;  // partition profiling (kareus)
   std::string note;                     // e.g. why a method fell back to sequential execution
+
+  std::size_t Fastest() const { return measured.size() - 1; }
+  const std::vector<int>& Choice(std::size_t point) const { return solved.solve.points[point].choice; }
 };
 
 struct RunResult {
@@ -94,9 +81,9 @@ struct RunResult {
 RunResult RunWorkload(const workload::Workload& workload, const RunOptions& options,
                       const Context& context);
 
-// The plan of `point_index` of `method` (instructions in 1F1B order with their knobs and
-// predicted costs; iteration cost as measured on the emulated cluster).
-plan::Plan MakePlan(const RunResult& run, const MethodResult& method, int point_index);
+// The plan of frontier point `point` of `method` (instructions in 1F1B order with their knobs
+// and predicted costs; the iteration cost as measured on the emulated cluster).
+plan::Plan MakePlan(const MethodResult& method, std::size_t point);
 
 // Writes, atomically: summary.json, report.html, and for the main method (kareus if run, else
 // the last one) plan.json (fastest plan), frontier.json (every point) and plans/ (the sampled
