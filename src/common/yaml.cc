@@ -2,6 +2,7 @@
 #include "kareus/common/yaml.h"
 
 #include "kareus/common/error.h"
+#include "kareus/common/io.h"
 
 namespace kareus {
 
@@ -133,9 +134,8 @@ void YamlMap::RejectUnknownKeys() const {
   for (const auto& entry : node_) {
     const std::string key = entry.first.as<std::string>();
     if (read_.count(key) == 0) {
-      std::string known;
-      for (const auto& k : read_) known += (known.empty() ? "" : ", ") + k;
-      throw InputError(FieldName(key) + ": unknown key (known keys here: " + known + ")");
+      throw InputError(FieldName(key) + ": unknown key (known keys here: " +
+                       JoinNames({read_.begin(), read_.end()}) + ")");
     }
   }
 }

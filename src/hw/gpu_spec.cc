@@ -156,23 +156,12 @@ GpuSpec ParseGpuSpec(const std::string& text, const std::string& source) {
 
 GpuSpec LoadGpuSpecFile(const std::string& path) { return ParseGpuSpec(ReadTextFile(path), path); }
 
-std::vector<std::string> GpuPresetNames() {
-  std::vector<std::string> names;
-  const auto dir = DataDir() / "gpus";
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
-    if (entry.path().extension() == ".yaml") names.push_back(entry.path().stem().string());
-  }
-  std::sort(names.begin(), names.end());
-  return names;
-}
+std::vector<std::string> GpuPresetNames() { return PresetNames("gpus"); }
 
 GpuSpec GpuPreset(const std::string& name) {
   const auto names = GpuPresetNames();
   if (std::find(names.begin(), names.end(), name) == names.end()) {
-    std::string list;
-    for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
-    throw InputError("gpu = " + name + ": unknown GPU preset (valid: " + list + ")");
+    throw InputError("gpu = " + name + ": unknown GPU preset (valid: " + JoinNames(names) + ")");
   }
   GpuSpec gpu = LoadGpuSpecFile((DataDir() / "gpus" / (name + ".yaml")).string());
   if (gpu.name != name) {

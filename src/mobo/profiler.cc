@@ -8,6 +8,7 @@
 #include <set>
 
 #include "kareus/common/error.h"
+#include "kareus/common/io.h"
 #include "kareus/common/progress.h"
 #include "kareus/measure/store.h"
 #include "kareus/mobo/search_space.h"
@@ -360,10 +361,10 @@ ProfileSummary ProfileWorkload(const workload::WorkloadModel& model, const Profi
       auto it = std::find_if(model.partition_types.begin(), model.partition_types.end(),
                              [&](const workload::PartitionType& t) { return t.name == name; });
       if (it == model.partition_types.end()) {
-        std::string valid;
-        for (const auto& t : model.partition_types) valid += (valid.empty() ? "" : ", ") + t.name;
+        std::vector<std::string> valid;
+        for (const auto& t : model.partition_types) valid.push_back(t.name);
         ThrowInput("partition", name, "not a partition type of this workload (valid: " +
-                                          (valid.empty() ? std::string("none") : valid) + ")");
+                                          (valid.empty() ? std::string("none") : JoinNames(valid)) + ")");
       }
       types.push_back(&*it);
     }

@@ -38,12 +38,6 @@ ModelConfig ParseModel(const YamlMap& map) {
   return model;
 }
 
-std::string JoinNames(const std::vector<std::string>& names) {
-  std::string out;
-  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
-  return out;
-}
-
 void RequireDivisible(const YamlMap& where, const std::string& field, int64_t value,
                       const std::string& what, int64_t divisor, const std::string& divisor_name) {
   if (value % divisor != 0) {
@@ -75,15 +69,7 @@ Json ToJson(const ModelConfig& model) {
               {"qk_norm", model.qk_norm},   {"tied_embeddings", model.tied_embeddings}};
 }
 
-std::vector<std::string> ModelPresetNames() {
-  std::vector<std::string> names;
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(DataDir() / "models", ec)) {
-    if (entry.path().extension() == ".yaml") names.push_back(entry.path().stem().string());
-  }
-  std::sort(names.begin(), names.end());
-  return names;
-}
+std::vector<std::string> ModelPresetNames() { return PresetNames("models"); }
 
 ModelConfig ModelPreset(const std::string& name) {
   const auto names = ModelPresetNames();

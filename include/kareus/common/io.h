@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace kareus {
 
@@ -18,5 +19,11 @@ void WriteFileAtomic(const std::filesystem::path& path, std::string_view content
 // The folder holding GPU and model presets: $KAREUS_DATA_DIR, else the source tree's data/
 // recorded at build time, else <prefix>/share/kareus/data next to the executable.
 std::filesystem::path DataDir();
+
+// The presets of one kind: the stems of DataDir()/<folder>/*.yaml, sorted.
+std::vector<std::string> PresetNames(const std::string& folder);
+
+// "a, b, c": names for an error message listing the valid choices.
+std::string JoinNames(const std::vector<std::string>& names);
 
 }  // namespace kareus
