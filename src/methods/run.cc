@@ -11,6 +11,7 @@
 
 #include "kareus/common/error.h"
 #include "kareus/common/io.h"
+#include "kareus/common/progress.h"
 #include "kareus/methods/metrics.h"
 #include "kareus/pareto/pareto.h"
 #include "kareus/report/report.h"
@@ -67,8 +68,12 @@ double Seconds(Clock::time_point since) {
   return std::chrono::duration<double>(Clock::now() - since).count();
 }
 
+// One line per phase on a terminal; silent with --quiet or when stderr is not a terminal (the
+// profiler draws its own progress line within a phase).
 void Progress(const RunOptions& options, const std::string& text) {
-  if (!options.quiet) std::fprintf(stderr, "kareus: %s\n", text.c_str());
+  if (!options.quiet && kareus::Progress::StderrIsTerminal()) {
+    std::fprintf(stderr, "kareus: %s\n", text.c_str());
+  }
 }
 
 emulator::InstructionKnobs ToEmulatorKnobs(const plan::InstructionOption& option) {
