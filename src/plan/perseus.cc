@@ -176,43 +176,40 @@ std::string CostComment(const Plan& plan) {
   return text;
 }
 
-}  // namespace
-
-std::string ZeusFreqsText(const Plan& plan) {
+// The Python list literal both formats share: one list per stage of one tuple per
+// instruction in schedule order, then the cost comment.
+template <typename TupleText>
+std::string StageListsText(const Plan& plan, TupleText tuple_text) {
   std::string out = "[\n";
   for (const PlannedStage& stage : plan.stages) {
     out += "  [";
     for (std::size_t i = 0; i < stage.instructions.size(); ++i) {
-      const PlannedInstruction& inst = stage.instructions[i];
       if (i > 0) out += ", ";
-      out += "('" + std::string(ToString(inst.kind)) + "', " + std::to_string(inst.freq_mhz) + ")";
+      out += tuple_text(stage.instructions[i]);
     }
     out += "],\n";
   }
   return out + "]\n" + CostComment(plan);
 }
 
+}  // namespace
+
+std::string ZeusFreqsText(const Plan& plan) {
+  return StageListsText(plan, [](const PlannedInstruction& inst) {
+    return "('" + std::string(ToString(inst.kind)) + "', " + std::to_string(inst.freq_mhz) + ")";
+  });
+}
+
 std::string KareusSchedsText(const Plan& plan) {
-  std::string out = "[\n";
-  for (const PlannedStage& stage : plan.stages) {
-    out += "  [";
-    for (std::size_t i = 0; i < stage.instructions.size(); ++i) {
-      const PlannedInstruction& inst = stage.instructions[i];
-      if (i > 0) out += ", ";
-      out += "('" + std::string(ToString(inst.kind)) + "'";
-      if (inst.mode == ExecutionMode::kSequential || inst.partitions.empty()) {
-        out += ",)";
-        continue;
-      }
-      for (const PartitionKnobs& knobs : inst.partitions) {
-        // The published config string: start-end-sms-block (kareus-official.md §4.4, §5.1).
-        out += ", '" + knobs.slot + "-none-" + std::to_string(knobs.sms) + "-1024'";
-      }
-      out += ")";
+  return StageListsText(plan, [](const PlannedInstruction& inst) {
+    std::string out = "('" + std::string(ToString(inst.kind)) + "'";
+    if (inst.mode == ExecutionMode::kSequential || inst.partitions.empty()) return out + ",)";
+    for (const PartitionKnobs& knobs : inst.partitions) {
+      // The published config string: start-end-sms-block (kareus-official.md §4.4, §5.1).
+      out += ", '" + knobs.slot + "-none-" + std::to_string(knobs.sms) + "-1024'";
     }
-    out += "],\n";
-  }
-  return out + "]\n" + CostComment(plan);
+    return out + ")";
+  });
 }
 
 ExportSummary ExportPlans(const ExportOptions& options) {
