@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <map>
 #include <set>
@@ -13,7 +12,6 @@
 #include "kareus/common/io.h"
 #include "kareus/common/progress.h"
 #include "kareus/methods/metrics.h"
-#include "kareus/pareto/pareto.h"
 #include "kareus/report/report.h"
 #include "kareus/plan/compose.h"
 #include "methods/compose.h"
