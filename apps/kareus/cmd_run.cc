@@ -27,6 +27,7 @@ struct RunArgs {
   double unit_time_ms = methods::RunOptions{}.unit_time_s * 1e3;
   bool quiet = false;
   bool json = false;
+  bool transfer = mobo::ProfileOptions{}.transfer;
 };
 
 std::string DefaultMethodNames() {
@@ -63,6 +64,7 @@ methods::RunOptions ToOptions(const RunArgs& args) {
     }
   }
   options.profile = ToProfileOptions(args.profiler);
+  options.profile.transfer = args.transfer;
   options.evaluation = methods::EvaluationModeFromString(args.evaluation);
   options.unit_time_s = args.unit_time_ms * 1e-3;
   options.quiet = args.quiet;
@@ -111,6 +113,9 @@ void AddEvaluateCommand(CLI::App& app) {
   AddSharedOptions(cmd, *args,
                    "SQLite measurement store shared by every workload (default: one per "
                    "workload, OUT/<name>/measurements.sqlite)");
+  cmd->add_flag("--transfer", args->transfer,
+                "Profile each workload with the measurements of the earlier workloads of the "
+                "same model and GPU (their stores, read-only) as related data");
   cmd->callback([args]() {
     const methods::RunOptions options = ToOptions(*args);
     const measure::BackendFactory backend = MakeBackendFactory(args->backend);

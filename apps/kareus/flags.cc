@@ -7,6 +7,7 @@
 
 #include "kareus/common/json.h"
 #include "kareus/measure/emulator_backend.h"
+#include "kareus/mobo/prior.h"
 
 namespace kareus::cli {
 
@@ -61,6 +62,37 @@ void AddProfilerFlags(CLI::App* cmd, ProfilerFlags& flags, const std::string& st
                 "Select partition frontiers on the raw readings instead of the surrogate's "
                 "denoised means");
   cmd->add_option("--store", flags.store, store_help);
+  cmd->add_option("--prior", flags.prior,
+                  "Profiler prior mean: model (the emulator's noise-free prediction for the "
+                  "workload's GPU preset; the surrogates learn the residual and drop the prior "
+                  "where held-out errors say it hurts) | none")
+      ->capture_default_str();
+  cmd->add_option("--prior-perturb", flags.prior_perturb,
+                  "Deliberate error of the prior's GPU model, for benchmarks: none or "
+                  "dynamic_power=F,voltage_shift_mhz=M,collective_bandwidth=F,"
+                  "compute_efficiency=F,invert_clock_trend=1,shuffle=1")
+      ->capture_default_str();
+  cmd->add_option("--related", flags.related,
+                  "Transfer: the measurement store of a related workload (same model and GPU, "
+                  "another sequence length, microbatch, TP or CP), read-only; its measurements "
+                  "of each partition type inform the surrogates with a learned similarity, never "
+                  "the frontier (repeatable)");
+}
+
+mobo::PriorModel EmulatorPrior(const mobo::ModelPerturbation& perturbation) {
+  ThrowIfInvalid(perturbation.Validate());
+  mobo::PriorModel prior;
+  prior.description = "emulator(noise_free) model of the workload's GPU preset";
+  if (!perturbation.IsIdentity()) prior.description += ", perturbed: " + perturbation.ToString();
+  prior.make = [perturbation](const workload::WorkloadModel& model) {
+    measure::EmulatorBackendOptions options;
+    options.measurement.noise_free = true;
+    options.workload_signature = model.workload.Signature();
+    std::unique_ptr<measure::Backend> backend =
+        measure::MakeEmulatorBackend(mobo::PerturbGpu(model.workload.gpu, perturbation), options);
+    return mobo::DistortModel(std::move(backend), perturbation);
+  };
+  return prior;
 }
 
 mobo::ProfileOptions ToProfileOptions(const ProfilerFlags& flags) {
@@ -74,6 +106,12 @@ mobo::ProfileOptions ToProfileOptions(const ProfilerFlags& flags) {
   options.full_grid = flags.full_grid;
   options.denoise = !flags.raw_frontier;
   options.store = flags.store;
+  if (flags.prior == "model") {
+    options.prior = EmulatorPrior(mobo::ParsePerturbation(flags.prior_perturb));
+  } else if (flags.prior != "none") {
+    ThrowInput("--prior", flags.prior, "must be one of: model, none");
+  }
+  options.related_stores.assign(flags.related.begin(), flags.related.end());
   ThrowAsFlag(options.Validate(), ProfilerFlagNames(""));
   return options;
 }

@@ -39,14 +39,24 @@ struct ProfilerFlags {
   bool full_grid = mobo::ProfileOptions{}.full_grid;
   bool raw_frontier = !mobo::ProfileOptions{}.denoise;
   std::string store;
+  std::string prior = "model";
+  std::string prior_perturb = "none";
+  std::vector<std::string> related;
+  const CLI::Option* budget_fraction_option = nullptr;  // set by AddProfilerFlags
 };
 
 // --budget, --budget-fraction, --surrogate, --strategy, --initial, --batch, --full-grid,
-// --raw-frontier, --store (`store_help` says what the default store is for the command).
+// --raw-frontier, --store (`store_help` says what the default store is for the command),
+// --prior, --prior-perturb, --related.
 void AddProfilerFlags(CLI::App* cmd, ProfilerFlags& flags, const std::string& store_help);
 
-// The profiler's options from the flags, validated (InputError naming the flag).
+// The profiler's options from the flags, validated (InputError naming the flag). `--prior
+// model` (the default) is the emulator's noise-free model of the workload's GPU preset,
+// perturbed by --prior-perturb.
 mobo::ProfileOptions ToProfileOptions(const ProfilerFlags& flags);
+// The prior --prior model means: the emulator's noise-free prediction for the workload's GPU
+// preset with `perturbation` applied to the model (not to what is measured).
+mobo::PriorModel EmulatorPrior(const mobo::ModelPerturbation& perturbation);
 // The flags of mobo::ProfileOptions's fields; `prefix` is "" for the struct itself and
 // "profile." for the one inside methods::RunOptions.
 std::vector<FlagName> ProfilerFlagNames(const std::string& prefix);

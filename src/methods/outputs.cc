@@ -63,12 +63,22 @@ EvaluationResult EvaluateWorkloads(const std::vector<std::filesystem::path>& wor
   for (const auto& path : workloads) loaded.push_back(workload::LoadWorkloadFile(path));
   EvaluationResult result;
   result.evaluation = Json{{"format", "kareus.evaluation/1"}, {"rows", Json::array()}};
-  for (const auto& w : loaded) {
+  for (std::size_t i = 0; i < loaded.size(); ++i) {
+    const workload::Workload& w = loaded[i];
     RunOptions per = options;
     if (!options.profile.store.empty()) {
       per.profile.store = options.profile.store;
     } else if (!out.empty()) {
       per.profile.store = out / w.name / "measurements.sqlite";
+      // Transfer: the stores of the earlier workloads of the same model and GPU (read-only).
+      for (std::size_t j = 0; options.profile.transfer && j < i; ++j) {
+        const workload::Workload& r = loaded[j];
+        const std::filesystem::path store = out / r.name / "measurements.sqlite";
+        if (r.model.name == w.model.name && r.gpu.name == w.gpu.name &&
+            r.Signature() != w.Signature() && std::filesystem::exists(store)) {
+          per.profile.related_stores.push_back(store);
+        }
+      }
     }
     if (!options.quiet && kareus::Progress::StderrIsTerminal()) {
       std::fprintf(stderr, "kareus: workload %s\n", w.name.c_str());

@@ -140,7 +140,15 @@ RunSummary BuildSummary(const RunResult& run) {
                       .surrogate = mobo::ToString(profile.surrogate),
                       .strategy = mobo::ToString(profile.strategy),
                       .store = profile.store.string(),
+                      .prior = profile.prior ? profile.prior.description : "none",
+                      .prior_note = "",
+                      .related = {},
                       .evaluation = ToString(run.options.evaluation)};
+  for (const auto& m : run.methods) {
+    if (!m.profile) continue;
+    summary.settings.prior_note = m.profile->prior_note;
+    summary.settings.related = m.profile->related;
+  }
   for (const auto& m : run.methods) {
     summary.settings.methods.push_back(m.method.name);
     summary.methods.push_back(Summarize(m));
@@ -322,7 +330,10 @@ Json ToJson(const RunSummary& summary) {
                   {"budget_fraction", s.budget_fraction},
                   {"surrogate", s.surrogate},
                   {"strategy", s.strategy},
-                  {"store", s.store}}},
+                  {"store", s.store},
+                  {"prior", s.prior},
+                  {"prior_note", s.prior_note},
+                  {"related_workloads", s.related}}},
                 {"evaluation", s.evaluation},
                 {"backend", summary.backend},
                 {"evaluator", summary.evaluator}};

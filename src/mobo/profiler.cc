@@ -13,6 +13,7 @@
 #include "kareus/measure/store.h"
 #include "kareus/mobo/search_space.h"
 #include "mobo/baselines.h"
+#include "mobo/hv_fast.h"
 
 namespace kareus::mobo {
 namespace internal {
@@ -21,6 +22,9 @@ namespace {
 // The smallest automatic initial design: enough points for a first surrogate fit over the
 // three knobs; coverage of every clock then comes from the per-clock acquisition.
 constexpr int kMinInitialDesign = 6;
+// With a prior: the initial design is the prior's (measured better at 5 % of the space than
+// 3 LHS points + 10 % of the budget, bench/profile_prior.py).
+constexpr int kPriorDesign = 4;
 
 struct Plan {
   const workload::PartitionType* type = nullptr;
@@ -75,8 +79,14 @@ Plan PlanType(const workload::PartitionType& type, const hw::GpuSpec& gpu,
   if (options.initial_design > 0) {
     plan.initial = options.initial_design;
   } else {
-    plan.initial = std::max<int>(
-        kMinInitialDesign, static_cast<int>(std::lround(options.initial_fraction * plan.budget)));
+    if (options.prior) {
+      // The prior's design (PriorDesign): a few configurations where the model expects the
+      // frontier, spread over the clocks; the surrogate's batches do the rest.
+      plan.initial = kPriorDesign;
+    } else {
+      plan.initial = std::max<int>(
+          kMinInitialDesign, static_cast<int>(std::lround(options.initial_fraction * plan.budget)));
+    }
   }
   if (plan.budget < plan.initial) {
     ThrowInput("budget", std::to_string(plan.budget),
@@ -133,9 +143,9 @@ class PartitionRun {
  public:
   PartitionRun(const Plan& plan, const ProfileOptions& options, measure::Backend& backend,
                measure::MeasurementStore* store, Progress& progress, uint64_t seed,
-               const std::string& label)
+               const std::string& label, const TypeKnowledge& knowledge)
       : plan_(plan), options_(options), backend_(backend), store_(store), progress_(progress),
-        seed_(seed), label_(label) {}
+        seed_(seed), label_(label), knowledge_(knowledge), prior_(knowledge.prior) {}
 
   PartitionResult Run() {
     PartitionResult result;
@@ -153,16 +163,24 @@ class PartitionRun {
       initial.resize(plan_.space.Size());
       std::iota(initial.begin(), initial.end(), 0);
     } else {
-      initial = InitialDesign(plan_.space, plan_.initial, rng);
+      if (!prior_.empty() && options_.initial_design == 0) {
+        initial = PriorDesign(plan_.space, prior_, backend_.StaticPowerW(), plan_.initial);
+      }
+      if (static_cast<int>(initial.size()) < plan_.initial) {  // no prior, or fewer clocks
+        std::set<int64_t> have(initial.begin(), initial.end());
+        for (int64_t i : InitialDesign(plan_.space, plan_.initial, rng)) {
+          if (static_cast<int>(initial.size()) >= plan_.initial) break;
+          if (have.insert(i).second) initial.push_back(i);
+        }
+      }
     }
     Evaluate(initial, 0, plan_.type->tunable ? "initial" : "exhaustive", &result);
     result.hypervolume_trace.push_back(MeasuredHypervolume(result));
 
-    std::unique_ptr<Surrogate> surrogate;
-    if (plan_.type->tunable) {
-      surrogate = MakeSurrogate(options_.surrogate,
-                                {.seed = DeriveSeed(seed_, HashString("surrogate"))});
-    }
+    result.has_prior = !prior_.empty();
+    const std::unique_ptr<Surrogate> surrogate =
+        MakeSurrogate(options_.surrogate, {.seed = DeriveSeed(seed_, HashString("surrogate")),
+                                           .learn_prior_weight = options_.prior_check});
     std::vector<bool> measured(plan_.space.Size(), false);
     for (const Evaluation& e : result.evaluations) measured[e.index] = true;
     for (int batch = 1; plan_.type->tunable &&
@@ -171,25 +189,32 @@ class PartitionRun {
       AcquisitionInput input;
       input.space = &plan_.space;
       input.static_power_w = backend_.StaticPowerW();
-      std::vector<std::vector<double>> x;
+      std::vector<measure::Sample> samples;
       for (const Evaluation& e : result.evaluations) {
         input.measured.push_back(e.index);
         input.measured_time_s.push_back(e.sample.time_s);
         input.measured_energy_j.push_back(e.sample.energy_j);
         input.measured_dynamic_energy_j.push_back(e.sample.dynamic_energy_j);
-        x.push_back(plan_.space.Encode(e.index));
+        samples.push_back(e.sample);
       }
-      surrogate->Fit(x, input.measured_time_s, input.measured_dynamic_energy_j);
+      surrogate->Fit(knowledge_.Rows(plan_.space, input.measured, samples));
+      if (Knows()) result.prior_uses.push_back(surrogate->Use());
       std::vector<std::vector<double>> candidates_x;
+      std::vector<double> candidates_prior_t, candidates_prior_e;
       for (int64_t i = 0; i < plan_.space.Size(); ++i) {
         if (measured[i]) continue;
         input.candidates.push_back(i);
         candidates_x.push_back(plan_.space.Encode(i));
+        AddPrior(i, &candidates_prior_t, &candidates_prior_e);
       }
       if (input.candidates.empty()) break;
-      input.predictions = surrogate->Predict(candidates_x);
+      input.predictions = surrogate->Predict(candidates_x, candidates_prior_t, candidates_prior_e);
       const int k = static_cast<int>(std::min<int64_t>(
           plan_.batch, plan_.budget - static_cast<int64_t>(result.evaluations.size())));
+      if (options_.strategy == Strategy::kThompson) {
+        DrawSamples(*surrogate, candidates_x, candidates_prior_t, candidates_prior_e, k, batch,
+                    &input);
+      }
       const std::vector<Pick> picks = SelectBatch(options_.strategy, input, k);
       KAREUS_CHECK(!picks.empty());
       std::vector<int64_t> indices;
@@ -222,10 +247,13 @@ class PartitionRun {
         indices.push_back(e.index);
         samples.push_back(e.sample);
       }
+      PriorUse use;
+      const bool denoise = options_.denoise && plan_.type->tunable && indices.size() >= 3;
       const std::vector<measure::Sample> estimates =
-          Estimates(plan_.space, indices, samples, options_.surrogate,
-                    options_.denoise && plan_.type->tunable, backend_.StaticPowerW(),
-                    DeriveSeed(seed_, HashString("final-surrogate")));
+          Estimates(plan_.space, indices, samples, options_.surrogate, denoise,
+                    backend_.StaticPowerW(), DeriveSeed(seed_, HashString("final-surrogate")),
+                    knowledge_, options_.prior_check, &use);
+      if (denoise && Knows()) result.prior_uses.push_back(use);
       for (std::size_t i = 0; i < estimates.size(); ++i) result.evaluations[i].estimate = estimates[i];
     }
     BuildFrontiers(&result);
@@ -276,6 +304,59 @@ class PartitionRun {
                             ++result->measured;
                             ShowProgress(*result, batch);
                           });
+  }
+
+  // Thompson sampling: joint draws at the candidates that could be on the frontier (optimistic
+  // point, mean - 2 std, improves the measured front), at most kMaxSampled of them by that
+  // improvement; one draw per pick.
+  void DrawSamples(const Surrogate& surrogate, const std::vector<std::vector<double>>& x,
+                   const std::vector<double>& prior_t, const std::vector<double>& prior_e, int k,
+                   int batch, AcquisitionInput* input) const {
+    constexpr std::size_t kMaxSampled = 300;
+    const Predictions& p = input->predictions;
+    std::vector<pareto::Point> measured;
+    for (std::size_t i = 0; i < input->measured.size(); ++i) {
+      measured.push_back({.time_s = input->measured_time_s[i], .energy_j = input->measured_energy_j[i]});
+    }
+    const std::vector<pareto::Point> front = pareto::Filter(measured);
+    double t_max = 0.0, e_max = 0.0;
+    for (const pareto::Point& q : measured) {
+      t_max = std::max(t_max, q.time_s);
+      e_max = std::max(e_max, q.energy_j);
+    }
+    const pareto::Point reference{.time_s = 1.1 * t_max, .energy_j = 1.1 * e_max};
+    std::vector<std::pair<double, std::size_t>> scored;
+    for (std::size_t c = 0; c < input->candidates.size(); ++c) {
+      const double t = std::max(0.5 * p.time_s[c], p.time_s[c] - 2.0 * p.time_std_s[c]);
+      const double e = std::max(0.5 * p.dynamic_energy_j[c],
+                                p.dynamic_energy_j[c] - 2.0 * p.dynamic_energy_std_j[c]);
+      const double hvi = FrontHvi(front, {.time_s = t, .energy_j = e + input->static_power_w * t},
+                                  reference);
+      if (hvi > 0.0) scored.push_back({-hvi, c});
+    }
+    std::sort(scored.begin(), scored.end());
+    if (scored.size() > kMaxSampled) scored.resize(kMaxSampled);
+    std::vector<std::vector<double>> sx;
+    std::vector<double> st, se;
+    for (const auto& [score, c] : scored) {
+      input->sampled.push_back(c);
+      sx.push_back(x[c]);
+      if (!prior_t.empty()) {
+        st.push_back(prior_t[c]);
+        se.push_back(prior_e[c]);
+      }
+    }
+    if (sx.empty()) return;
+    input->samples = surrogate.Sample(sx, st, se, k, DeriveSeed(seed_, 0x75 + static_cast<uint64_t>(batch)));
+  }
+
+  bool Knows() const { return !knowledge_.prior.empty() || !knowledge_.related.empty(); }
+
+  // The prior mean at space index `i`, appended (nothing without a prior).
+  void AddPrior(int64_t i, std::vector<double>* time_s, std::vector<double>* energy_j) const {
+    if (prior_.empty()) return;
+    time_s->push_back(prior_.time_s[i]);
+    energy_j->push_back(prior_.dynamic_energy_j[i]);
   }
 
   double MeasuredHypervolume(const PartitionResult& result) const {
@@ -348,6 +429,8 @@ class PartitionRun {
   Progress& progress_;
   uint64_t seed_;
   std::string label_;
+  const TypeKnowledge& knowledge_;
+  const PriorMean& prior_;
 };
 
 Json KnobsJson(const measure::PartitionKnobs& knobs) {
@@ -361,6 +444,56 @@ Json PointJson(const FrontierPoint& p) {
               {"dynamic_energy_j", p.dynamic_energy_j},
               {"measured_time_s", p.measured_time_s},
               {"measured_energy_j", p.measured_energy_j}};
+}
+
+// Whether `model` reads what `backend`'s noise-free twin reads: the same description and the
+// GPU figures a model's predictions rest on.
+bool SameModel(measure::Backend& model, measure::Backend& backend) {
+  const std::unique_ptr<measure::Backend> twin = backend.NoiseFreeTwin();
+  if (!twin || twin->Description() != model.Description()) return false;
+  const hw::GpuSpec& a = model.Gpu();
+  const hw::GpuSpec& b = twin->Gpu();
+  bool same_curve = a.voltage_curve.size() == b.voltage_curve.size();
+  for (std::size_t i = 0; same_curve && i < a.voltage_curve.size(); ++i) {
+    same_curve = a.voltage_curve[i].freq_mhz == b.voltage_curve[i].freq_mhz &&
+                 a.voltage_curve[i].volts == b.voltage_curve[i].volts;
+  }
+  return same_curve && a.name == b.name && a.sm_count == b.sm_count &&
+         a.power.dynamic_max_w == b.power.dynamic_max_w && a.power.static_w == b.power.static_w &&
+         a.power.cap_w == b.power.cap_w && a.power.memory_w == b.power.memory_w &&
+         a.gemm_efficiency == b.gemm_efficiency &&
+         a.attention_efficiency == b.attention_efficiency &&
+         a.hbm_bandwidth_gbps == b.hbm_bandwidth_gbps &&
+         a.interconnect.bus_bandwidth_gbps == b.interconnect.bus_bandwidth_gbps &&
+         a.interconnect.channel_bandwidth_gbps == b.interconnect.channel_bandwidth_gbps;
+}
+
+std::string PriorNote(const ProfileOptions& options, bool measuring_model) {
+  if (!options.prior) return "no prior: the surrogates start from the measurements alone";
+  if (measuring_model) {
+    return "the prior is the measuring backend's own noise-free model, i.e. the truth up to "
+           "measurement noise: sample efficiency at small budgets holds largely by construction "
+           "here; the mismatched-prior benchmark (bench/profile_prior.sh, a perturbed GPU model "
+           "as the prior) is the measure of the method";
+  }
+  return "the prior is a model distinct from the measuring backend: the surrogates learn the "
+         "residual between the measurements and it, and its weight per target (0 drops it)";
+}
+
+// What the last fit (the one the frontier was selected with) made of the prior, and every fit.
+Json PriorJson(const std::vector<PriorUse>& uses) {
+  Json fits = Json::array();
+  for (const PriorUse& u : uses) {
+    Json fit{{"time_weight", u.time_weight}, {"energy_weight", u.energy_weight}};
+    if (!u.related_similarity.empty()) fit["related_similarity"] = u.related_similarity;
+    fits.push_back(std::move(fit));
+  }
+  const PriorUse& last = uses.back();
+  return Json{{"time_weight", last.time_weight},
+              {"energy_weight", last.energy_weight},
+              {"held_out_log_error",
+               {{"time", last.held_out.time}, {"dynamic_energy", last.held_out.dynamic_energy}}},
+              {"fits", fits}};
 }
 
 }  // namespace
@@ -396,6 +529,17 @@ ProfileSummary ProfileWorkload(const workload::WorkloadModel& model, const Profi
                  "the exhaustive oracle needs a backend with noise-free values (the emulator)");
     }
   }
+  // The prior's model: predictions only, on a backend of its own (never counted).
+  std::unique_ptr<measure::Backend> prior_model;
+  if (options.prior) {
+    prior_model = options.prior.make(model);
+    KAREUS_CHECK(prior_model != nullptr) << "the prior's model factory returned nothing";
+  }
+  // Transfer: related workloads' stores, read once, read-only.
+  std::vector<RelatedWorkload> related;
+  for (const std::filesystem::path& path : options.related_stores) {
+    related.push_back(LoadRelatedWorkload(path, model, backend.Description()));
+  }
   std::unique_ptr<measure::MeasurementStore> store;
   if (!options.store.empty()) {
     store = measure::MeasurementStore::Open(
@@ -410,13 +554,25 @@ ProfileSummary ProfileWorkload(const workload::WorkloadModel& model, const Profi
   summary.backend = backend.Description();
   summary.surrogate = ToString(options.surrogate);
   summary.strategy = ToString(options.strategy);
+  if (options.prior) summary.prior = options.prior.description;
+  summary.prior_is_measuring_model = prior_model && internal::SameModel(*prior_model, backend);
+  summary.prior_note = internal::PriorNote(options, summary.prior_is_measuring_model);
+  for (const RelatedWorkload& r : related) summary.related.push_back(r.workload_signature);
   summary.seed = context.seed;
   Progress progress(!context.quiet);
   int64_t measured_so_far = 0;
   for (std::size_t i = 0; i < plans.size(); ++i) {
     const uint64_t seed = DeriveSeed(context.seed, HashString(plans[i].type->name.c_str()));
     const std::string label = "[" + std::to_string(i + 1) + "/" + std::to_string(plans.size()) + "]";
-    internal::PartitionRun run(plans[i], options, backend, store.get(), progress, seed, label);
+    TypeKnowledge knowledge;
+    if (plans[i].type->tunable) {
+      if (prior_model) knowledge.prior = PredictSpace(*prior_model, *plans[i].type, plans[i].space);
+      knowledge.related = RelatedRowsFor(related, *plans[i].type, plans[i].space, options.prior,
+                                         options.related_max_rows,
+                                         DeriveSeed(seed, HashString("related")));
+    }
+    internal::PartitionRun run(plans[i], options, backend, store.get(), progress, seed, label,
+                               knowledge);
     run.measured_total_ = measured_so_far;
     PartitionResult result = run.Run();
     measured_so_far += result.measured;
@@ -424,7 +580,8 @@ ProfileSummary ProfileWorkload(const workload::WorkloadModel& model, const Profi
     if (oracle && result.tunable) {  // a fixed type is measured exhaustively: nothing to compare
       const uint64_t random_seed = DeriveSeed(seed, HashString("random-search"));
       result.oracle = internal::CompareWithOracle(plans[i].space, *plans[i].type, result,
-                                                  backend, *oracle, options, random_seed);
+                                                  backend, *oracle, options, random_seed,
+                                                  knowledge);
     }
     summary.partitions.push_back(std::move(result));
   }
@@ -449,6 +606,10 @@ Json ProfileSummary::ToJson(bool with_evaluations) const {
   doc["backend"] = backend;
   doc["surrogate"] = surrogate;
   doc["strategy"] = strategy;
+  doc["prior"] = prior;
+  doc["prior_is_measuring_model"] = prior_is_measuring_model;
+  doc["prior_note"] = prior_note;
+  doc["related_workloads"] = related;
   doc["seed"] = seed;
   doc["gpu_seconds"] = gpu_seconds;
   doc["gpu_hours"] = gpu_seconds / 3600.0;
@@ -472,6 +633,7 @@ Json ProfileSummary::ToJson(bool with_evaluations) const {
     t["batches"] = r.batches;
     t["hypervolume"] = r.hypervolume;
     t["hypervolume_trace"] = r.hypervolume_trace;
+    if (!r.prior_uses.empty()) t["prior"] = internal::PriorJson(r.prior_uses);
     Json front = Json::array();
     for (const FrontierPoint& p : r.frontier) front.push_back(internal::PointJson(p));
     t["frontier"] = front;

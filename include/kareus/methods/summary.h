@@ -130,6 +130,9 @@ struct RunSettings {
   std::string surrogate;
   std::string strategy;
   std::string store;
+  std::string prior = "none";  // the profiler's prior mean (mobo::PriorModel), or "none"
+  std::string prior_note;      // what the prior is worth here (mobo::ProfileSummary::prior_note)
+  std::vector<std::string> related;  // transfer: related workloads' signatures
   std::string evaluation;  // EvaluationMode asked for
 };
 

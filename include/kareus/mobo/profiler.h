@@ -16,6 +16,7 @@
 #include "kareus/common/error.h"
 #include "kareus/measure/backend.h"
 #include "kareus/mobo/acquisition.h"
+#include "kareus/mobo/prior.h"
 #include "kareus/mobo/surrogate.h"
 #include "kareus/pareto/pareto.h"
 #include "kareus/workload/ops.h"
@@ -37,6 +38,20 @@ struct ProfileOptions {
                                    // measured configurations instead of the raw readings
   std::vector<std::string> partitions;  // types to profile (names); empty: all
   std::filesystem::path store;     // SQLite measurement store; empty: measurements not kept
+  // Model-informed prior (kareus/mobo/prior.h): the surrogates learn the residual between the
+  // measurements and this model's predictions. Empty: no prior (the library default; the CLI
+  // sets the emulator's model of the workload's GPU preset).
+  PriorModel prior;
+  bool prior_check = true;  // learn the prior's weight per target (dropping a prior that
+                            // explains the measurements worse than none); false: weight 1
+                            // (tests of what the check prevents)
+  // Transfer (kareus/mobo/prior.h): measurement stores of related workloads (same model and
+  // GPU, measured by the same backend), read-only; their rows of each partition type join
+  // the surrogate fits with a learned similarity, never the frontier.
+  std::vector<std::filesystem::path> related_stores;
+  std::size_t related_max_rows = 64;  // per related workload and type (seeded subset)
+  bool transfer = false;  // `kareus evaluate`: each workload also reads the stores of the
+                          // earlier workloads of the run with the same model and GPU
 
   // The first invalid field (its name here), its value and the rule; nullopt when valid.
   // Checks the values on their own; budgets against each type's space are checked by
@@ -113,6 +128,11 @@ struct PartitionResult {
   std::vector<FrontierPoint> frontier;    // (time, total energy), by time ascending
   std::vector<ClockFrontier> clock_frontiers;  // one per clock of the space, descending clock
   std::optional<OracleComparison> oracle;
+  // Prior and transfer: whether the type had a prior, and per surrogate fit (each batch, then
+  // the final denoising fit) the prior's learned weights and the related workloads' learned
+  // similarity (fits are recorded when there is a prior or related rows).
+  bool has_prior = false;
+  std::vector<PriorUse> prior_uses;
 };
 
 // How every GPU-hour figure of Kareus is counted (profile, run, evaluate).
@@ -126,6 +146,13 @@ struct ProfileSummary {
   std::string backend;  // Backend::Description()
   std::string surrogate;
   std::string strategy;
+  std::string prior = "none";  // PriorModel::description, or "none"
+  std::vector<std::string> related;  // signatures of the related workloads used (transfer)
+  // True when the prior's model reads what the measuring backend's noise-free twin reads (same
+  // description and GPU figures): the prior is then the truth up to noise and small budgets
+  // succeed largely by construction. prior_note says so in words (summaries print it).
+  bool prior_is_measuring_model = false;
+  std::string prior_note;
   uint64_t seed = 0;
   std::vector<PartitionResult> partitions;
   double gpu_seconds = 0.0;        // all measurements taken in this run (warm-ups included)
