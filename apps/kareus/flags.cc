@@ -51,7 +51,7 @@ void AddProfilerFlags(CLI::App* cmd, ProfilerFlags& flags, const std::string& st
       ->excludes(budget);
   cmd->add_option("--surrogate", flags.surrogate, "Profiler surrogate: gp | xgb")->capture_default_str();
   cmd->add_option("--strategy", flags.strategy,
-                  "Profiler batch acquisition: per-clock | published | believer")
+                  "Profiler batch acquisition: per-clock | published | believer | thompson")
       ->capture_default_str();
   cmd->add_option("--initial", flags.initial, "Initial design size per type; 0: automatic")
       ->capture_default_str();

@@ -42,7 +42,6 @@ struct ProfilerFlags {
   std::string prior = "model";
   std::string prior_perturb = "none";
   std::vector<std::string> related;
-  const CLI::Option* budget_fraction_option = nullptr;  // set by AddProfilerFlags
 };
 
 // --budget, --budget-fraction, --surrogate, --strategy, --initial, --batch, --full-grid,

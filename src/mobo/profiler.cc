@@ -49,6 +49,10 @@ std::optional<OptionError> ProfileOptions::Validate() const {
     return OptionError{"initial_fraction", Describe(initial_fraction), "must be in (0, 1]"};
   }
   if (batch_size < 0) return OptionError{"batch_size", Describe(batch_size), "must be >= 0 (0: auto)"};
+  if (related_max_rows < 1) {
+    return OptionError{"related_max_rows", Describe(related_max_rows),
+                       "must be >= 1"};
+  }
   return std::nullopt;
 }
 

@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "integration/cli_util.h"
+#include "kareus/common/io.h"
 #include "kareus/common/json.h"
 
 namespace kareus {
@@ -55,6 +56,12 @@ TEST(CliEvaluate, CombinedTableOverWorkloads) {
   EXPECT_EQ(j["rows"][1]["workload"], "05-qwen3-1.7b-tp8-mbs8-seq4096");
   EXPECT_TRUE(std::filesystem::exists(out / "evaluation.txt"));
   EXPECT_TRUE(std::filesystem::exists(out / "01-llama3.2-3b-tp8-mbs8-seq4096" / "report.html"));
+  // The profiler uses the model-informed prior by default and the summary says so (issue 18).
+  const Json summary =
+      Json::parse(ReadTextFile(out / "01-llama3.2-3b-tp8-mbs8-seq4096" / "summary.json"));
+  const Json& profile = summary["settings"]["profile"];
+  EXPECT_NE(profile["prior"].get<std::string>().find("emulator"), std::string::npos) << profile;
+  EXPECT_FALSE(profile["prior_note"].get<std::string>().empty()) << profile;
   std::filesystem::remove_all(out);
 }
 
