@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <map>
 #include <set>
@@ -283,7 +284,25 @@ MethodResult RunMethod(Method method, const workload::WorkloadModel& model,
       (forward ? truth.forward_options : truth.backward_options)[ins.stage][point.choice[node]] =
           {.time_s = sim.time_s, .energy_j = sim.energy_j};
     }
-    result.measured.push_back(pipeline::Evaluate(truth, solved.dag, point.choice, p_static));
+    // A GPU that waits (pipeline bubbles, P2P receives) draws the board's idle power.
+    result.measured.push_back(pipeline::Evaluate(truth, solved.dag, point.choice, gpu.power.idle_w));
+  }
+  // Composition error: every composed option Kareus planned on, against its instruction
+  // simulated end to end.
+  for (int s = 0; s < static_cast<int>(result.problem.stages.size()); ++s) {
+    for (const bool forward : {true, false}) {
+      const auto& stage = result.problem.stages[s];
+      for (const auto& option : forward ? stage.forward : stage.backward) {
+        if (option.mode != plan::ExecutionMode::kNanobatched || option.partitions.empty()) continue;
+        const auto sim = emulator::SimulateInstruction(
+            model, s, forward ? Direction::kForward : Direction::kBackward, ToEmulatorKnobs(option));
+        result.composition.push_back({.stage = s, .forward = forward, .freq_mhz = option.freq_mhz,
+                                      .composed_time_s = option.time_s,
+                                      .composed_energy_j = option.energy_j,
+                                      .simulated_time_s = sim.time_s,
+                                      .simulated_energy_j = sim.energy_j});
+      }
+    }
   }
   result.phase_wall_s["evaluate"] = Seconds(start);
   return result;
@@ -302,6 +321,37 @@ std::vector<TimeEnergy> Measured(const MethodResult& m, bool sampled_only) {
 Json PointJson(const pipeline::Evaluation& e) {
   return Json{{"time_s", e.time_s}, {"energy_j", e.energy_j}, {"static_energy_j", e.static_energy_j},
               {"dynamic_energy_j", e.dynamic_energy_j}};
+}
+
+// Distribution of (composed / simulated - 1) in percent over a method's composed options.
+Json CompositionJson(const MethodResult& m) {
+  auto stats = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    double mean_abs = 0.0;
+    for (double x : v) mean_abs += std::abs(x) / static_cast<double>(v.size());
+    const size_t n = v.size();
+    const double median = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+    return Json{{"min", v.front()}, {"median", median}, {"max", v.back()}, {"mean_abs", mean_abs}};
+  };
+  std::vector<double> time_pct, energy_pct;
+  Json samples = Json::array();
+  for (const auto& c : m.composition) {
+    time_pct.push_back(100.0 * (c.composed_time_s / c.simulated_time_s - 1.0));
+    energy_pct.push_back(100.0 * (c.composed_energy_j / c.simulated_energy_j - 1.0));
+    samples.push_back({{"stage", c.stage},
+                       {"instruction", c.forward ? "forward" : "backward"},
+                       {"freq_mhz", c.freq_mhz},
+                       {"composed_time_s", c.composed_time_s},
+                       {"simulated_time_s", c.simulated_time_s},
+                       {"composed_energy_j", c.composed_energy_j},
+                       {"simulated_energy_j", c.simulated_energy_j},
+                       {"time_error_pct", time_pct.back()},
+                       {"energy_error_pct", energy_pct.back()}});
+  }
+  return Json{{"options", m.composition.size()},
+              {"time_error_pct", stats(time_pct)},
+              {"energy_error_pct", stats(energy_pct)},
+              {"samples", samples}};
 }
 
 Json OptionalPercent(const std::optional<double>& value) {
@@ -408,6 +458,7 @@ Json BuildSummary(const RunResult& run) {
                  {"message", m.solved.solve.summary.message},
                  {"steps", m.solved.solve.summary.steps}}}};
     if (!m.note.empty()) entry["note"] = m.note;
+    if (!m.composition.empty()) entry["composition_error"] = CompositionJson(m);
     methods.push_back(entry);
   }
   // The max-throughput table: each method's fastest plan against Megatron-LM's.
@@ -477,6 +528,7 @@ Json BuildSummary(const RunResult& run) {
                 {"methods", Json::array()},
                 {"unit_time_s", run.options.unit_time_s},
                 {"static_power_w", run.model.workload.gpu.power.static_w},
+                {"idle_power_w", run.model.workload.gpu.power.idle_w},
                 {"planning_clocks_mhz", PlanningClocks(run.model, run.options)},
                 {"profile",
                  {{"budget", run.options.profile.budget},
@@ -492,7 +544,8 @@ Json BuildSummary(const RunResult& run) {
               {"source_note",
                "All times and energies come from the built-in GPU emulator (no GPU was used): "
                "plans are profiled with emulated measurement noise, then every plan is run on the "
-               "emulated cluster noise-free. Energy is summed over all GPUs of one iteration."},
+               "emulated cluster noise-free (each instruction simulated end to end, a waiting "
+               "GPU drawing its idle power). Energy is summed over all GPUs of one iteration."},
               {"workload", run.model.workload.ToJson()},
               {"settings", settings},
               {"methods", methods},

@@ -50,6 +50,17 @@ struct RunOptions {
   bool quiet = false;            // no progress on the terminal
 };
 
+// A composed instruction option (Kareus: the sum of its partition types' measured fronts plus
+// the fixed work, plan/compose.h) against the instruction simulated end to end
+// (emulator::SimulateInstruction, the ground truth every plan is evaluated on).
+struct CompositionSample {
+  int stage = 0;
+  bool forward = true;
+  int freq_mhz = 0;
+  double composed_time_s = 0.0, composed_energy_j = 0.0;
+  double simulated_time_s = 0.0, simulated_energy_j = 0.0;
+};
+
 struct MethodResult {
   Method method = Method::kKareus;
   plan::PlanProblem problem;  // every instruction's options (predicted costs) as the solver saw them
@@ -63,6 +74,7 @@ struct MethodResult {
   std::map<std::string, double> phase_wall_s;  // "profile", "compose", "solve", "evaluate"
   std::optional<mobo::ProfileSummary> profile;  // partition profiling (kareus)
   std::string note;                     // e.g. why a method fell back to sequential execution
+  std::vector<CompositionSample> composition;  // every composed option (kareus, kareus-oracle)
 
   std::size_t Fastest() const { return measured.size() - 1; }
   const std::vector<int>& Choice(std::size_t point) const { return solved.solve.points[point].choice; }
