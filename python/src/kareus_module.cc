@@ -7,12 +7,15 @@
 #include <pybind11/stl.h>
 #include <pybind11/stl/filesystem.h>
 
+#include <filesystem>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "kareus/methods/run.h"
+#include "kareus/plan/plan_file.h"
 #include "kareus/runtime/energy_monitor.h"
 #include "kareus/runtime/frequency_controller.h"
 #include "kareus/runtime/nvml.h"
@@ -57,6 +60,27 @@ py::dict InstructionDict(const plan::PlannedInstruction& instruction) {
   d["time_s"] = instruction.time_s;
   d["energy_j"] = instruction.energy_j;
   return d;
+}
+
+// The job's pipeline, when the caller gives it, must be the plan's: a plan for another stage
+// count or microbatch count is refused before any clock is touched, naming both.
+void CheckPlanMatchesJob(const plan::Plan& plan, const std::filesystem::path& plan_path,
+                         std::optional<int> num_stages, std::optional<int> num_microbatches) {
+  const int plan_stages = static_cast<int>(plan.stages.size());
+  const bool stages_differ = num_stages && *num_stages != plan_stages;
+  const bool microbatches_differ = num_microbatches && *num_microbatches != plan.num_microbatches;
+  if (!stages_differ && !microbatches_differ) return;
+  std::string job;
+  if (num_stages) job += std::to_string(*num_stages) + " pipeline stages";
+  if (num_microbatches) {
+    job += (job.empty() ? "" : " x ") + std::to_string(*num_microbatches) + " microbatches";
+  }
+  throw kareus::InputError(
+      plan_path.string() + ": the plan does not match this job: the plan is for " +
+      std::to_string(plan_stages) + " pipeline stages x " +
+      std::to_string(plan.num_microbatches) + " microbatches, the job runs " + job +
+      " (make the plan from a workload with parallelism.pp = the job's pipeline stages and "
+      "microbatches = the job's microbatches per iteration)");
 }
 
 // ZeusMonitor's Measurement shape: time, gpu_energy {index: J}, total_energy.
@@ -178,15 +202,19 @@ PYBIND11_MODULE(_kareus, m) {
                                "One pipeline stage of plan.json, driven by the training loop's "
                                "hooks; sets each instruction's clock and serves its knobs.")
       .def(py::init([](const std::filesystem::path& plan_path, int stage,
-                       rt::FrequencyController* controller, bool check_supported_clocks) {
+                       rt::FrequencyController* controller, bool check_supported_clocks,
+                       std::optional<int> num_stages, std::optional<int> num_microbatches) {
+             plan::Plan plan = plan::ReadPlanFile(plan_path);
+             CheckPlanMatchesJob(plan, plan_path, num_stages, num_microbatches);
              return std::make_unique<rt::PlanExecutor>(
-                 plan_path,
+                 std::move(plan),
                  rt::PlanExecutorOptions{.stage = stage,
                                          .check_supported_clocks = check_supported_clocks},
                  controller);
            }),
            py::arg("plan_path"), py::arg("stage") = 0, py::arg("controller") = nullptr,
-           py::arg("check_supported_clocks") = true,
+           py::arg("check_supported_clocks") = true, py::arg("num_stages") = py::none(),
+           py::arg("num_microbatches") = py::none(),
            py::keep_alive<1, 4>())  // the controller lives as long as the executor
       .def("on_step_begin", &rt::PlanExecutor::OnStepBegin)
       .def("on_step_end", &rt::PlanExecutor::OnStepEnd)
@@ -206,6 +234,10 @@ PYBIND11_MODULE(_kareus, m) {
                                return e.stage_plan().instructions.size();
                              })
       .def_property_readonly("method", [](const rt::PlanExecutor& e) { return e.plan().method; })
+      .def_property_readonly("num_stages",
+                             [](const rt::PlanExecutor& e) { return e.plan().stages.size(); })
+      .def_property_readonly("num_microbatches",
+                             [](const rt::PlanExecutor& e) { return e.plan().num_microbatches; })
       .def_property_readonly("current",
                              [](const rt::PlanExecutor& e) -> py::object {
                                if (!e.has_current_instruction()) return py::none();

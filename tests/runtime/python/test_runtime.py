@@ -131,6 +131,27 @@ def test_bad_plan_files_are_rejected_and_clocks_untouched(log, name, needle):
     assert clock_calls(log, 0) == []
 
 
+def test_plan_for_another_pipeline_is_refused_naming_both(log):
+    executor = kareus.PlanExecutor(DATA / "plan_2x8.json", stage=1, num_stages=STAGES,
+                                   num_microbatches=MICROBATCHES)
+    assert (executor.num_stages, executor.num_microbatches) == (STAGES, MICROBATCHES)
+    controller = kareus.FrequencyController(gpu=0, install_signal_handlers=False)
+    for stages, microbatches, job in [(4, None, "the job runs 4 pipeline stages"),
+                                      (None, 4, "the job runs 4 microbatches"),
+                                      (4, 16, "the job runs 4 pipeline stages x 16 microbatches")]:
+        with pytest.raises(kareus.InputError) as error:
+            # Stage 3 is not in the plan: the mismatch is named before the stage range.
+            kareus.PlanExecutor(DATA / "plan_2x8.json", stage=3 if stages else 0,
+                                controller=controller, num_stages=stages,
+                                num_microbatches=microbatches)
+        message = str(error.value)
+        assert "plan_2x8.json: the plan does not match this job" in message
+        assert "the plan is for 2 pipeline stages x 8 microbatches" in message
+        assert job + " (" in message
+    del controller
+    assert clock_calls(log, 0) == []
+
+
 def test_permission_refusal_warns_once_and_measures_only(log, fake, capfd):
     controller = kareus.FrequencyController(gpu=1, install_signal_handlers=False,
                                             coalesce=False)
