@@ -17,6 +17,7 @@ is reported. Every line that Kareus adds to the loop is marked ``# Kareus``.
 See README.md next to this file.
 """
 import argparse
+import importlib
 import json
 import math
 import os
@@ -26,9 +27,13 @@ import socket
 import sys
 import time
 
-import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
+try:
+    import torch
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+except ImportError as missing:
+    sys.exit(f"train.py: {missing}: run it with an interpreter that has PyTorch (on Debian: "
+             f"/usr/bin/python3 with python3-torch installed)")
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from model import ModelConfig, NoComm, Stage  # noqa: E402
@@ -117,10 +122,13 @@ def batches(tokens, step, microbatches, size, length, seed):
 
 
 def read_straggler_report(path):
-    """The target iteration time a straggler detector asked for, or NaN; consumes the file."""
+    """The target iteration time a straggler detector asked for, or NaN; consumes the file
+    (write it atomically: a temporary file, then rename; an empty file is left for later)."""
     try:
         text = pathlib.Path(path).read_text()
     except FileNotFoundError:
+        return math.nan
+    if not text.strip():
         return math.nan
     os.remove(path)
     try:
@@ -303,7 +311,7 @@ def main(argv=None):
     args = parse_args(argv)
     if args.plan:
         try:
-            import kareus  # noqa: F401
+            importlib.import_module("kareus")  # before starting the stages: a clear message
         except ImportError as error:
             sys.exit(f"train.py: cannot import the kareus module ({error}): build it "
                      f"(cmake --build build --target kareus_python), add <build>/python to "
