@@ -42,11 +42,10 @@ def new_file_from_patch(path):
 
 
 def one_f_one_b(stage):
-    warmup = min(STAGES - stage - 1, MICROBATCHES)
-    order = ["forward"] * warmup
-    for _ in range(MICROBATCHES - warmup):
-        order += ["forward", "backward"]
-    return order + ["backward"] * warmup
+    """Megatron's non-interleaved 1F1B order, as examples/pytorch's job runs it."""
+    sys.path.insert(0, str(ROOT / "examples" / "pytorch"))
+    import train
+    return [kind for kind, _ in train.one_f_one_b(STAGES, stage, MICROBATCHES)]
 
 
 @pytest.fixture()
