@@ -103,6 +103,8 @@ class PlanComm:
 
 
 class Reporter:
+    """--report DIR: one JSON line per event (start, step, swap, error, end) in rank<r>.jsonl."""
+
     def __init__(self, folder, rank):
         self.file = None
         if folder:
