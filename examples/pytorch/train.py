@@ -173,7 +173,8 @@ def worker(rank, world, args):
                 int(os.environ.get("LOCAL_RANK", rank)))  # CUDA ordinal -> NVML index
             controller = kareus.FrequencyController(gpu=gpu, coalesce=not args.exact_clocks)
             executor = kareus.PlanExecutor(args.plan, stage=rank, controller=controller,
-                                           num_stages=world, num_microbatches=M)
+                                           num_stages=world, num_microbatches=M,
+                                           schedule="1f1b")
             monitor = kareus.EnergyMonitor(gpu_indices=[gpu])
             log(f"plan {args.plan} ({executor.method}): stage {rank} of "
                 f"{executor.num_stages}, {executor.num_microbatches} microbatches, GPU {gpu}"

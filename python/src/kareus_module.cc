@@ -14,16 +14,19 @@
 #include <string>
 #include <utility>
 
+#include "kareus/measure/emulator_backend.h"
 #include "kareus/methods/run.h"
 #include "kareus/plan/plan_file.h"
 #include "kareus/runtime/energy_monitor.h"
 #include "kareus/runtime/frequency_controller.h"
 #include "kareus/runtime/nvml.h"
 #include "kareus/runtime/plan_executor.h"
+#include "kareus/schedule/schedule.h"
 
 namespace py = pybind11;
 namespace rt = kareus::runtime;
 namespace plan = kareus::plan;
+namespace schedule = kareus::schedule;
 
 namespace {
 
@@ -50,10 +53,11 @@ py::dict KnobsDict(const plan::PartitionKnobs& knobs) {
 
 py::dict InstructionDict(const plan::PlannedInstruction& instruction) {
   py::dict d;
-  d["kind"] = plan::ToString(instruction.kind);
+  d["kind"] = schedule::ToString(instruction.kind);
+  d["chunk"] = instruction.chunk;
   d["microbatch"] = instruction.microbatch;
   d["freq_mhz"] = instruction.freq_mhz;
-  d["mode"] = plan::ToString(instruction.mode);
+  d["mode"] = schedule::ToString(instruction.mode);
   py::list partitions;
   for (const auto& knobs : instruction.partitions) partitions.append(KnobsDict(knobs));
   d["partitions"] = partitions;
@@ -62,25 +66,34 @@ py::dict InstructionDict(const plan::PlannedInstruction& instruction) {
   return d;
 }
 
-// The job's pipeline, when the caller gives it, must be the plan's: a plan for another stage
-// count or microbatch count is refused before any clock is touched, naming both.
+// The job's pipeline, as far as the caller gives it, must be the plan's: a plan for another
+// stage count, microbatch count or schedule is refused before any clock is touched, naming both.
 void CheckPlanMatchesJob(const plan::Plan& plan, const std::filesystem::path& plan_path,
-                         std::optional<int> num_stages, std::optional<int> num_microbatches) {
+                         std::optional<int> num_stages, std::optional<int> num_microbatches,
+                         const std::optional<std::string>& schedule_name) {
   const int plan_stages = static_cast<int>(plan.stages.size());
-  const bool stages_differ = num_stages && *num_stages != plan_stages;
-  const bool microbatches_differ = num_microbatches && *num_microbatches != plan.num_microbatches;
-  if (!stages_differ && !microbatches_differ) return;
+  std::optional<schedule::ScheduleKind> job_schedule;
+  if (schedule_name) job_schedule = schedule::ScheduleKindFromString(*schedule_name);
+  if ((!num_stages || *num_stages == plan_stages) &&
+      (!num_microbatches || *num_microbatches == plan.num_microbatches) &&
+      (!job_schedule || *job_schedule == plan.schedule)) {
+    return;
+  }
   std::string job;
   if (num_stages) job += std::to_string(*num_stages) + " pipeline stages";
   if (num_microbatches) {
     job += (job.empty() ? "" : " x ") + std::to_string(*num_microbatches) + " microbatches";
   }
+  if (job_schedule) {
+    const std::string name = schedule::ToString(*job_schedule);
+    job += job.empty() ? "the " + name + " schedule" : " (" + name + ")";
+  }
   throw kareus::InputError(
       plan_path.string() + ": the plan does not match this job: the plan is for " +
-      std::to_string(plan_stages) + " pipeline stages x " +
-      std::to_string(plan.num_microbatches) + " microbatches, the job runs " + job +
+      std::to_string(plan_stages) + " pipeline stages x " + std::to_string(plan.num_microbatches) +
+      " microbatches (" + schedule::ToString(plan.schedule) + "), the job runs " + job +
       " (make the plan from a workload with parallelism.pp = the job's pipeline stages and "
-      "microbatches = the job's microbatches per iteration)");
+      "microbatches = the job's microbatches per iteration, for the job's schedule)");
 }
 
 // ZeusMonitor's Measurement shape: time, gpu_energy {index: J}, total_energy.
@@ -122,13 +135,13 @@ PYBIND11_MODULE(_kareus, m) {
         km::RunOptions options;
         if (methods) {
           options.methods.clear();
-          for (const auto& name : *methods) options.methods.push_back(km::MethodFromString(name));
+          for (const auto& name : *methods) options.methods.push_back(km::FindMethod(name));
         }
-        if (budget_fraction) {
-          if (!(*budget_fraction > 0.0 && *budget_fraction <= 1.0)) {
-            kareus::ThrowInput("budget_fraction", std::to_string(*budget_fraction), "must be in (0, 1]");
-          }
-          options.profile.budget_fraction = *budget_fraction;
+        if (budget_fraction) options.profile.budget_fraction = *budget_fraction;
+        if (const auto error = options.Validate()) {
+          // Python names the arguments after the struct's fields.
+          kareus::ThrowInput(error->field == "profile.budget_fraction" ? "budget_fraction" : error->field,
+                             error->value, error->rule);
         }
         options.quiet = quiet;
         if (out) options.profile.store = std::filesystem::path(*out) / "measurements.sqlite";
@@ -136,9 +149,10 @@ PYBIND11_MODULE(_kareus, m) {
         {
           py::gil_scoped_release release;  // the run is pure C++; let other threads go on
           const auto run = km::RunWorkload(kareus::workload::LoadWorkloadFile(workload), options,
+                                           kareus::measure::EmulatorBackendFactory(),
                                            kareus::Context{.seed = seed, .quiet = quiet});
           if (out) km::WriteRunOutputs(run, *out);
-          summary = run.summary.dump();
+          summary = km::ToJson(run.summary).dump();
         }
         return py::module_::import("json").attr("loads")(summary);
       },
@@ -203,9 +217,10 @@ PYBIND11_MODULE(_kareus, m) {
                                "hooks; sets each instruction's clock and serves its knobs.")
       .def(py::init([](const std::filesystem::path& plan_path, int stage,
                        rt::FrequencyController* controller, bool check_supported_clocks,
-                       std::optional<int> num_stages, std::optional<int> num_microbatches) {
+                       std::optional<int> num_stages, std::optional<int> num_microbatches,
+                       std::optional<std::string> schedule_name) {
              plan::Plan plan = plan::ReadPlanFile(plan_path);
-             CheckPlanMatchesJob(plan, plan_path, num_stages, num_microbatches);
+             CheckPlanMatchesJob(plan, plan_path, num_stages, num_microbatches, schedule_name);
              return std::make_unique<rt::PlanExecutor>(
                  std::move(plan),
                  rt::PlanExecutorOptions{.stage = stage,
@@ -214,7 +229,7 @@ PYBIND11_MODULE(_kareus, m) {
            }),
            py::arg("plan_path"), py::arg("stage") = 0, py::arg("controller") = nullptr,
            py::arg("check_supported_clocks") = true, py::arg("num_stages") = py::none(),
-           py::arg("num_microbatches") = py::none(),
+           py::arg("num_microbatches") = py::none(), py::arg("schedule") = py::none(),
            py::keep_alive<1, 4>())  // the controller lives as long as the executor
       .def("on_step_begin", &rt::PlanExecutor::OnStepBegin)
       .def("on_step_end", &rt::PlanExecutor::OnStepEnd)
@@ -238,6 +253,9 @@ PYBIND11_MODULE(_kareus, m) {
                              [](const rt::PlanExecutor& e) { return e.plan().stages.size(); })
       .def_property_readonly("num_microbatches",
                              [](const rt::PlanExecutor& e) { return e.plan().num_microbatches; })
+      .def_property_readonly(
+          "schedule",
+          [](const rt::PlanExecutor& e) { return schedule::ToString(e.plan().schedule); })
       .def_property_readonly("current",
                              [](const rt::PlanExecutor& e) -> py::object {
                                if (!e.has_current_instruction()) return py::none();

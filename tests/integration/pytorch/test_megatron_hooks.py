@@ -11,6 +11,7 @@ import ctypes
 import json
 import os
 import pathlib
+import re
 import sys
 import time
 import types
@@ -117,12 +118,12 @@ def test_the_patched_hooks_drive_a_1f1b_step_per_stage(megatron):
 
 
 @pytest.mark.parametrize("world,microbatches,job", [
-    (4, MICROBATCHES, "the job runs 4 pipeline stages x 8 microbatches"),
-    (STAGES, 16, "the job runs 2 pipeline stages x 16 microbatches")])
+    (4, MICROBATCHES, "the job runs 4 pipeline stages x 8 microbatches (1f1b)"),
+    (STAGES, 16, "the job runs 2 pipeline stages x 16 microbatches (1f1b)")])
 def test_build_executor_refuses_a_plan_for_another_pipeline(megatron, world, microbatches, job):
     megatron.world, megatron.microbatches = world, microbatches
-    with pytest.raises(kareus.InputError, match="the plan is for 2 pipeline stages x 8 "
-                       "microbatches, " + job):
+    with pytest.raises(kareus.InputError, match=re.escape(
+            "the plan is for 2 pipeline stages x 8 microbatches (1f1b), " + job)):
         megatron.hooks.build_executor(str(PLAN))
     assert not megatron.log.exists() or "set" not in megatron.log.read_text()
 

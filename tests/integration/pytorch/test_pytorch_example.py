@@ -252,9 +252,10 @@ def test_training_under_a_plan_with_a_straggler_switch(run_dir, tmp_path):
 
 
 @pytest.mark.parametrize("change,job_has,plan_has", [
-    (("pp: 2", "pp: 4"), "2 pipeline stages x 4 microbatches", "4 pipeline stages x 4 microbatches"),
-    (("microbatches: 4", "microbatches: 8"), "2 pipeline stages x 4 microbatches",
-     "2 pipeline stages x 8 microbatches"),
+    (("pp: 2", "pp: 4"), "2 pipeline stages x 4 microbatches (1f1b)",
+     "4 pipeline stages x 4 microbatches (1f1b)"),
+    (("microbatches: 4", "microbatches: 8"), "2 pipeline stages x 4 microbatches (1f1b)",
+     "2 pipeline stages x 8 microbatches (1f1b)"),
 ])
 def test_a_plan_for_another_pipeline_is_refused_before_the_first_step(tmp_path, change, job_has,
                                                                         plan_has):
