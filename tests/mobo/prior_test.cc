@@ -12,6 +12,8 @@
 #include "kareus/common/error.h"
 #include "kareus/mobo/prior.h"
 #include "kareus/mobo/profiler.h"
+#include "kareus/mobo/search_space.h"
+#include "kareus/mobo/surrogate.h"
 #include "measure/synthetic_backend.h"
 
 namespace kareus::mobo {
@@ -182,6 +184,44 @@ TEST(Prior, SameSeedSameResultAndSummarySaysSo) {
   // The first measurements are the prior's design: one per clock quantile.
   for (int n : a.initial_design) EXPECT_EQ(n, 4);
 }
+
+// Both surrogates on 60 noise-free configurations of a synthetic type: with the truth as the
+// prior they rest on it (weight 1); with the prior values shuffled across rows (no information,
+// all roughness) they drop it (weight 0).
+class SurrogatePriorTest : public ::testing::TestWithParam<SurrogateKind> {};
+
+TEST_P(SurrogatePriorTest, KeepsATruePriorAndDropsAShuffledOne) {
+  const workload::PartitionType type = testing::SyntheticPartition("fwd_attn", 4);
+  const SearchSpace space = SearchSpace::For(testing::SyntheticGpu(), type, false);
+  TrainingRows exact, shuffled;
+  std::vector<measure::Sample> truth;
+  for (int64_t i = 0; i < space.Size(); i += space.Size() / 60) {
+    truth.push_back(testing::SyntheticBackend::Truth(type, space.At(i)));
+    exact.Add(space.Encode(i), truth.back().time_s, truth.back().dynamic_energy_j);
+    shuffled.Add(space.Encode(i), truth.back().time_s, truth.back().dynamic_energy_j);
+  }
+  const std::size_t n = truth.size();
+  for (std::size_t i = 0; i < n; ++i) {
+    exact.AddPrior(truth[i].time_s, truth[i].dynamic_energy_j);
+    const measure::Sample& other = truth[(i * 37 + 11) % n];  // 37 is prime to n
+    shuffled.AddPrior(other.time_s, other.dynamic_energy_j);
+  }
+  const auto fit = [&](const TrainingRows& rows) {
+    const std::unique_ptr<Surrogate> s = MakeSurrogate(GetParam(), {.seed = 3});
+    s->Fit(rows);
+    return s->Use();
+  };
+  const PriorUse kept = fit(exact);
+  EXPECT_GT(kept.time_weight, 0.8);
+  EXPECT_GT(kept.energy_weight, 0.8);
+  const PriorUse dropped = fit(shuffled);
+  EXPECT_EQ(dropped.time_weight, 0.0);
+  EXPECT_EQ(dropped.energy_weight, 0.0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Kinds, SurrogatePriorTest,
+                         ::testing::Values(SurrogateKind::kGaussianProcess,
+                                           SurrogateKind::kXgbEnsemble));
 
 }  // namespace
 }  // namespace kareus::mobo
