@@ -75,6 +75,21 @@ def profile(args, workload, fraction, seed, setting, store=None, related=None):
     return json.loads(done.stdout)
 
 
+def related_store(args, first, fraction, seed):
+    """The store of a family's first workload, profiled like the others (P1, same share and
+    seed); made once (main makes every one before the parallel jobs read them)."""
+    stores = os.path.join(args.out, "stores")
+    os.makedirs(stores, exist_ok=True)
+    store = os.path.join(stores, f"{first}-{fraction}-{seed}.sqlite")
+    if not os.path.exists(store + ".done"):
+        if os.path.exists(store):
+            os.remove(store)
+        base = next(w for w in workloads() if os.path.basename(w)[:2] == first)
+        profile(args, base, fraction, seed, "transfer", store=store)
+        open(store + ".done", "w").close()
+    return store
+
+
 def run_one(args, workload, fraction, seed, setting):
     """Rows (workload, type, space, evaluations, hv_ratio, gpu_hours, prior weights)."""
     name = os.path.basename(workload)[:-5]
@@ -82,17 +97,8 @@ def run_one(args, workload, fraction, seed, setting):
     store = None
     if setting == "transfer":
         family = next(f for f in FAMILIES if name[:2] in f)
-        stores = os.path.join(args.out, "stores")
-        os.makedirs(stores, exist_ok=True)
         if name[:2] != family[0]:
-            base = next(w for w in workloads() if os.path.basename(w)[:2] == family[0])
-            related = os.path.join(stores, f"{family[0]}-{fraction}-{seed}.sqlite")
-            # The family's first workload, profiled like this one (P1, same share and seed).
-            if not os.path.exists(related + ".done"):
-                if os.path.exists(related):
-                    os.remove(related)
-                profile(args, base, fraction, seed, "transfer", store=related)
-                open(related + ".done", "w").close()
+            related = related_store(args, family[0], fraction, seed)
     doc = profile(args, workload, fraction, seed, setting, store=store, related=related)
     rows = []
     for t in doc["partitions"]:
@@ -130,6 +136,12 @@ def main():
             sys.exit(f"--settings: unknown setting {s}")
 
     jobs = [(w, f, s, st) for st in settings for f in fractions for s in seeds for w in workloads()]
+    if "transfer" in settings:  # the families' first workloads first, before the pool reads them
+        for fam in FAMILIES:
+            for f in fractions:
+                for s in seeds:
+                    if len(fam) > 1:
+                        related_store(args, fam[0], f, s)
     results = {}
     with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
         futures = {pool.submit(run_one, args, *job): job for job in jobs}
