@@ -8,6 +8,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <compare>
 #include <cstdint>
 #include <memory>
@@ -163,6 +164,8 @@ class DeviceRank {
   virtual void BeginTiming() = 0;
   virtual void Enqueue(const Program& program, int64_t repeats) = 0;
   virtual double EndTiming(double timeout_s) = 0;
+  // While set and true, EndTiming gives up waiting (another rank failed) and throws.
+  virtual void SetCancel(const std::atomic<bool>* /*cancel*/) {}
 
   // Telemetry (NVML). EnergyJ: the total-energy counter in joules, nullopt when unsupported.
   virtual std::optional<double> EnergyJ() = 0;

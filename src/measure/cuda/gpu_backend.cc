@@ -387,6 +387,7 @@ void GpuBackend::Run(const RankLayout& layout, const std::vector<MeasureSpec>& s
   const int n = CheckRanks(layout, specs.front().what);
   Shared shared(n);
   std::vector<std::exception_ptr> errors(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) ranks_[static_cast<size_t>(r)].device->SetCancel(shared.barrier.flag());
   std::vector<std::thread> threads;
   threads.reserve(static_cast<size_t>(n));
   for (int r = 0; r < n; ++r) {
@@ -402,6 +403,7 @@ void GpuBackend::Run(const RankLayout& layout, const std::vector<MeasureSpec>& s
     });
   }
   for (std::thread& t : threads) t.join();
+  for (int r = 0; r < n; ++r) ranks_[static_cast<size_t>(r)].device->SetCancel(nullptr);
   for (const std::exception_ptr& error : errors) {
     if (!error) continue;
     if (n > 1) {

@@ -78,6 +78,7 @@ class AbortableBarrier {
   void Wait();  // throws Aborted after Abort()
   void Abort();
   bool aborted() const { return aborted_.load(); }
+  const std::atomic<bool>* flag() const { return &aborted_; }
   struct Aborted {};
 
  private:
