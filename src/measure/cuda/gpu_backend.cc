@@ -492,8 +492,9 @@ void GpuBackend::MeasureOne(int r, const RankLayout& layout, const MeasureSpec& 
   } else {
     double period = 0.0;
     for (int q = 0; q < layout.Ranks(); ++q) period = std::max(period, ranks_[static_cast<size_t>(q)].counter_period_s);
+    const double window_s = spec.window_s > 0.0 ? spec.window_s : options_.window_s;
     const int64_t repeats =
-        RepeatsForWindow(run_s, options_.window_s, period, options_.min_counter_periods, options_.max_repeats);
+        RepeatsForWindow(run_s, window_s, period, options_.min_counter_periods, options_.max_repeats);
     dev.SleepS(options_.cooldown_s);
     if (options_.warmup_runs > 0) run(options_.warmup_runs);
     const CounterTick before = WaitForTick(rank, std::max(1.0, 4.0 * rank.counter_period_s));

@@ -98,6 +98,7 @@ struct MeasureSpec {
   std::vector<CommKey> comms;
   std::function<Program(const CommHandleOf&)> build;
   bool energy = true;  // false: time only (calibration runs), no energy window
+  double window_s = 0.0;  // energy window; 0: the backend's
 };
 
 class GpuBackend final : public Backend {

@@ -225,6 +225,13 @@ void ProgramBuilder::AddPartition(const std::vector<KernelSpec>& compute,
   }
 }
 
+void ProgramBuilder::AddCollective(const CollectiveSpec& collective, int ctas) {
+  const int item = CollectiveItem(collective, comm_of_({GroupOf(collective.type), ctas}));
+  Wait(kCommStream, Record(kComputeStream));
+  Launch(kCommStream, item);
+  Wait(kComputeStream, Record(kCommStream));
+}
+
 void ProgramBuilder::AddSequential(const std::vector<workload::Op>& ops, const workload::Workload& workload) {
   for (const workload::Op& op : ops) {
     if (op.kind == workload::OpKind::kCollective) {

@@ -64,6 +64,9 @@ class ProgramBuilder {
   // `launch_index`; the partition ends when both are done.
   void AddPartition(const std::vector<KernelSpec>& compute,
                     const std::optional<CollectiveSpec>& collective, int ctas, int launch_index);
+  // A collective alone on the communication stream (`ctas` CTAs, 0: the library default),
+  // started after and joined before the compute stream's work.
+  void AddCollective(const CollectiveSpec& collective, int ctas);
   // Kernels and collectives one after another on the compute stream (collectives on the
   // library-default communicator of their group).
   void AddSequential(const std::vector<workload::Op>& ops, const workload::Workload& workload);
