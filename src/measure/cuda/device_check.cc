@@ -189,6 +189,18 @@ Reading MeasureOne(GpuBackend& backend, const RankLayout& layout, MeasureSpec sp
   return out;
 }
 
+// A partition's compute ops of one nanobatch on one GPU, with energy (`window_s` 0: the
+// backend's window).
+MeasureSpec ComputeOnlySpec(const workload::PartitionType& type, const workload::WorkloadModel& model, int clock,
+                            double window_s) {
+  return MeasureSpec{.what = type.name + " compute only",
+                     .freq_mhz = clock,
+                     .comms = {},
+                     .build = [&type, &model](const CommHandleOf&) { return ComputeOnlyProgram(type, model.workload); },
+                     .energy = true,
+                     .window_s = window_s};
+}
+
 }  // namespace
 
 Json RunDeviceCheck(const DeviceCheckOptions& options, const DeviceCheckEnv& env) {
@@ -351,13 +363,7 @@ Json RunDeviceCheck(const DeviceCheckOptions& options, const DeviceCheckEnv& env
     for (const auto& type : model.partition_types) {
       Json row{{"type", type.name}, {"mode", "compute_only"}, {"knobs", Json{{"freq_mhz", clock}}}};
       try {
-        const Reading r = MeasureOne(*backend, {1, 1},
-                                     MeasureSpec{.what = type.name + " compute only",
-                                                 .freq_mhz = clock,
-                                                 .comms = {},
-                                                 .build = [&type, &model](const CommHandleOf&) {
-                                                   return ComputeOnlyProgram(type, model.workload);
-                                                 }});
+        const Reading r = MeasureOne(*backend, {1, 1}, ComputeOnlySpec(type, model, clock, 0.0));
         const emulator::SimResult e = emulator::SimulateSequential(gpu, type.compute_ops, clock,
                                                                    gpu.interconnect.library_default_sms);
         row.update(Compare(r, e));
@@ -424,14 +430,7 @@ Json RunDeviceCheck(const DeviceCheckOptions& options, const DeviceCheckEnv& env
     Json rows = Json::array();
     std::vector<double> per_run;
     for (double window : {options.window_s, 3.0 * options.window_s}) {
-      const Reading r = MeasureOne(*backend, {1, 1},
-                                   MeasureSpec{.what = type.name + " compute only",
-                                               .freq_mhz = clock,
-                                               .comms = {},
-                                               .build = [&type, &model](const CommHandleOf&) {
-                                                 return ComputeOnlyProgram(type, model.workload);
-                                               },
-                                               .window_s = window});
+      const Reading r = MeasureOne(*backend, {1, 1}, ComputeOnlySpec(type, model, clock, window));
       per_run.push_back(r.sample.energy_j);
       rows.push_back(Json{{"window_s", window}, {"measured", Measured(r)}});
     }
