@@ -237,7 +237,9 @@ GpuBackend::GpuBackend(const workload::WorkloadModel& model, const CudaBackendOp
     if (!options_.allow_clock_control) {
       std::fprintf(stderr,
                    "kareus: note: measuring at the clock as found (up to %d MHz); without "
-                   "--allow-clock-control only that clock level is profiled\n",
+                   "--allow-clock-control only that clock level is profiled, so each partition's "
+                   "space is its SM counts x slots (a --budget-fraction of 0.5 or more, or 1 for "
+                   "all of them, keeps the budget above the initial design)\n",
                    level);
     }
   }
@@ -443,6 +445,9 @@ void GpuBackend::MeasureOne(int r, const RankLayout& layout, const MeasureSpec& 
                             Shared& shared, const std::function<void(size_t, const Reading&)>& on_reading) {
   Rank& rank = ranks_[static_cast<size_t>(r)];
   DeviceRank& dev = *rank.device;
+  // Nobody starts a measurement (communicator creation blocks until the whole group joins)
+  // before rank 0 has handed over the previous one: a failure there stops every rank here.
+  shared.barrier.Wait();
   const double begin_s = dev.NowS();
   if (options_.allow_clock_control && spec.freq_mhz != rank.locked_mhz) {
     const ClockResult result = dev.LockClock(spec.freq_mhz);
