@@ -141,7 +141,7 @@ else {
   fi
 } >"$OUT/build.log" 2>&1
 fi
-tail -n 3 "$OUT/build.log" | sed 's/^/  /'
+[ -f "$OUT/build.log" ] && tail -n 3 "$OUT/build.log" | sed 's/^/  /'
 
 KAREUS=""
 GPU_TEST=""
@@ -174,7 +174,9 @@ if [ -n "$GPU_TEST" ] && [ -x "$GPU_TEST" ]; then
       echo "exit $?"
     fi
   } >"$OUT/gpu-tests.log" 2>&1
-  summary=$(grep -E "^\[  (PASSED|FAILED|SKIPPED) \]|^exit " "$OUT/gpu-tests.log" | tr '\n' ' ')
+  # The count lines and the names listed under them (failed or skipped tests), and exit codes.
+  summary=$(grep -E '^\[  (PASSED  |FAILED  |SKIPPED )\] ([0-9]+ tests?|[A-Za-z0-9_/]+\.[A-Za-z0-9_/]+$)|^exit ' \
+    "$OUT/gpu-tests.log" | tr '\n' ' ')
   note gpu_tests "$summary"
 else
   note gpu_tests "not run (no binaries)"
