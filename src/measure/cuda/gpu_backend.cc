@@ -31,6 +31,9 @@ std::optional<OptionError> CudaBackendOptions::Validate() const {
   auto non_negative = [](double v) { return std::isfinite(v) && v >= 0.0; };
   if (!non_negative(settle_s)) return OptionError{"settle_s", Describe(settle_s), "must be a finite number >= 0"};
   if (warmup_runs < 0) return OptionError{"warmup_runs", std::to_string(warmup_runs), "must be >= 0"};
+  if (!non_negative(min_warmup_s)) {
+    return OptionError{"min_warmup_s", Describe(min_warmup_s), "must be a finite number >= 0"};
+  }
   if (calibration_runs < 1) {
     return OptionError{"calibration_runs", std::to_string(calibration_runs), "must be >= 1"};
   }
@@ -176,8 +179,13 @@ void AbortableBarrier::Abort() {
 // --- GpuBackend -------------------------------------------------------------------------------
 
 struct GpuBackend::Shared {
-  explicit Shared(int n) : barrier(n), calibration_s(static_cast<size_t>(n)), readings(static_cast<size_t>(n)) {}
+  explicit Shared(int n)
+      : barrier(n),
+        warm_s(static_cast<size_t>(n)),
+        calibration_s(static_cast<size_t>(n)),
+        readings(static_cast<size_t>(n)) {}
   AbortableBarrier barrier;
+  std::vector<double> warm_s;  // one run's time after the first launch
   std::vector<double> calibration_s;
   std::vector<RankReading> readings;
   int64_t repeats = 0;
@@ -479,36 +487,17 @@ void GpuBackend::MeasureOne(int r, const RankLayout& layout, const MeasureSpec& 
     dev.Enqueue(program, repeats);
     return dev.EndTiming(timeout);
   };
-
-  shared.barrier.Wait();
-  if (options_.warmup_runs > 0) run(options_.warmup_runs);
-  shared.calibration_s[static_cast<size_t>(r)] = run(options_.calibration_runs) / options_.calibration_runs;
-  shared.barrier.Wait();
-  // Every rank runs the same number of repeats (collectives must match): sized on the slowest.
-  const double run_s = std::max(1e-7, *std::max_element(shared.calibration_s.begin(), shared.calibration_s.end()));
-
-  RankReading reading;
-  reading.ordinal = dev.Info().ordinal;
-  if (!spec.energy) {
-    reading.time_s = shared.calibration_s[static_cast<size_t>(r)];
-    reading.repeats = options_.calibration_runs;
-    reading.window_s = reading.time_s * options_.calibration_runs;
-    reading.realized_freq_mhz = dev.SmClockMhz();
-  } else {
-    double period = 0.0;
-    for (int q = 0; q < layout.Ranks(); ++q) period = std::max(period, ranks_[static_cast<size_t>(q)].counter_period_s);
-    const double window_s = spec.window_s > 0.0 ? spec.window_s : options_.window_s;
-    const int64_t repeats =
-        RepeatsForWindow(run_s, window_s, period, options_.min_counter_periods, options_.max_repeats);
-    dev.SleepS(options_.cooldown_s);
-    if (options_.warmup_runs > 0) run(options_.warmup_runs);
-    const CounterTick before = WaitForTick(rank, std::max(1.0, 4.0 * rank.counter_period_s));
-    shared.barrier.Wait();
-    const double start_s = dev.NowS();
+  // Timed runs enqueued in chunks of ~20 ms, sampling the SM clock and the clock event reasons
+  // between chunks (the host runs ahead of the GPU by the launch queue, so samples follow it).
+  double clock_sum = 0.0;
+  int clock_samples = 0;
+  uint64_t reasons = 0;
+  auto sampled = [&](int64_t repeats, double run_s) {
+    clock_sum = 0.0;
+    clock_samples = 0;
+    reasons = 0;
     dev.BeginTiming();
     const int64_t chunk = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(kSampleChunkS / run_s)));
-    double clock_sum = 0.0;
-    int clock_samples = 0;
     for (int64_t done = 0; done < repeats;) {
       const int64_t now = std::min(chunk, repeats - done);
       dev.Enqueue(program, now);
@@ -518,17 +507,60 @@ void GpuBackend::MeasureOne(int r, const RankLayout& layout, const MeasureSpec& 
         clock_sum += clock;
         ++clock_samples;
       }
-      reading.clock_event_reasons |= dev.ClockEventReasons();
+      reasons |= dev.ClockEventReasons();
     }
-    const double gpu_s = dev.EndTiming(timeout + 2.0 * repeats * run_s);
+    return dev.EndTiming(timeout + 2.0 * static_cast<double>(repeats) * run_s);
+  };
+  // Warm-up: at least `warmup_runs` and `min_warmup_s` of work (an idle GPU needs a moment to
+  // leave its idle clock). Repeat counts are the same on every rank (collectives must match), so
+  // they are sized on the slowest rank.
+  const auto slowest = [&](const std::vector<double>& times) {
+    return std::max(1e-7, *std::max_element(times.begin(), times.end()));
+  };
+  const auto warm_repeats = [&](double run_s) {
+    const double wanted = std::ceil(options_.min_warmup_s / run_s);
+    return std::max<int64_t>(options_.warmup_runs,
+                             wanted < static_cast<double>(options_.max_repeats) ? static_cast<int64_t>(wanted)
+                                                                                 : options_.max_repeats);
+  };
+
+  shared.barrier.Wait();
+  shared.warm_s[static_cast<size_t>(r)] = run(1);
+  shared.barrier.Wait();
+  const double first_s = slowest(shared.warm_s);
+  if (const int64_t warm = warm_repeats(first_s); warm > 0) run(warm);
+  shared.calibration_s[static_cast<size_t>(r)] =
+      sampled(options_.calibration_runs, first_s) / options_.calibration_runs;
+  shared.barrier.Wait();
+  const double run_s = slowest(shared.calibration_s);
+
+  RankReading reading;
+  reading.ordinal = dev.Info().ordinal;
+  if (!spec.energy) {
+    reading.time_s = shared.calibration_s[static_cast<size_t>(r)];
+    reading.repeats = options_.calibration_runs;
+    reading.window_s = reading.time_s * options_.calibration_runs;
+  } else {
+    double period = 0.0;
+    for (int q = 0; q < layout.Ranks(); ++q) period = std::max(period, ranks_[static_cast<size_t>(q)].counter_period_s);
+    const double window_s = spec.window_s > 0.0 ? spec.window_s : options_.window_s;
+    const int64_t repeats =
+        RepeatsForWindow(run_s, window_s, period, options_.min_counter_periods, options_.max_repeats);
+    dev.SleepS(options_.cooldown_s);
+    if (const int64_t warm = warm_repeats(run_s); warm > 0) run(warm);
+    const CounterTick before = WaitForTick(rank, std::max(1.0, 4.0 * rank.counter_period_s));
+    shared.barrier.Wait();
+    const double start_s = dev.NowS();
+    const double gpu_s = sampled(repeats, run_s);
     const double end_s = dev.NowS();
     const CounterTick after = WaitForTick(rank, std::max(1.0, 4.0 * rank.counter_period_s));
     reading.repeats = repeats;
     reading.window_s = gpu_s;
     reading.time_s = gpu_s / static_cast<double>(repeats);
     reading.energy_j = WindowEnergyJ(before, start_s, end_s, after, rank.idle_power_w) / static_cast<double>(repeats);
-    reading.realized_freq_mhz = clock_samples > 0 ? clock_sum / clock_samples : 0.0;
   }
+  reading.realized_freq_mhz = clock_samples > 0 ? clock_sum / clock_samples : 0.0;
+  reading.clock_event_reasons = reasons;
   reading.seconds = dev.NowS() - begin_s;
   shared.readings[static_cast<size_t>(r)] = reading;
   shared.barrier.Wait();
