@@ -51,6 +51,10 @@ void AddDeviceCheckCommand(CLI::App& app) {
                                                                 : error->field;
       ThrowInput(field, error->value, error->rule);
     }
+    if (!args->output.empty()) {
+      const std::string output = args->output;
+      options.on_section = [output](const Json& partial) { WriteJsonFile(output, partial); };
+    }
     const Json report = measure::RunDeviceCheck(options);
     if (!args->output.empty()) WriteJsonFile(args->output, report);
     std::fputs(args->json ? DumpJson(report).c_str() : measure::FormatDeviceCheck(report).c_str(), stdout);

@@ -22,6 +22,7 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -38,6 +39,9 @@ struct DeviceCheckOptions {
   double cooldown_s = 0.5;         // idle before each window
   int kernel_runs = 50;            // timed runs per kernel (after 5 warm-up runs)
   bool quiet = true;               // no notes on stderr from the backend
+  // Called with the report so far after each section (the CLI saves it, so a run cut short by
+  // a time limit still leaves every finished section on disk).
+  std::function<void(const Json& partial)> on_section;
 
   // The first invalid field, its value and the rule; nullopt when valid.
   std::optional<OptionError> Validate() const;

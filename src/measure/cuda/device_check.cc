@@ -221,6 +221,12 @@ Json RunDeviceCheck(const DeviceCheckOptions& options, const DeviceCheckEnv& env
   report["cuda_backend_built"] = CudaBackendBuilt();
   report["read_only"] = "never changes clocks or power limits";
   const auto started = std::chrono::steady_clock::now();
+  auto saved = [&]() {
+    if (options.on_section) {
+      report["elapsed_s"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+      options.on_section(report);
+    }
+  };
 
   // --- nvml
   std::shared_ptr<runtime::Nvml> nvml;
@@ -233,6 +239,7 @@ Json RunDeviceCheck(const DeviceCheckOptions& options, const DeviceCheckEnv& env
     for (int i = 0; i < nvml->device_count(); ++i) devices.push_back(NvmlDevice(*nvml, i));
     s["devices"] = devices;
   });
+  saved();
 
   // --- cuda: the backend (device system) the measurement sections share
   std::unique_ptr<GpuBackend> backend;
@@ -265,6 +272,7 @@ Json RunDeviceCheck(const DeviceCheckOptions& options, const DeviceCheckEnv& env
                       {"max_sm_clock_mhz", info.max_sm_clock_mhz},
                       {"power_limit_w", info.power_limit_w}};
   });
+  saved();
   auto need_backend = [&]() {
     if (!backend) throw EnvironmentError("needs the CUDA backend, which failed (see the cuda section)");
   };
@@ -278,6 +286,7 @@ Json RunDeviceCheck(const DeviceCheckOptions& options, const DeviceCheckEnv& env
     s["idle_power_w"] = Number(idle);
     s["note"] = "three consecutive updates of nvmlDeviceGetTotalEnergyConsumption at idle";
   });
+  saved();
 
   // --- workload
   const int clock = backend ? backend->ClockLevelMhz() : gpu.clock.default_mhz;
@@ -302,6 +311,7 @@ Json RunDeviceCheck(const DeviceCheckOptions& options, const DeviceCheckEnv& env
     }
     s["partition_types"] = types;
   });
+  saved();
 
   // --- kernels
   report["kernels"] = Section([&](Json& s) {
@@ -353,6 +363,7 @@ Json RunDeviceCheck(const DeviceCheckOptions& options, const DeviceCheckEnv& env
     s["rows"] = rows;
     s["median_abs_rel_error_time"] = Number(Median(errors));
   });
+  saved();
 
   // --- partitions
   report["partitions"] = Section([&](Json& s) {
@@ -421,6 +432,7 @@ Json RunDeviceCheck(const DeviceCheckOptions& options, const DeviceCheckEnv& env
         "compute_only: one nanobatch's compute ops back to back (the partition occurrence without a collective), "
         "against emulator::SimulateSequential; with_collective rows need the collective's group of GPUs";
   });
+  saved();
 
   // --- energy window consistency
   report["energy_window"] = Section([&](Json& s) {
@@ -439,6 +451,7 @@ Json RunDeviceCheck(const DeviceCheckOptions& options, const DeviceCheckEnv& env
     s["rel_difference_energy"] = RelError(per_run[0], per_run[1]);
     s["note"] = "energy per run from a short and a 3x longer window: an unbiased window protocol agrees";
   });
+  saved();
 
   // --- nccl
   report["nccl"] = Section([&](Json& s) {
@@ -485,6 +498,7 @@ Json RunDeviceCheck(const DeviceCheckOptions& options, const DeviceCheckEnv& env
     }
     s["rows"] = rows;
   });
+  saved();
 
   report["elapsed_s"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   return report;

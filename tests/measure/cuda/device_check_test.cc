@@ -4,6 +4,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "kareus/emulator/emulator.h"
 #include "kareus/measure/device_check.h"
 #include "kareus/workload/workload.h"
@@ -111,7 +113,13 @@ TEST(DeviceCheck, AFailingMachineStillGivesACompleteReport) {
     throw EnvironmentError("no NVIDIA driver on this machine");
   };
   env.open_nvml = []() -> std::shared_ptr<runtime::Nvml> { throw EnvironmentError("cannot load NVML"); };
-  const Json report = internal::RunDeviceCheck(Options(), env);
+  DeviceCheckOptions options = Options();
+  std::vector<size_t> sizes;  // the report saved after each section, growing
+  options.on_section = [&](const Json& partial) { sizes.push_back(partial.size()); };
+  const Json report = internal::RunDeviceCheck(options, env);
+  ASSERT_EQ(sizes.size(), 8u);
+  EXPECT_TRUE(std::is_sorted(sizes.begin(), sizes.end()));
+  EXPECT_LT(sizes.front(), sizes.back());
   EXPECT_EQ(report["nvml"]["status"], "error");
   EXPECT_EQ(report["cuda"]["status"], "error");
   EXPECT_THAT(report["cuda"]["error"].get<std::string>(), ::testing::HasSubstr("no NVIDIA driver"));
