@@ -5,9 +5,12 @@
 # Read-only for the GPU: it never changes clocks or power limits (no --allow-clock-control).
 #
 #   bash scripts/device-check.sh            on the GPU machine (about 2-6 minutes on one H200)
-#   bash scripts/device-check.sh --bundle   on a build machine (no GPU needed): builds with CUDA
-#                                           and packs .device-bundle/ (git-ignored; carry it to a
-#                                           GPU machine that lacks the build dependencies)
+#   bash scripts/device-check.sh --bundle [BUILD_DIR]
+#                                           on a build machine (no GPU needed): builds with CUDA
+#                                           (in BUILD_DIR, default build-bundle; an existing CUDA
+#                                           build such as `build` is reused) and packs
+#                                           .device-bundle/ (git-ignored; carry it to a GPU
+#                                           machine that lacks the build dependencies)
 #   KAREUS_DEVICE_CHECK_BUILD=0             skip the build and use the bundle
 #
 # On the GPU machine each phase has its own time limit and reports its own failure; the next
@@ -34,12 +37,16 @@ if [ "${1:-}" = "--bundle" ]; then
   if command -v ccache >/dev/null 2>&1; then
     launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
   fi
-  cmake -S . -B build-bundle -G Ninja -DCMAKE_BUILD_TYPE=Release -DKAREUS_WITH_CUDA=ON \
-    -DKAREUS_BUILD_BENCHMARKS=OFF "${launcher[@]}"
-  cmake --build build-bundle -j "$(nproc)" --target kareus cuda_device_test
+  # An existing Release build configured with CUDA (e.g. `build`) is reused when named.
+  dir=${2:-build-bundle}
+  if [ ! -f "$dir/build.ninja" ]; then
+    cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKAREUS_WITH_CUDA=ON \
+      -DKAREUS_BUILD_BENCHMARKS=OFF "${launcher[@]}"
+  fi
+  cmake --build "$dir" -j "$(nproc)" --target kareus cuda_device_test
   rm -rf "$BUNDLE"
   mkdir -p "$BUNDLE/bin" "$BUNDLE/lib" "$BUNDLE/lib-fallback"
-  cp build-bundle/apps/kareus/kareus build-bundle/tests/measure/cuda/cuda_device_test "$BUNDLE/bin/"
+  cp "$dir/apps/kareus/kareus" "$dir/tests/measure/cuda/cuda_device_test" "$BUNDLE/bin/"
   strip "$BUNDLE/bin/"* || true
   # Every shared library the binaries load except the C library's, the driver's and the GPU
   # machine's own; libstdc++ and libgcc_s only as a fallback (a newer one there is preferred).
