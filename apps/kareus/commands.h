@@ -17,5 +17,6 @@ void AddSimulateCommand(CLI::App& app);
 void AddSolveCommand(CLI::App& app);
 void AddExportCommand(CLI::App& app);
 void AddDeviceCheckCommand(CLI::App& app);
+void AddValidateCommand(CLI::App& app);
 
 }  // namespace kareus::cli
