@@ -267,6 +267,18 @@ GpuBackend::~GpuBackend() {
   }
 }
 
+double GpuBackend::IdlePowerW() const {
+  double sum = 0.0;
+  int n = 0;
+  for (const Rank& rank : ranks_) {
+    if (rank.counter_period_s > 0.0 && rank.idle_power_w > 0.0) {
+      sum += rank.idle_power_w;
+      ++n;
+    }
+  }
+  return n > 0 ? sum / n : Gpu().power.idle_w;
+}
+
 double GpuBackend::BatchOverheadSeconds() const {
   // Process and communicator start-up plus warm-ups, as measured so far (published ~10 s).
   return batches_ > 0 ? batch_overhead_total_s_ / batches_ : 10.0;

@@ -112,6 +112,9 @@ class GpuBackend final : public Backend {
   std::string Description() const override { return description_; }
   const hw::GpuSpec& Gpu() const override { return gpu_; }
   bool NoiseFree() const override { return false; }
+  // What a waiting GPU draws: measured (the mean over the ranks characterized so far), the
+  // preset's idle_w before any measurement.
+  double IdlePowerW() const override;
   double BatchOverheadSeconds() const override;
 
   void MeasureBatch(const workload::PartitionType& partition, const std::vector<PartitionKnobs>& batch,

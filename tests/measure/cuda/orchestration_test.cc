@@ -311,6 +311,7 @@ TEST(CudaBackend, MeasuresEnergyAndTimeThroughTheCounterWindow) {
   EXPECT_EQ(samples[0].gpus, 1);
   EXPECT_GT(samples[0].seconds, 1.0);  // settle-free: cool-down + calibration + window
   EXPECT_NEAR(rig2.backend->GpuSeconds(), samples[0].GpuSeconds() + 0.0, samples[0].GpuSeconds() * 0.5);
+  EXPECT_NEAR(rig2.backend->IdlePowerW(), 80.0, 1.0);  // measured at idle, not the preset's
   const auto& record = rig2.backend->Records().front();
   EXPECT_GE(record.ranks.front().repeats,
             internal::RepeatsForWindow(truth_time, 1.0, 0.1, 5, 1'000'000));
