@@ -207,7 +207,9 @@ Json RunDeviceCheck(const DeviceCheckOptions& options, const DeviceCheckEnv& env
   ThrowIfInvalid(options.Validate());
   const workload::Workload workload = workload::LoadWorkloadFile(options.workload);
   const workload::WorkloadModel model = workload::BuildWorkloadModel(workload);
-  const hw::GpuSpec& gpu = model.workload.gpu;
+  // The emulator's GPU: the workload's preset, held to the device's power limit once known.
+  hw::GpuSpec gpu = model.workload.gpu;
+  std::string power_limit_note = "the preset's default power limit";
 
   Json report;
   report["format"] = "kareus-device-check";
@@ -277,6 +279,16 @@ Json RunDeviceCheck(const DeviceCheckOptions& options, const DeviceCheckEnv& env
     if (!backend) throw EnvironmentError("needs the CUDA backend, which failed (see the cuda section)");
   };
 
+  if (backend && backend->RankInfo(0).power_limit_w > 0.0) {
+    const double watts = backend->RankInfo(0).power_limit_w;
+    try {
+      hw::SetPowerLimit(gpu, watts, "device power limit");
+      power_limit_note = "the device's enforced power limit";
+    } catch (const InputError& e) {
+      power_limit_note = std::string("the preset's default power limit (") + e.what() + ")";
+    }
+  }
+
   // --- energy counter
   report["energy_counter"] = Section([&](Json& s) {
     need_backend();
@@ -298,6 +310,8 @@ Json RunDeviceCheck(const DeviceCheckOptions& options, const DeviceCheckEnv& env
     s["preset_sm_count"] = gpu.sm_count;
     s["clock_mhz"] = clock;
     s["clock_note"] = "measured at the clock as found; the emulator is run at this clock, locked";
+    s["emulator_power_limit_w"] = gpu.power.cap_w;
+    s["emulator_power_limit_note"] = power_limit_note;
     if (backend) {
       const DeviceInfo& info = backend->RankInfo(0);
       s["device_matches_preset"] = info.sm_count == gpu.sm_count;

@@ -29,6 +29,7 @@ internal::DeviceCheckEnv Env(int devices) {
     FakeConfig config;
     config.devices = devices;
     config.counter_period_s = 0.02;
+    config.power_limit_w = 600.0;  // below the preset's 700 W default: the emulator follows it
     return std::make_unique<FakeSystem>(config);
   };
   env.open_nvml = [] { return runtime::Nvml::Open({.library_path = KAREUS_FAKE_NVML_PATH}); };
@@ -57,7 +58,11 @@ TEST(DeviceCheck, OneGpuMeasuresEverySectionBesideTheEmulator) {
   EXPECT_NEAR(report["energy_counter"]["update_period_s"].get<double>(), 0.02, 1e-3);
   EXPECT_NEAR(report["energy_counter"]["idle_power_w"].get<double>(), 80.0, 1.0);
 
+  EXPECT_EQ(report["workload"]["emulator_power_limit_w"], 600.0);  // the fake device's limit
+  EXPECT_EQ(report["workload"]["emulator_power_limit_note"], "the device's enforced power limit");
   const auto model = workload::BuildWorkloadModel(workload::LoadWorkloadFile(Workload()));
+  hw::GpuSpec held = model.workload.gpu;
+  hw::SetPowerLimit(held, 600.0);
   const Json& partitions = report["partitions"];
   EXPECT_EQ(partitions["rows"].size(), model.partition_types.size());  // compute only: 1 GPU of 8
   EXPECT_THAT(partitions["with_collective"].get<std::string>(), ::testing::HasSubstr("need up to 8 GPUs"));
@@ -68,8 +73,8 @@ TEST(DeviceCheck, OneGpuMeasuresEverySectionBesideTheEmulator) {
     EXPECT_GT(measured, 0.0);
     EXPECT_DOUBLE_EQ(row["rel_error"]["time"].get<double>(), (emulated - measured) / measured);
     const auto& type = model.Type(row["type"].get<std::string>());
-    EXPECT_DOUBLE_EQ(emulated, emulator::SimulateSequential(model.workload.gpu, type.compute_ops, 1980,
-                                                           model.workload.gpu.interconnect.library_default_sms)
+    EXPECT_DOUBLE_EQ(emulated, emulator::SimulateSequential(held, type.compute_ops, 1980,
+                                                           held.interconnect.library_default_sms)
                                    .time_s);
   }
   bool attention = false;

@@ -44,6 +44,7 @@ struct FakeConfig {
   int max_sm_clock_mhz = 1980;
   uint64_t reasons = 0;
   int sm_count = 132;
+  double power_limit_w = 700.0;
   std::string name = "Fake H200";
   ClockResult lock_result = ClockResult::kOk;
   int fail_enqueue_on_ordinal = -1;  // Enqueue throws there (a failing rank)
@@ -143,7 +144,7 @@ class FakeRank final : public internal::DeviceRank {
     info_.name = config.name;
     info_.sm_count = config.sm_count;
     info_.max_sm_clock_mhz = config.max_sm_clock_mhz;
-    info_.power_limit_w = 700.0;
+    info_.power_limit_w = config.power_limit_w;
     speed_ = ordinal < static_cast<int>(config.rank_speed.size()) ? config.rank_speed[ordinal] : 1.0;
     power_ = ordinal < static_cast<int>(config.rank_power_w.size()) ? config.rank_power_w[ordinal]
                                                                       : config.active_power_w;
