@@ -11,7 +11,10 @@
 #                                           build such as `build` is reused) and packs
 #                                           .device-bundle/ (git-ignored; carry it to a GPU
 #                                           machine that lacks the build dependencies)
-#   KAREUS_DEVICE_CHECK_BUILD=0             skip the build and use the bundle
+#   KAREUS_DEVICE_CHECK_BUILD=0             skip the build and use the bundle, or
+#   KAREUS_DEVICE_CHECK_BUILD_DIR=DIR       the binaries of an existing build (e.g. one carried
+#                                           to the GPU machine; the test suite runs the script
+#                                           this way on its own build)
 #
 # On the GPU machine each phase has its own time limit and reports its own failure; the next
 # phase still runs, and device-check.json is written whatever happens (kareus's report, or a
@@ -141,7 +144,7 @@ else {
     log "build"
     if timeout 300 cmake --build build-device -j "$(nproc)" --target kareus cuda_device_test cuda_orchestration_test; then
       note build ok
-      BIN=build-device
+      BIN=$ROOT/build-device
     else
       note build "failed ($?)"
     fi
@@ -150,12 +153,20 @@ else {
 fi
 [ -f "$OUT/build.log" ] && tail -n 3 "$OUT/build.log" | sed 's/^/  /'
 
+if [ -z "$BIN" ] && [ -n "${KAREUS_DEVICE_CHECK_BUILD_DIR:-}" ]; then
+  if [ -x "$KAREUS_DEVICE_CHECK_BUILD_DIR/apps/kareus/kareus" ]; then
+    BIN=$(cd "$KAREUS_DEVICE_CHECK_BUILD_DIR" && pwd)
+  else
+    note build_dir "no apps/kareus/kareus in $KAREUS_DEVICE_CHECK_BUILD_DIR"
+  fi
+fi
+
 KAREUS=""
 GPU_TEST=""
 if [ -n "$BIN" ]; then
-  KAREUS=$ROOT/build-device/apps/kareus/kareus
-  GPU_TEST=$ROOT/build-device/tests/measure/cuda/cuda_device_test
-  note binaries "built here"
+  KAREUS=$BIN/apps/kareus/kareus
+  GPU_TEST=$BIN/tests/measure/cuda/cuda_device_test
+  note binaries "build $BIN"
 elif [ -x "$BUNDLE/bin/kareus" ]; then
   export LD_LIBRARY_PATH=$BUNDLE/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   if ldd "$BUNDLE/bin/kareus" 2>&1 | grep -q -e "not found"; then
@@ -166,7 +177,7 @@ elif [ -x "$BUNDLE/bin/kareus" ]; then
   note binaries "bundle ($(head -1 "$BUNDLE/MANIFEST" 2>/dev/null))"
   ldd "$KAREUS" 2>&1 | grep -e "not found" -e "version" | sed 's/^/  missing: /'
 else
-  note binaries "none: the build failed and no .device-bundle was carried"
+  note binaries "none: no build (failed or skipped) and no .device-bundle was carried"
 fi
 
 # GPU tests (and, when built here, the orchestration tests on the fake device).
@@ -177,7 +188,7 @@ if [ -n "$GPU_TEST" ] && [ -x "$GPU_TEST" ]; then
     echo "exit $?"
     if [ -n "$BIN" ]; then
       log "cuda_orchestration_test"
-      KAREUS_SOURCE_DIR=$ROOT timeout 120 "$ROOT/build-device/tests/measure/cuda/cuda_orchestration_test" --gtest_color=no
+      KAREUS_SOURCE_DIR=$ROOT timeout 120 "$BIN/tests/measure/cuda/cuda_orchestration_test" --gtest_color=no
       echo "exit $?"
     fi
   } >"$OUT/gpu-tests.log" 2>&1
@@ -186,7 +197,7 @@ if [ -n "$GPU_TEST" ] && [ -x "$GPU_TEST" ]; then
     "$OUT/gpu-tests.log" | tr '\n' ' ')
   note gpu_tests "$summary"
 else
-  note gpu_tests "not run (no binaries)"
+  note gpu_tests "not run (no cuda_device_test: no binaries, or built without CUDA)"
 fi
 
 # The device check itself: the JSON report to a file, the text tables to device-check.txt.
