@@ -94,6 +94,7 @@ std::string TimelinePlot(const Json& timeline) {
     }
   }
   const int stages = static_cast<int>(timeline["stages"].size());
+  const bool interleaved = timeline.value("schedule", std::string()) == "interleaved-1f1b";
   const int width = 1100, row = 46, left = 80, top = 30;
   const int height = top + stages * row + 70;
   auto x = [&](double t) { return left + t / end * (width - left - 30); };
@@ -109,17 +110,33 @@ std::string TimelinePlot(const Json& timeline) {
       const int f = ins["freq_mhz"];
       const double u = f_hi == f_lo ? 1.0 : double(f - f_lo) / double(f_hi - f_lo);
       const bool forward = ins["kind"] == "forward";
-      const std::string text = std::string(forward ? "F" : "B") + std::to_string(ins["microbatch"].get<int>());
-      s += "<rect x='" + Num(x0, 1) + "' y='" + Num(y + 4, 1) + "' width='" +
-           Num(std::max(x1 - x0, 0.5), 1) + "' height='" + std::to_string(row - 10) + "' fill='" +
-           internal::HeatColor(u) + "' stroke='" + (forward ? "#ffffff" : "#222222") +
-           "' stroke-width='1'><title>" + Escape(text + ": " + std::to_string(f) + " MHz, " +
+      const bool sync = ins["kind"] == "gradient_sync";
+      // "F3", with interleaved chunks "F3.1" (microbatch 3 on chunk 1); "GS" the stage's
+      // gradient-sync tail, "GS.1" chunk 1's buckets (on the communication stream: a thin bar
+      // at the bottom of the row, under the compute it overlaps).
+      const int chunk = ins.value("chunk", 0);
+      std::string text = sync ? "GS" : std::string(forward ? "F" : "B") + std::to_string(ins["microbatch"].get<int>());
+      if (interleaved && (!sync || chunk > 0)) text += "." + std::to_string(chunk);
+      if (const auto it = ins.find("gradient_sync"); it != ins.end()) {
+        text += std::string(" +DP sync ") + ((*it)["overlapped"].get<bool>() ? "overlapped" : "after") +
+                ", " + std::to_string((*it)["sms"].get<int>()) + " SMs";
+      }
+      const bool lane = sync && chunk > 0;
+      const double top_y = lane ? y + row - 12 : y + 4;
+      const int height = lane ? 8 : row - 10;
+      s += "<rect x='" + Num(x0, 1) + "' y='" + Num(top_y, 1) + "' width='" +
+           Num(std::max(x1 - x0, 0.5), 1) + "' height='" + std::to_string(height) + "' fill='" +
+           internal::HeatColor(u) + "' stroke='" + (forward ? "#ffffff" : sync ? "#7a1fa2" : "#222222") +
+           "' stroke-width='" + (sync ? "2" : "1") + "'" + (sync ? " stroke-dasharray='4 2'" : "") +
+           "><title>" + Escape(text + ": " + std::to_string(f) + " MHz, " +
                                                  ins.value("mode", std::string()) + ", " +
                                                  Num(ins["start_s"], 3) + "-" + Num(ins["end_s"], 3) + " s") +
            "</title></rect>";
-      if (x1 - x0 > 22) {
+      if (lane) continue;
+      const std::string label = text.substr(0, text.find(' '));
+      if (x1 - x0 > 6.0 * static_cast<double>(label.size()) + 4.0) {
         s += "<text x='" + Num((x0 + x1) / 2, 1) + "' y='" + Num(y + row / 2.0 + 2, 1) +
-             "' font-size='10' text-anchor='middle'>" + text + "</text>";
+             "' font-size='10' text-anchor='middle'>" + Escape(label) + "</text>";
       }
     }
   }
@@ -137,7 +154,8 @@ std::string TimelinePlot(const Json& timeline) {
   s += "<text x='" + Num(left - 6, 1) + "' y='" + Num(bar_y + 9, 1) +
        "' font-size='10' text-anchor='end'>" + std::to_string(f_lo) + " MHz</text>";
   s += "<text x='" + Num(left + 306, 1) + "' y='" + Num(bar_y + 9, 1) + "' font-size='10'>" +
-       std::to_string(f_hi) + " MHz (white border: forward, dark: backward)</text>";
+       std::to_string(f_hi) + " MHz (white border: forward, dark: backward" +
+       (interleaved ? "; F3.1 = microbatch 3 on chunk 1" : "") + "; dashed: gradient sync)</text>";
   return s + "</svg>";
 }
 
@@ -284,8 +302,12 @@ std::string RenderHtml(const Json& summary) {
   html += "<h3>Whole frontier vs Perseus at equal time (every deadline from the later fastest "
           "plan to the later slowest)</h3>" +
           HtmlTable(t.interpolated_header, t.interpolated);
+  const std::string schedule = summary["timeline"].value("schedule", std::string("1f1b"));
+  const std::string schedule_name = schedule == "interleaved-1f1b" ? "interleaved 1F1B"
+                                    : schedule == "gpipe"          ? "GPipe"
+                                                                   : "1F1B";
   html += "<h2>Fastest " + Escape(summary["timeline"].value("label", std::string("Kareus"))) +
-          " plan: 1F1B timeline coloured by clock</h2>" + TimelinePlot(summary["timeline"]);
+          " plan: " + schedule_name + " timeline coloured by clock</h2>" + TimelinePlot(summary["timeline"]);
   html += "<h2>Partition frontiers per clock (measured)</h2>" +
           PartitionPlots(summary.value("partition_frontiers", Json()));
   html += "<h2>Workload and settings</h2><pre>" + Escape(w.dump(2)) + "</pre><pre>" +
