@@ -424,7 +424,6 @@ class MethodRun {
   // evaluated: predictions.
   void Evaluate() {
     const pipeline::Result& solved = result_.solved.solve;
-    const double p_static = backend_.StaticPowerW();
     const plan::PlanProblem& problem = result_.problem;
     const std::size_t units = model_.stages.size();
     const int stages = model_.num_stages;
@@ -564,9 +563,41 @@ class MethodRun {
       truth.gradient_sync_options.push_back(fill(problem.sync_nodes[i].size(), result_.sync_evaluations[i]));
     }
     for (const auto& point : solved.points) {
-      result_.evaluated.push_back(pipeline::Evaluate(truth, dag, point.choice, p_static));
+      // A GPU that waits (pipeline bubbles, P2P receives) draws the board's idle power.
+      result_.evaluated.push_back(pipeline::Evaluate(truth, dag, point.choice, backend_.IdlePowerW()));
     }
+    EvaluateComposition();
     result_.evaluation_gpu_seconds = evaluator_.GpuSeconds() - before;
+  }
+
+  // Composition error: every composed option the method planned on (nanobatched with tuned
+  // knobs; the fallbacks are measured instructions) against the same instruction evaluated end
+  // to end, one batch per distinct (stage, chunk) unit (units measured once share options).
+  void EvaluateComposition() {
+    for (int u = 0; u < static_cast<int>(model_.stages.size()); ++u) {
+      if (reps_[u] != u) continue;
+      const int s = model_.stages[u].stage;
+      std::vector<measure::InstructionRequest> batch;
+      std::vector<const plan::InstructionOption*> options;
+      for (Direction d : {Direction::kForward, Direction::kBackward}) {
+        for (const auto& option : OptionsOf(result_.problem, u, d)) {
+          if (option.mode != ExecutionMode::kNanobatched || option.partitions.empty()) continue;
+          batch.push_back({.stage = s, .direction = d, .knobs = ToKnobs(option), .chunk = model_.stages[u].chunk});
+          options.push_back(&option);
+        }
+      }
+      if (batch.empty()) continue;
+      const std::vector<measure::Sample> samples = evaluator_.EvaluateInstructions(model_, batch);
+      for (std::size_t i = 0; i < batch.size(); ++i) {
+        result_.composition.push_back({.stage = s,
+                                       .forward = batch[i].direction == Direction::kForward,
+                                       .freq_mhz = options[i]->freq_mhz,
+                                       .composed_time_s = options[i]->time_s,
+                                       .composed_energy_j = options[i]->energy_j,
+                                       .evaluated_time_s = samples[i].time_s,
+                                       .evaluated_energy_j = samples[i].energy_j});
+      }
+    }
   }
 
   const MethodSpec& method_;
@@ -611,6 +642,8 @@ RunResult RunWorkload(const workload::Workload& workload, const RunOptions& opti
   run.backend = backend->Description();
   run.evaluator = evaluator->Description();
   run.evaluated = evaluator->Evaluates();
+  run.static_power_w = backend->StaticPowerW();
+  run.idle_power_w = backend->IdlePowerW();
   for (const MethodSpec& method : options.methods) {
     internal::Progress(options, "planning " + method.label);
     run.methods.push_back(

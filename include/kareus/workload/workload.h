@@ -67,6 +67,9 @@ struct Workload {
   int microbatches = 1;       // per iteration (per data-parallel replica)
   Recompute recompute = Recompute::kFull;
   GradientSyncConfig gradient_sync;
+  // The workload's `gpu.power_limit_w` (already applied to gpu.power.cap_w); 0 when the file
+  // keeps the preset's default limit.
+  double power_limit_w = 0.0;
 
   // Interleaved 1F1B when the stages hold several model chunks, else 1F1B.
   schedule::ScheduleKind Schedule() const {
