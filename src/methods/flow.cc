@@ -8,6 +8,8 @@
 #include <set>
 #include <tuple>
 
+#include <sys/resource.h>
+
 #include "kareus/common/error.h"
 #include "kareus/common/progress.h"
 #include "kareus/methods/run.h"
@@ -649,6 +651,9 @@ RunResult RunWorkload(const workload::Workload& workload, const RunOptions& opti
     run.methods.push_back(
         internal::MethodRun(method, run.model, options, *backend, *evaluator, context).Run());
   }
+  // ru_maxrss is in KiB on Linux.
+  rusage usage{};
+  if (getrusage(RUSAGE_SELF, &usage) == 0) run.peak_rss_mib = static_cast<double>(usage.ru_maxrss) / 1024.0;
   run.summary = internal::BuildSummary(run);
   return run;
 }

@@ -176,6 +176,7 @@ RunSummary BuildSummary(const RunResult& run) {
   summary.evaluator = run.evaluator;
   summary.evaluated = run.evaluated;
   summary.gpu_hours_basis = mobo::kGpuHoursBasis;
+  summary.peak_rss_mib = run.peak_rss_mib;
   summary.source_note =
       "Measurements come from " + run.backend + "; plans were evaluated by " + run.evaluator +
       " (a waiting GPU drawing its idle power). Energy is summed over all GPUs of one iteration." +
@@ -413,6 +414,7 @@ Json ToJson(const RunSummary& summary) {
               {"evaluator", summary.evaluator},
               {"evaluated", summary.evaluated},
               {"gpu_hours_basis", summary.gpu_hours_basis},
+              {"peak_rss_mib", summary.peak_rss_mib},
               {"workload", summary.workload},
               {"settings", settings},
               {"methods", methods},

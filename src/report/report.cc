@@ -220,6 +220,9 @@ struct Tables {
   std::vector<std::vector<std::string>> interpolated;
   std::vector<std::string> composition_header = {"method", "composed options", "time error % min / median / max", "energy error % min / median / max"};
   std::vector<std::vector<std::string>> composition;
+  std::vector<std::string> cost_header = {"method", "profile (s)", "compose (s)", "solve (s)", "evaluate (s)", "profiling GPU-hours"};
+  std::vector<std::vector<std::string>> cost;
+  std::string peak_memory;  // "" when the summary has none
 };
 
 Tables BuildTables(const Json& summary) {
@@ -267,6 +270,19 @@ Tables BuildTables(const Json& summary) {
     t.composition.push_back({label(m["method"]), std::to_string(c["options"].get<int>()),
                              spread(c["time_error_pct"]), spread(c["energy_error_pct"])});
   }
+  // The planner's own cost: wall time per phase on this machine, and the process's peak memory.
+  for (const Json& m : summary["methods"]) {
+    const Json phases = m.value("phase_wall_s", Json::object());
+    auto phase = [&](const char* name) {
+      return phases.contains(name) ? FormatFixed(phases[name], 1) : std::string("--");
+    };
+    t.cost.push_back({label(m["method"]), phase("profile"), phase("compose"), phase("solve"),
+                      phase("evaluate"),
+                      m.contains("profiling_gpu_hours") ? FormatFixed(m["profiling_gpu_hours"], 2) : "--"});
+  }
+  if (summary.contains("peak_rss_mib")) {
+    t.peak_memory = "Peak memory of the planning process: " + FormatFixed(summary["peak_rss_mib"], 0) + " MiB";
+  }
   return t;
 }
 
@@ -293,6 +309,9 @@ std::string RenderTables(const Json& summary) {
     out += "\nComposition error (composed estimate vs the instruction evaluated end to end):\n";
     out += TextTable(t.composition_header, t.composition);
   }
+  out += "\nPlanning cost (wall time per phase on this machine):\n";
+  out += TextTable(t.cost_header, t.cost);
+  if (!t.peak_memory.empty()) out += t.peak_memory + "\n";
   return out;
 }
 
@@ -328,6 +347,9 @@ std::string RenderHtml(const Json& summary) {
             "percent; Kareus's includes its profiling noise, the oracle's is composition "
             "alone.</p>";
   }
+  html += "<h3>Planning cost</h3>" + HtmlTable(t.cost_header, t.cost) +
+          "<p class='note'>Wall time per phase of this run on the machine that planned it" +
+          (t.peak_memory.empty() ? std::string() : "; " + Escape(t.peak_memory)) + ".</p>";
   const std::string schedule = summary["timeline"].value("schedule", std::string("1f1b"));
   const std::string schedule_name = schedule == "interleaved-1f1b" ? "interleaved 1F1B"
                                     : schedule == "gpipe"          ? "GPipe"

@@ -85,6 +85,13 @@ TEST_F(InterleavedRun, PlansCarryChunksAndTheGradientSync) {
 
 // The timeline of the main plan: each stage's sync tail starts after the stage's last
 // instruction, and the iteration (the evaluated time) ends with the last sync.
+// The run reports its peak memory (getrusage) in the summary, as summary.json's peak_rss_mib.
+TEST_F(InterleavedRun, SummaryHasThePeakMemory) {
+  EXPECT_GT(run_->peak_rss_mib, 1.0);
+  EXPECT_EQ(run_->summary.peak_rss_mib, run_->peak_rss_mib);
+  EXPECT_EQ(ToJson(run_->summary)["peak_rss_mib"].get<double>(), run_->peak_rss_mib);
+}
+
 TEST_F(InterleavedRun, IterationEndsWhenTheGradientSyncsEnd) {
   const Timeline& timeline = run_->summary.timeline;
   EXPECT_EQ(timeline.schedule, "interleaved-1f1b");

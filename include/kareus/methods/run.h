@@ -94,6 +94,7 @@ struct RunResult {
   double static_power_w = 0.0;  // the backend's P_static (planning)
   double idle_power_w = 0.0;    // the backend's idle power (evaluation)
   std::vector<MethodResult> methods;
+  double peak_rss_mib = 0.0;  // the process's peak resident memory after planning (getrusage)
   RunSummary summary;     // summary.json (ToJson(summary))
 };
 

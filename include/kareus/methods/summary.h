@@ -182,6 +182,7 @@ struct RunSummary {
   std::map<std::string, std::optional<double>> checks;  // project acceptance checks
   Timeline timeline;        // the main method's fastest plan
   std::vector<PartitionFrontier> partition_frontiers;
+  double peak_rss_mib = 0.0;  // the planning process's peak resident memory
 };
 
 // summary.json ({"format": kSummaryFormat, ...}).
