@@ -85,7 +85,7 @@ class PlanExecutor:
                  check_supported_clocks: bool = True,
                  num_stages: Optional[int] = None,
                  num_microbatches: Optional[int] = None,
-                 schedule: Optional[Literal["1f1b", "gpipe"]] = None) -> None:
+                 schedule: Optional[Literal["1f1b", "gpipe", "interleaved-1f1b"]] = None) -> None:
         """num_stages / num_microbatches / schedule: the job's pipeline; a plan made for another
         stage count, microbatch count or schedule raises InputError naming both, before any
         clock is touched."""
@@ -120,7 +120,7 @@ class PlanExecutor:
     @property
     def num_microbatches(self) -> int: ...
     @property
-    def schedule(self) -> Literal["1f1b", "gpipe"]: ...
+    def schedule(self) -> Literal["1f1b", "gpipe", "interleaved-1f1b"]: ...
     @property
     def current(self) -> Optional[Instruction]: ...
     def knobs(self, partition_type: str) -> Optional[tuple[int, str]]: ...
