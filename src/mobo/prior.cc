@@ -139,6 +139,13 @@ class DistortedModel final : public measure::Backend {
     for (auto& r : mapped) r.freq_mhz = Mirror(r.freq_mhz);
     model_->MeasureFixedWork(model, mapped, on_sample);
   }
+  void MeasureGradientSync(const workload::WorkloadModel& model,
+                           const std::vector<measure::GradientSyncRequest>& batch,
+                           const measure::SampleCallback& on_sample) override {
+    std::vector<measure::GradientSyncRequest> mapped = batch;
+    for (auto& r : mapped) r.freq_mhz = Mirror(r.freq_mhz);
+    model_->MeasureGradientSync(model, mapped, on_sample);
+  }
 
  private:
   int Mirror(int f) const {
