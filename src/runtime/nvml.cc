@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "runtime/nvml_api.h"
+#include "runtime/signal_guard.h"
 
 namespace kareus::runtime {
 
@@ -32,8 +33,10 @@ struct Nvml::Impl {
   internal::NvmlErrorStringFn error_string = nullptr;
   std::vector<nvmlDevice_t> devices;
   bool initialized = false;
+  uint64_t generation = internal::ForkGeneration();
 
   ~Impl() {
+    if (generation != internal::ForkGeneration()) return;  // a forked child: the parent's session
     if (initialized && shutdown != nullptr) shutdown();
     if (library != nullptr) dlclose(library);
   }
@@ -208,11 +211,6 @@ NvmlStatus Nvml::TotalEnergyMj(int gpu, uint64_t* energy_mj) const {
   const nvmlReturn_t code = impl_->total_energy(impl_->devices[gpu], &value);
   if (code == 0) *energy_mj = value;
   return static_cast<NvmlStatus>(code);
-}
-
-Nvml::RawReset Nvml::RawResetOf(int gpu) const {
-  CheckGpu(gpu);
-  return {.reset = impl_->reset_locked, .device = impl_->devices[gpu]};
 }
 
 int NvmlIndexForCudaDevice(int cuda_device) {
