@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,14 @@ struct Problem {
   double p2p_time_s = 0.0;          // transfer time on every cross-stage edge
 };
 
+// Where a running solve is: called after every step (a long solve can show progress).
+struct SolveProgress {
+  int64_t step = 0;
+  int64_t quanta_now = 0;      // iteration time of the current schedule, in quanta
+  int64_t quanta_fastest = 0;  // where the solve ends
+  int64_t quanta_slowest = 0;  // where it started
+};
+
 struct Options {
   double unit_time_s = 1e-3;  // time quantum of one solver step (Perseus default 1 ms)
   double p_static_w = 0.0;    // static (blocking) power of one GPU, W; enters effective energy
@@ -42,6 +51,7 @@ struct Options {
                               // iteration time does not grow
   int64_t max_steps = 0;      // stop after this many steps; 0 = run to the fastest schedule
   bool keep_dominated = false;  // keep realized points another point dominates
+  std::function<void(const SolveProgress&)> progress = nullptr;  // after every step; optional
 };
 
 // The energy of one iteration, summed over all GPUs:
