@@ -9,6 +9,7 @@
 #include "commands.h"
 #include "kareus/common/context.h"
 #include "kareus/common/error.h"
+#include "kareus/common/io.h"
 #include "kareus/common/json.h"
 #include "kareus/methods/run.h"
 #include "kareus/report/report.h"
@@ -93,10 +94,13 @@ void AddRunCommand(CLI::App& app) {
   cmd->callback([args]() {
     methods::RunOptions options = ToOptions(*args);
     const std::filesystem::path out = args->out;
+    OutputFolder folder(out);  // checked now; the outputs replace OUT as a whole at the end
     if (options.profile.store.empty()) options.profile.store = out / "measurements.sqlite";
+    folder.Keep(options.profile.store);
     const auto workload = workload::LoadWorkloadFile(args->workloads.front());
     const auto run = methods::RunWorkload(workload, options, Context{.seed = args->seed, .quiet = args->quiet});
-    methods::WriteRunOutputs(run, out);
+    methods::WriteRunOutputs(run, folder.staging());
+    folder.Commit();
     if (args->json) {
       std::fputs(DumpJson(run.summary).c_str(), stdout);
       return;

@@ -14,6 +14,7 @@
 
 #include "kareus/methods/run.h"
 #include "kareus/runtime/energy_monitor.h"
+#include "kareus/common/io.h"
 #include "kareus/runtime/frequency_controller.h"
 #include "kareus/runtime/nvml.h"
 #include "kareus/runtime/plan_executor.h"
@@ -107,13 +108,21 @@ PYBIND11_MODULE(_kareus, m) {
           options.profile.budget_fraction = *budget_fraction;
         }
         options.quiet = quiet;
-        if (out) options.profile.store = std::filesystem::path(*out) / "measurements.sqlite";
+        std::optional<kareus::OutputFolder> folder;  // replaced as a whole at the end
+        if (out) {
+          folder.emplace(*out);
+          options.profile.store = std::filesystem::path(*out) / "measurements.sqlite";
+          folder->Keep(options.profile.store);
+        }
         std::string summary;
         {
           py::gil_scoped_release release;  // the run is pure C++; let other threads go on
           const auto run = km::RunWorkload(kareus::workload::LoadWorkloadFile(workload), options,
                                            kareus::Context{.seed = seed, .quiet = quiet});
-          if (out) km::WriteRunOutputs(run, *out);
+          if (folder) {
+            km::WriteRunOutputs(run, folder->staging());
+            folder->Commit();
+          }
           summary = run.summary.dump();
         }
         return py::module_::import("json").attr("loads")(summary);

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <set>
 #include <tuple>
 
@@ -52,7 +53,7 @@ Method MethodFromString(const std::string& text) {
                    Method::kNanobatchingPerseus, Method::kKareus, Method::kKareusOracle}) {
     if (text == ToString(m)) return m;
   }
-  throw InputError("--methods = " + text +
+  throw InputError("--methods = " + ShownValue(text) +
                    ": unknown method (valid: megatron, nanobatching, perseus, "
                    "nanobatching+perseus, kareus, kareus-oracle)");
 }
@@ -254,6 +255,19 @@ MethodResult RunMethod(Method method, const workload::WorkloadModel& model,
   result.phase_wall_s["solve"] = Seconds(start);
   const pipeline::Result& solved = result.solved.solve;
   if (solved.points.empty()) {
+    if (solved.summary.status == pipeline::Status::kInvalidInput) {
+      // The options' times follow from the workload: name the fields that set them.
+      const workload::Workload& w = model.workload;
+      throw InputError(
+          w.name + ": " + ToString(method) + ": the solver refused the instruction options (" +
+          solved.summary.message + "); their times follow from the workload's sequence_length (" +
+          std::to_string(w.sequence_length) + "), microbatch_size (" +
+          std::to_string(w.microbatch_size) + "), model.layers (" +
+          std::to_string(w.model.layers) + ") and parallelism (tp " +
+          std::to_string(w.parallelism.tp) + ", cp " + std::to_string(w.parallelism.cp) +
+          ", pp " + std::to_string(w.parallelism.pp) +
+          "): make the instructions shorter or raise --unit-time");
+    }
     throw Error(std::string(ToString(method)) + ": the solver returned no plan (" +
                 pipeline::ToString(solved.summary.status) + ": " + solved.summary.message + ")");
   }
@@ -554,9 +568,26 @@ void WriteRunOutputs(const RunResult& run, const std::filesystem::path& out) {
 EvaluationResult EvaluateWorkloads(const std::vector<std::filesystem::path>& workloads,
                                    const RunOptions& options, const Context& context,
                                    const std::filesystem::path& out) {
-  // Validate every file before running anything.
+  // Validate every file before running anything; each workload writes OUT/<name>.
   std::vector<workload::Workload> loaded;
-  for (const auto& path : workloads) loaded.push_back(workload::LoadWorkloadFile(path));
+  for (const auto& path : workloads) {
+    loaded.push_back(workload::LoadWorkloadFile(path));
+    for (std::size_t i = 0; i + 1 < loaded.size(); ++i) {
+      if (loaded[i].name == loaded.back().name) {
+        ThrowInput(path.string() + ": name", loaded.back().name,
+                   "another workload of this evaluation (" + workloads[i].string() +
+                       ") has this name; each writes its own folder OUT/<name>");
+      }
+    }
+  }
+  std::optional<OutputFolder> folder;  // OUT is replaced as a whole at the end
+  if (!out.empty()) {
+    folder.emplace(out);
+    for (const auto& w : loaded) {
+      folder->Keep(options.profile.store.empty() ? out / w.name / "measurements.sqlite"
+                                                 : options.profile.store);
+    }
+  }
   EvaluationResult result;
   result.evaluation = Json{{"format", "kareus.evaluation/1"}, {"rows", Json::array()}};
   for (const auto& w : loaded) {
@@ -568,7 +599,7 @@ EvaluationResult EvaluateWorkloads(const std::vector<std::filesystem::path>& wor
     }
     Progress(options, "workload " + w.name);
     const RunResult run = RunWorkload(w, per, context);
-    if (!out.empty()) WriteRunOutputs(run, out / w.name);
+    if (folder) WriteRunOutputs(run, folder->staging() / w.name);
     result.evaluation["rows"].push_back({{"workload", w.name},
                                          {"max_throughput", run.summary["max_throughput"]},
                                          {"frontier_table", run.summary["frontier_table"]},
@@ -576,9 +607,10 @@ EvaluationResult EvaluateWorkloads(const std::vector<std::filesystem::path>& wor
                                          {"checks", run.summary["checks"]}});
   }
   result.table = report::RenderEvaluationTable(result.evaluation);
-  if (!out.empty()) {
-    WriteJsonFile(out / "evaluation.json", result.evaluation);
-    WriteFileAtomic(out / "evaluation.txt", result.table);
+  if (folder) {
+    WriteJsonFile(folder->staging() / "evaluation.json", result.evaluation);
+    WriteFileAtomic(folder->staging() / "evaluation.txt", result.table);
+    folder->Commit();
   }
   return result;
 }
