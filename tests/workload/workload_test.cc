@@ -153,7 +153,7 @@ TEST(WorkloadValidation, OneDocumentWithEachKeyOnce) {
   ExpectInputError(Replace(kValid, "microbatches: 8", "microbatches: 8\nmicrobatches: 16"),
                    {"key 'microbatches' appears twice"});
   ExpectInputError(Replace(kValid, "tp: 8,", "tp: 8, tp: 4,"), {"parallelism", "'tp' appears twice"});
-  ExpectInputError(std::string(kValid) + "---\nname: second\n", {"2 YAML documents"});
+  ExpectInputError(std::string(kValid) + "---\nname: second\n", {"more than one YAML document"});
   ExpectInputError(Replace(kValid, "recompute: full", "recompute: full\n[a, b]: 1"),
                    {"keys must be plain names"});
   ExpectInputError("", {"w.yaml", "empty"});
