@@ -12,9 +12,11 @@
 #include <optional>
 #include <string>
 
-#include "kareus/methods/run.h"
-#include "kareus/runtime/energy_monitor.h"
 #include "kareus/common/io.h"
+#include "kareus/measure/emulator_backend.h"
+#include "kareus/methods/run.h"
+#include "kareus/schedule/schedule.h"
+#include "kareus/runtime/energy_monitor.h"
 #include "kareus/runtime/frequency_controller.h"
 #include "kareus/runtime/nvml.h"
 #include "kareus/runtime/plan_executor.h"
@@ -22,6 +24,7 @@
 namespace py = pybind11;
 namespace rt = kareus::runtime;
 namespace plan = kareus::plan;
+namespace schedule = kareus::schedule;
 
 namespace {
 
@@ -48,10 +51,11 @@ py::dict KnobsDict(const plan::PartitionKnobs& knobs) {
 
 py::dict InstructionDict(const plan::PlannedInstruction& instruction) {
   py::dict d;
-  d["kind"] = plan::ToString(instruction.kind);
+  d["kind"] = schedule::ToString(instruction.kind);
+  d["chunk"] = instruction.chunk;
   d["microbatch"] = instruction.microbatch;
   d["freq_mhz"] = instruction.freq_mhz;
-  d["mode"] = plan::ToString(instruction.mode);
+  d["mode"] = schedule::ToString(instruction.mode);
   py::list partitions;
   for (const auto& knobs : instruction.partitions) partitions.append(KnobsDict(knobs));
   d["partitions"] = partitions;
@@ -99,13 +103,13 @@ PYBIND11_MODULE(_kareus, m) {
         km::RunOptions options;
         if (methods) {
           options.methods.clear();
-          for (const auto& name : *methods) options.methods.push_back(km::MethodFromString(name));
+          for (const auto& name : *methods) options.methods.push_back(km::FindMethod(name));
         }
-        if (budget_fraction) {
-          if (!(*budget_fraction > 0.0 && *budget_fraction <= 1.0)) {
-            kareus::ThrowInput("budget_fraction", std::to_string(*budget_fraction), "must be in (0, 1]");
-          }
-          options.profile.budget_fraction = *budget_fraction;
+        if (budget_fraction) options.profile.budget_fraction = *budget_fraction;
+        if (const auto error = options.Validate()) {
+          // Python names the arguments after the struct's fields.
+          kareus::ThrowInput(error->field == "profile.budget_fraction" ? "budget_fraction" : error->field,
+                             error->value, error->rule);
         }
         options.quiet = quiet;
         std::optional<kareus::OutputFolder> folder;  // replaced as a whole at the end
@@ -118,12 +122,13 @@ PYBIND11_MODULE(_kareus, m) {
         {
           py::gil_scoped_release release;  // the run is pure C++; let other threads go on
           const auto run = km::RunWorkload(kareus::workload::LoadWorkloadFile(workload), options,
+                                           kareus::measure::EmulatorBackendFactory(),
                                            kareus::Context{.seed = seed, .quiet = quiet});
           if (folder) {
             km::WriteRunOutputs(run, folder->staging());
             folder->Commit();
           }
-          summary = run.summary.dump();
+          summary = km::ToJson(run.summary).dump();
         }
         return py::module_::import("json").attr("loads")(summary);
       },

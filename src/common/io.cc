@@ -47,6 +47,16 @@ std::string RandomSuffix() {
 
 std::string ErrnoText() { return std::strerror(errno); }
 
+// ".NAME.kareus-KIND-PID-N", the name of a temporary folder beside `target`. Built by appending:
+// GCC 12 warns (-Wrestrict, bug 105329) about "literal" + std::string here.
+std::string TemporaryName(const fs::path& target, const std::string& kind) {
+  std::string name = ".";
+  name += target.filename().string();
+  name += ".kareus-";
+  name += kind;
+  return name;
+}
+
 void FsyncDirectory(const fs::path& dir) {
   const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return;
@@ -88,7 +98,7 @@ std::string FirstForeignEntry(const fs::path& dir, int depth) {
 
 // Staging and previous folders beside `target` whose process is gone (SIGKILL, power loss).
 void RemoveStaleTemporaries(const fs::path& target) {
-  const std::string prefix = "." + target.filename().string() + ".kareus-";
+  const std::string prefix = TemporaryName(target, "");
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(target.parent_path(), ec)) {
     const std::string name = entry.path().filename().string();
@@ -252,8 +262,7 @@ OutputFolder::OutputFolder(const fs::path& target) {
   }
   RemoveStaleTemporaries(target_);
   std::lock_guard<std::mutex> lock(TemporariesMutex());
-  staging_ = target_.parent_path() /
-             ("." + target_.filename().string() + ".kareus-staging-" + RandomSuffix());
+  staging_ = target_.parent_path() / (TemporaryName(target_, "staging-") + RandomSuffix());
   if (!fs::create_directory(staging_, ec) || ec) {
     throw EnvironmentError(staging_.string() + ": cannot create the staging folder: " +
                            (ec ? ec.message() : std::string("already exists")));
@@ -309,8 +318,8 @@ void OutputFolder::Commit() {
       Temporaries().erase(staging_.string());
     } else if (errno == EINVAL || errno == ENOSYS || errno == ENOTSUP) {
       // No exchange on this filesystem: two renames, with a moment where the target is absent.
-      const fs::path previous = target_.parent_path() / ("." + target_.filename().string() +
-                                                         ".kareus-previous-" + RandomSuffix());
+      const fs::path previous =
+          target_.parent_path() / (TemporaryName(target_, "previous-") + RandomSuffix());
       if (::rename(target_.c_str(), previous.c_str()) != 0) {
         throw EnvironmentError(target_.string() + ": cannot move the previous outputs aside: " +
                                ErrnoText());

@@ -105,14 +105,14 @@ class Statement {
 
 // Claims live on bytes [2^62, 2^62 + 2^61) of the store file: far above SQLite's lock bytes
 // (at 1 GiB), so OFD locks there never meet SQLite's own POSIX locks.
-off_t ClaimOffset(const std::string& partition, const Knobs& knobs) {
+off_t ClaimOffset(const std::string& partition, const PartitionKnobs& knobs) {
   const std::string key = partition + "|" + std::to_string(knobs.freq_mhz) + "|" +
                           std::to_string(knobs.sms) + "|" + knobs.slot;
   const uint64_t hash = DeriveSeed(HashString(key.c_str()), 0x6b617265757321ULL);
   return static_cast<off_t>((uint64_t{1} << 62) + (hash & ((uint64_t{1} << 61) - 1)));
 }
 
-std::string RowName(const std::string& partition, const Knobs& knobs) {
+std::string RowName(const std::string& partition, const PartitionKnobs& knobs) {
   return fmt::format("row ({}, {} MHz, {} SMs, {})", ShownValue(partition, 60), knobs.freq_mhz,
                      knobs.sms, ShownValue(knobs.slot, 60));
 }
@@ -154,7 +154,7 @@ Sample ReadSample(const Statement& row, int first, const std::filesystem::path& 
                 .static_energy_j = values[2],
                 .dynamic_energy_j = values[3],
                 .realized_freq_mhz = values[4],
-                .gpu_seconds = values[5],
+                .seconds = values[5],
                 .noise_free = flag != 0};
 }
 
@@ -329,7 +329,7 @@ std::unique_ptr<MeasurementStore> MeasurementStore::Open(const std::filesystem::
 }
 
 std::optional<Sample> MeasurementStore::Find(const std::string& partition,
-                                             const Knobs& knobs) const {
+                                             const PartitionKnobs& knobs) const {
   internal::Statement find(
       handle_->db,
       "SELECT time_s, energy_j, static_energy_j, dynamic_energy_j, realized_freq_mhz, "
@@ -348,7 +348,7 @@ std::optional<Sample> MeasurementStore::Find(const std::string& partition,
   return internal::ReadSample(find, 0, path_, internal::RowName(partition, knobs));
 }
 
-bool MeasurementStore::Insert(const std::string& partition, const Knobs& knobs,
+bool MeasurementStore::Insert(const std::string& partition, const PartitionKnobs& knobs,
                               const Sample& sample) {
   // Another process may have stored the configuration since we looked: its row stays.
   internal::Statement insert(
@@ -369,7 +369,7 @@ bool MeasurementStore::Insert(const std::string& partition, const Knobs& knobs,
   insert.Bind(9, sample.static_energy_j);
   insert.Bind(10, sample.dynamic_energy_j);
   insert.Bind(11, sample.realized_freq_mhz);
-  insert.Bind(12, sample.gpu_seconds);
+  insert.Bind(12, sample.seconds);
   insert.Bind(13, static_cast<int64_t>(sample.noise_free ? 1 : 0));
   insert.Bind(14, internal::UtcNow());
   // Autocommit: the row is durable when the statement completes.
@@ -381,29 +381,29 @@ bool MeasurementStore::Insert(const std::string& partition, const Knobs& knobs,
   return inserted;
 }
 
-bool MeasurementStore::TryClaim(const std::string& partition, const Knobs& knobs) {
+bool MeasurementStore::TryClaim(const std::string& partition, const PartitionKnobs& knobs) {
   return internal::LockByte(handle_->claim_fd, internal::ClaimOffset(partition, knobs),
                             /*wait=*/false, path_);
 }
 
-void MeasurementStore::Claim(const std::string& partition, const Knobs& knobs) {
+void MeasurementStore::Claim(const std::string& partition, const PartitionKnobs& knobs) {
   internal::LockByte(handle_->claim_fd, internal::ClaimOffset(partition, knobs), /*wait=*/true,
                      path_);
 }
 
-void MeasurementStore::Release(const std::string& partition, const Knobs& knobs) {
+void MeasurementStore::Release(const std::string& partition, const PartitionKnobs& knobs) {
   internal::UnlockByte(handle_->claim_fd, internal::ClaimOffset(partition, knobs));
 }
 
 void MeasurementStore::FindOrMeasure(const std::string& partition,
-                                     const std::vector<Knobs>& batch, const MeasureFn& measure,
+                                     const std::vector<PartitionKnobs>& batch, const MeasureFn& measure,
                                      const ReadyFn& on_ready) {
   // Claims held while measuring; released when stored, or here if measuring fails.
   std::vector<std::size_t> claimed;
   struct ReleaseLeft {
     MeasurementStore* store;
     const std::string& partition;
-    const std::vector<Knobs>& batch;
+    const std::vector<PartitionKnobs>& batch;
     std::vector<std::size_t>& claimed;
     ~ReleaseLeft() {
       for (std::size_t i : claimed) store->Release(partition, batch[i]);
@@ -426,7 +426,7 @@ void MeasurementStore::FindOrMeasure(const std::string& partition,
     }
   }
   const auto measure_here = [&](const std::vector<std::size_t>& indices) {
-    std::vector<Knobs> knobs;
+    std::vector<PartitionKnobs> knobs;
     for (std::size_t i : indices) knobs.push_back(batch[i]);
     measure(knobs, [&](std::size_t j, const Sample& sample) {
       const std::size_t i = indices.at(j);

@@ -27,6 +27,11 @@ namespace kareus::pipeline {
 namespace internal {
 namespace {
 
+using schedule::Dag;
+using schedule::DagEdge;
+using schedule::Direction;
+using schedule::Instruction;
+
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
 // Per (stage, kind): the quantized convex cost model and the real options.
@@ -96,30 +101,26 @@ Spec BuildSpec(const std::vector<Option>& options, int gpus, const Options& opts
   return spec;
 }
 
-// Evaluation over a precomputed predecessor list (node -> (pred, lag)).
-Evaluation EvaluateWith(const Problem& problem, const Dag& dag,
-                        const std::vector<std::vector<std::pair<int, double>>>& preds,
-                        const std::vector<int>& choice, double p_static_w,
-                        std::vector<double>& finish) {
-  finish.assign(dag.nodes.size(), 0.0);
+// Time (the longest path, schedule::StartTimes) and energy of `choice`.
+Evaluation EvaluateWith(const Problem& problem, const Dag& dag, const std::vector<int>& choice,
+                        double p_static_w) {
   Evaluation eval;
   double effective = 0.0;
   double gpus_total = 0.0;
   for (int s = 0; s < problem.num_stages; ++s) {
     gpus_total += problem.gpus_per_stage.empty() ? 1 : problem.gpus_per_stage[s];
   }
-  for (int v : dag.topological_order) {
+  std::vector<double> durations(dag.nodes.size());
+  for (std::size_t v = 0; v < dag.nodes.size(); ++v) {
     const Instruction& inst = dag.nodes[v];
-    const auto& list = inst.kind == InstructionKind::kForward ? problem.forward_options[inst.stage]
-                                                              : problem.backward_options[inst.stage];
+    const auto& list = inst.kind == Direction::kForward ? problem.forward_options[inst.stage]
+                                                        : problem.backward_options[inst.stage];
     const Option& o = list[static_cast<std::size_t>(choice[v])];
-    double start = 0.0;
-    for (auto [p, lag] : preds[v]) start = std::max(start, finish[p] + lag);
-    finish[v] = start + o.time_s;
-    eval.time_s = std::max(eval.time_s, finish[v]);
+    durations[v] = o.time_s;
     const int gpus = problem.gpus_per_stage.empty() ? 1 : problem.gpus_per_stage[inst.stage];
     effective += gpus * (o.energy_j - p_static_w * o.time_s);
   }
+  eval.time_s = schedule::StartTimes(dag, durations, problem.p2p_time_s).makespan;
   eval.static_energy_j = p_static_w * eval.time_s * gpus_total;
   eval.energy_j = effective + eval.static_energy_j;
   eval.dynamic_energy_j = eval.energy_j - eval.static_energy_j;
@@ -177,11 +178,11 @@ class Engine {
 
   const Spec& SpecOf(int node) const {
     const Instruction& inst = dag_.nodes[node];
-    return specs_[2 * inst.stage + (inst.kind == InstructionKind::kForward ? 0 : 1)];
+    return specs_[2 * inst.stage + (inst.kind == Direction::kForward ? 0 : 1)];
   }
   const Option& OptionOf(int node, int index) const {
     const Instruction& inst = dag_.nodes[node];
-    const auto& list = inst.kind == InstructionKind::kForward
+    const auto& list = inst.kind == Direction::kForward
                            ? problem_.forward_options[inst.stage]
                            : problem_.backward_options[inst.stage];
     return list[index];
@@ -424,15 +425,9 @@ std::vector<int> Engine::Realize() const {
 }
 
 double Engine::RealMakespan(const std::vector<int>& choice) const {
-  std::vector<double> finish(dag_.nodes.size(), 0.0);
-  double makespan = 0.0;
-  for (int v : dag_.topological_order) {
-    double start = 0.0;
-    for (auto [p, lag] : preds_[v]) start = std::max(start, finish[p] + lag);
-    finish[v] = start + OptionOf(v, choice[v]).time_s;
-    makespan = std::max(makespan, finish[v]);
-  }
-  return makespan;
+  std::vector<double> durations(dag_.nodes.size());
+  for (std::size_t v = 0; v < durations.size(); ++v) durations[v] = OptionOf(static_cast<int>(v), choice[v]).time_s;
+  return schedule::StartTimes(dag_, durations, problem_.p2p_time_s).makespan;
 }
 
 // Two passes that each keep the iteration within `deadline`: forward in topological order with
@@ -484,8 +479,7 @@ void Engine::Reclaim(std::vector<int>& choice, double deadline) const {
 IterationPoint Engine::MakePoint(std::vector<int> choice, int64_t step, int64_t quanta) const {
   if (options_.reclaim_slack) Reclaim(choice, RealMakespan(choice));
   IterationPoint point;
-  std::vector<double> finish;
-  point.cost = EvaluateWith(problem_, dag_, preds_, choice, options_.p_static_w, finish);
+  point.cost = EvaluateWith(problem_, dag_, choice, options_.p_static_w);
   point.step = step;
   point.quanta = quanta;
   point.choice = std::move(choice);
@@ -588,6 +582,7 @@ Result Engine::Run() {
 }
 
 std::string Validate(const Problem& problem, const Options& options) {
+  if (const auto error = options.Validate()) return error->Message();
   const int stages = problem.num_stages;
   if (stages < 1) return "num_stages must be >= 1";
   if (problem.num_microbatches < 1) return "num_microbatches must be >= 1";
@@ -600,12 +595,6 @@ std::string Validate(const Problem& problem, const Options& options) {
   }
   for (int g : problem.gpus_per_stage) {
     if (g < 1) return "gpus_per_stage entries must be >= 1";
-  }
-  if (!(options.unit_time_s > 0.0) || !std::isfinite(options.unit_time_s)) {
-    return "unit_time_s must be positive";
-  }
-  if (!(options.p_static_w >= 0.0) || !std::isfinite(options.p_static_w)) {
-    return "p_static_w must be >= 0";
   }
   if (!(problem.p2p_time_s >= 0.0) || !std::isfinite(problem.p2p_time_s)) {
     return "p2p_time_s must be >= 0";
@@ -648,15 +637,21 @@ const char* ToString(Status status) {
   return "unknown";
 }
 
-Evaluation Evaluate(const Problem& problem, const Dag& dag, const std::vector<int>& choice,
+std::optional<OptionError> Options::Validate() const {
+  if (!(unit_time_s > 0.0) || !std::isfinite(unit_time_s)) {
+    return OptionError{"unit_time_s", Describe(unit_time_s), "must be a finite number > 0"};
+  }
+  if (!(p_static_w >= 0.0) || !std::isfinite(p_static_w)) {
+    return OptionError{"p_static_w", Describe(p_static_w), "must be a finite number >= 0"};
+  }
+  if (max_steps < 0) return OptionError{"max_steps", Describe(max_steps), "must be >= 0 (0: no limit)"};
+  return std::nullopt;
+}
+
+Evaluation Evaluate(const Problem& problem, const schedule::Dag& dag, const std::vector<int>& choice,
                     double p_static_w) {
   KAREUS_CHECK(choice.size() == dag.nodes.size()) << "one option per DAG node";
-  std::vector<std::vector<std::pair<int, double>>> preds(dag.nodes.size());
-  for (const DagEdge& e : dag.edges) {
-    preds[e.to].emplace_back(e.from, e.cross_stage ? problem.p2p_time_s : 0.0);
-  }
-  std::vector<double> finish;
-  return internal::EvaluateWith(problem, dag, preds, choice, p_static_w, finish);
+  return internal::EvaluateWith(problem, dag, choice, p_static_w);
 }
 
 Result Solve(const Problem& problem, const Options& options) {
@@ -666,7 +661,7 @@ Result Solve(const Problem& problem, const Options& options) {
     result.summary.message = error;
     return result;
   }
-  Dag dag = BuildDag(problem.schedule, problem.num_stages, problem.num_microbatches);
+  schedule::Dag dag = schedule::BuildDag(problem.schedule, problem.num_stages, problem.num_microbatches);
   internal::Engine engine(problem, options, std::move(dag));
   return engine.Run();
 }

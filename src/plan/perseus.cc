@@ -160,34 +160,44 @@ std::vector<StageOptions> PerseusProfileFromText(std::string_view csv_text,
   return stages;
 }
 
+std::optional<OptionError> SolveProfileOptions::Validate() const {
+  if (num_stages < 1 || num_stages > kMaxStages) {
+    return OptionError{"num_stages", Describe(num_stages), fmt::format("must be in [1, {}]", kMaxStages)};
+  }
+  if (num_microbatches < 1 || num_microbatches > kMaxMicrobatches) {
+    return OptionError{"num_microbatches", Describe(num_microbatches),
+                       fmt::format("must be in [1, {}]", kMaxMicrobatches)};
+  }
+  if (2 * int64_t{num_stages} * num_microbatches > kMaxPipelineInstructions) {
+    return OptionError{"num_microbatches", Describe(num_microbatches),
+                       fmt::format("2 x stages ({}) x microbatches must be at most {} pipeline "
+                                   "instructions",
+                                   num_stages, kMaxPipelineInstructions)};
+  }
+  if (!(p_static_w >= 0) || !(p_static_w <= kMaxStaticPowerW)) {
+    return OptionError{"p_static_w", Describe(p_static_w),
+                       fmt::format("must be in [0, {:g}] (W per GPU)", kMaxStaticPowerW)};
+  }
+  if (!(unit_time_s >= kMinUnitTimeS) || !(unit_time_s <= kMaxUnitTimeS)) {
+    return OptionError{"unit_time_s", Describe(unit_time_s),
+                       "must be between 1 microsecond and 1 hour"};
+  }
+  if (gpus_per_stage < 1 || gpus_per_stage > kMaxGpusPerStage) {
+    return OptionError{"gpus_per_stage", Describe(gpus_per_stage),
+                       fmt::format("must be in [1, {}]", kMaxGpusPerStage)};
+  }
+  if (out.empty()) return OptionError{"out", "\"\"", "an output folder is required"};
+  return std::nullopt;
+}
+
+std::optional<OptionError> ExportOptions::Validate() const {
+  if (plan.empty()) return OptionError{"plan", "\"\"", "a plan file or folder is required"};
+  if (out.empty()) return OptionError{"out", "\"\"", "an output folder is required"};
+  return std::nullopt;
+}
+
 SolveProfileSummary SolveProfile(const SolveProfileOptions& options) {
-  if (options.num_stages < 1 || options.num_stages > kMaxStages) {
-    ThrowInput("stages", Describe(options.num_stages), fmt::format("must be in [1, {}]", kMaxStages));
-  }
-  if (options.num_microbatches < 1 || options.num_microbatches > kMaxMicrobatches) {
-    ThrowInput("microbatches", Describe(options.num_microbatches),
-               fmt::format("must be in [1, {}]", kMaxMicrobatches));
-  }
-  if (2 * int64_t{options.num_stages} * options.num_microbatches > kMaxPipelineInstructions) {
-    ThrowInput("microbatches", Describe(options.num_microbatches),
-               fmt::format("2 x stages ({}) x microbatches must be at most {} pipeline "
-                           "instructions",
-                           options.num_stages, kMaxPipelineInstructions));
-  }
-  if (!(options.p_static_w >= 0) || !(options.p_static_w <= kMaxStaticPowerW)) {
-    ThrowInput("static-power", Describe(options.p_static_w),
-               fmt::format("must be in [0, {:g}] (W per GPU)", kMaxStaticPowerW));
-  }
-  if (!(options.unit_time_s >= kMinUnitTimeS) || !(options.unit_time_s <= kMaxUnitTimeS)) {
-    ThrowInput("unit-time", Describe(options.unit_time_s * 1e3),
-               fmt::format("must be in [{:g}, {:g}] (ms)", kMinUnitTimeS * 1e3,
-                           kMaxUnitTimeS * 1e3));
-  }
-  if (options.gpus_per_stage < 1 || options.gpus_per_stage > kMaxGpusPerStage) {
-    ThrowInput("gpus-per-stage", Describe(options.gpus_per_stage),
-               fmt::format("must be in [1, {}]", kMaxGpusPerStage));
-  }
-  if (options.out.empty()) ThrowInput("out", "\"\"", "an output folder is required");
+  ThrowIfInvalid(options.Validate());
   // Refuses a folder Kareus did not write before anything runs; the outputs appear at once.
   OutputFolder folder(options.out);
   PlanProblem problem{.method = options.method,
@@ -347,7 +357,7 @@ std::string KareusSchedsText(const Plan& plan) {
 
 ExportSummary ExportPlans(const ExportOptions& options) {
   namespace fs = std::filesystem;
-  if (options.out.empty()) ThrowInput("out", "\"\"", "an output folder is required");
+  ThrowIfInvalid(options.Validate());
   OutputFolder folder(options.out);
   std::vector<fs::path> inputs;
   if (fs::is_directory(options.plan)) {

@@ -102,11 +102,17 @@ std::string FindClockWatcherProgram() {
   const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
   if (!ec) folders.push_back(exe.parent_path());  // a program linking the runtime statically
   for (const fs::path& folder : folders) {
+    // Beside it, or installed: <prefix>/libexec/kareus/ from <prefix>/lib/ or from a
+    // multiarch <prefix>/lib/x86_64-linux-gnu/.
     for (const fs::path& candidate :
-         {folder / kProgramName, folder.parent_path() / "libexec" / "kareus" / kProgramName}) {
+         {folder / kProgramName, folder.parent_path() / "libexec" / "kareus" / kProgramName,
+          folder.parent_path().parent_path() / "libexec" / "kareus" / kProgramName}) {
       if (IsExecutableFile(candidate)) return candidate.string();
     }
   }
+#ifdef KAREUS_CLOCK_WATCHER_INSTALL_PATH
+  if (IsExecutableFile(KAREUS_CLOCK_WATCHER_INSTALL_PATH)) return KAREUS_CLOCK_WATCHER_INSTALL_PATH;
+#endif
 #ifdef KAREUS_CLOCK_WATCHER_BUILD_PATH
   if (IsExecutableFile(KAREUS_CLOCK_WATCHER_BUILD_PATH)) return KAREUS_CLOCK_WATCHER_BUILD_PATH;
 #endif

@@ -32,8 +32,8 @@ struct WatcherMessage {
 };
 
 // The watcher program's path: $KAREUS_CLOCK_WATCHER, else kareus-clock-watcher beside the
-// library or executable holding this code (or in ../libexec/kareus/ from there), else the one
-// in the build tree. Empty when none is executable.
+// library or executable holding this code (or in ../libexec/kareus/ from there), else at the
+// install path, else the one in the build tree. Empty when none is executable.
 std::string FindClockWatcherProgram();
 
 class ClockWatcher {

@@ -41,6 +41,11 @@ std::vector<int> QuerySupportedClocks(const Nvml& nvml, int gpu) {
 
 }  // namespace
 
+std::optional<OptionError> FrequencyControllerOptions::Validate() const {
+  if (gpu < 0) return OptionError{"gpu", std::to_string(gpu), "must be >= 0 (an NVML index)"};
+  return std::nullopt;
+}
+
 // Everything a controller owns, on the heap: in a forked child the whole state is left alone
 // (never destroyed), because its mutex may be held and its setter thread does not exist there.
 struct FrequencyController::State {
@@ -78,6 +83,7 @@ FrequencyController::FrequencyController(std::shared_ptr<Nvml> nvml,
   s.options = std::move(options);
   s.generation = internal::ForkGeneration();
   KAREUS_CHECK(s.nvml != nullptr) << "FrequencyController needs an Nvml";
+  ThrowIfInvalid(s.options.Validate());
   s.nvml->CheckGpu(s.options.gpu);
   s.supported_mhz = QuerySupportedClocks(*s.nvml, s.options.gpu);
   s.watcher = internal::ClockWatcher::ForLibrary(s.nvml->library_path());

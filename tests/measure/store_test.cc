@@ -42,7 +42,7 @@ class StoreTest : public ::testing::Test {
 
 Sample MakeSample(double t) {
   return Sample{.time_s = t, .energy_j = 2 * t, .static_energy_j = 0.5 * t,
-                .dynamic_energy_j = 1.5 * t, .realized_freq_mhz = 1300, .gpu_seconds = 12,
+                .dynamic_energy_j = 1.5 * t, .realized_freq_mhz = 1300, .seconds = 12, .gpus = 1,
                 .noise_free = false};
 }
 
@@ -208,7 +208,7 @@ void EditStore(const fs::path& path, const std::string& sql) {
 
 TEST_F(StoreTest, RowsAreCheckedWhenRead) {
   const fs::path path = dir_ / "store.db";
-  const Knobs knobs{.freq_mhz = 1410, .sms = 6, .slot = "norm_0"};
+  const PartitionKnobs knobs{.freq_mhz = 1410, .sms = 6, .slot = "norm_0"};
   {
     auto store = MeasurementStore::Open(path, identity_);
     store->Insert("fwd_attn", knobs, MakeSample(1e-3));
@@ -253,13 +253,13 @@ TEST_F(StoreTest, RowsAreCheckedWhenRead) {
 
 // A fake measurement: slow enough that two processes overlap, recorded so that the test can
 // count how often each configuration was measured.
-Sample SlowSample(const Knobs& knobs) {
+Sample SlowSample(const PartitionKnobs& knobs) {
   std::this_thread::sleep_for(std::chrono::milliseconds(3));
   return MakeSample(knobs.freq_mhz * 1e-6 + knobs.sms * 1e-9);
 }
 
-std::vector<Knobs> Configurations(int count) {
-  std::vector<Knobs> knobs;
+std::vector<PartitionKnobs> Configurations(int count) {
+  std::vector<PartitionKnobs> knobs;
   for (int i = 0; i < count; ++i) {
     knobs.push_back({.freq_mhz = 900 + 30 * (i % 18), .sms = 1 + i / 18, .slot = "norm_0"});
   }
@@ -269,13 +269,13 @@ std::vector<Knobs> Configurations(int count) {
 // One process's profiling of `batches` through the store; every measurement it takes is
 // appended (one line, O_APPEND) to `log`.
 void ProfileThroughStore(const fs::path& store_path, const StoreIdentity& identity,
-                         const std::vector<std::vector<Knobs>>& batches, const fs::path& log) {
+                         const std::vector<std::vector<PartitionKnobs>>& batches, const fs::path& log) {
   auto store = MeasurementStore::Open(store_path, identity);
   for (const auto& batch : batches) {
     std::vector<bool> ready(batch.size(), false);
     store->FindOrMeasure(
         "fwd_attn", batch,
-        [&](const std::vector<Knobs>& knobs,
+        [&](const std::vector<PartitionKnobs>& knobs,
             const std::function<void(std::size_t, const Sample&)>& on_sample) {
           for (std::size_t j = 0; j < knobs.size(); ++j) {
             const Sample sample = SlowSample(knobs[j]);
@@ -307,10 +307,10 @@ std::multiset<std::string> Lines(const fs::path& path) {
 TEST_F(StoreTest, TwoProcessesOnANewStoreEndWithTheUnionAndMeasureNothingTwice) {
   const fs::path path = dir_ / "shared.db";
   const fs::path log = dir_ / "measured.log";
-  const std::vector<Knobs> all = Configurations(72);
+  const std::vector<PartitionKnobs> all = Configurations(72);
   // Both go through the same configurations in the same order (two runs of one profile),
   // in batches of 8, plus a part of their own.
-  std::vector<std::vector<Knobs>> shared;
+  std::vector<std::vector<PartitionKnobs>> shared;
   for (std::size_t i = 0; i < 48; i += 8) shared.emplace_back(all.begin() + i, all.begin() + i + 8);
   pid_t children[2];
   for (int c = 0; c < 2; ++c) {
@@ -343,7 +343,7 @@ TEST_F(StoreTest, TwoProcessesOnANewStoreEndWithTheUnionAndMeasureNothingTwice) 
 TEST_F(StoreTest, AClaimOfAKilledProcessIsTakenOver) {
   const fs::path path = dir_ / "shared.db";
   const fs::path log = dir_ / "measured.log";
-  const std::vector<Knobs> all = Configurations(6);
+  const std::vector<PartitionKnobs> all = Configurations(6);
   MeasurementStore::Open(path, identity_);
   int ready[2];
   ASSERT_EQ(pipe(ready), 0);
@@ -352,7 +352,7 @@ TEST_F(StoreTest, AClaimOfAKilledProcessIsTakenOver) {
     auto store = MeasurementStore::Open(path, identity_);
     store->FindOrMeasure(
         "fwd_attn", all,
-        [&](const std::vector<Knobs>&, const std::function<void(std::size_t, const Sample&)>&) {
+        [&](const std::vector<PartitionKnobs>&, const std::function<void(std::size_t, const Sample&)>&) {
           if (write(ready[1], "x", 1) != 1) std::abort();
           while (true) std::this_thread::sleep_for(std::chrono::seconds(1));
         },
@@ -376,8 +376,8 @@ TEST_F(StoreTest, AClaimOfAKilledProcessIsTakenOver) {
 TEST(SyntheticBackend, AccountsCostAndIsDeterministicPerConfiguration) {
   testing::SyntheticBackend a(7), b(7);
   const auto type = testing::SyntheticPartition("fwd_attn", 3);
-  const Knobs k1{.freq_mhz = 1200, .sms = 9, .slot = "linear_0"};
-  const Knobs k2{.freq_mhz = 990, .sms = 3, .slot = "norm_0"};
+  const PartitionKnobs k1{.freq_mhz = 1200, .sms = 9, .slot = "linear_0"};
+  const PartitionKnobs k2{.freq_mhz = 990, .sms = 3, .slot = "norm_0"};
   const auto first = a.MeasureAll(type, {k1, k2});
   const auto second = b.MeasureAll(type, {k2, k1});  // order does not change a reading
   EXPECT_DOUBLE_EQ(first[0].energy_j, second[1].energy_j);

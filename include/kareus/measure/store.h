@@ -30,7 +30,7 @@ struct StoreIdentity {
 
 struct StoredMeasurement {
   std::string partition;
-  Knobs knobs;
+  PartitionKnobs knobs;
   Sample sample;
 };
 
@@ -51,11 +51,11 @@ class MeasurementStore {
   // The stored measurement, checked: a row that is not a measurement (a time that is not
   // positive, a negative or non-finite energy, energies that do not add up, a text where a
   // number belongs: a hand-edited or damaged file) is an EnvironmentError naming the row.
-  std::optional<Sample> Find(const std::string& partition, const Knobs& knobs) const;
+  std::optional<Sample> Find(const std::string& partition, const PartitionKnobs& knobs) const;
   // Inserts and commits one measurement (durable when this returns) and releases this
   // process's claim on it. False when the configuration is already stored (another process
   // measured it meanwhile): the stored row is kept, as readers may have used it.
-  bool Insert(const std::string& partition, const Knobs& knobs, const Sample& sample);
+  bool Insert(const std::string& partition, const PartitionKnobs& knobs, const Sample& sample);
 
   // Measures a batch through the store: what is stored is read; the rest is measured with
   // `measure` (called once with the configurations to measure, in batch order; it calls back
@@ -65,10 +65,10 @@ class MeasurementStore {
   // without storing it). `on_ready(i, sample, from_store)` is called once for every entry of
   // `batch`. The claims are advisory locks on the store file (OFD locks, released by the kernel
   // when a process dies), so nothing stale is left behind by a killed process.
-  using MeasureFn = std::function<void(const std::vector<Knobs>& knobs,
+  using MeasureFn = std::function<void(const std::vector<PartitionKnobs>& knobs,
                                        const std::function<void(std::size_t, const Sample&)>&)>;
   using ReadyFn = std::function<void(std::size_t index, const Sample& sample, bool from_store)>;
-  void FindOrMeasure(const std::string& partition, const std::vector<Knobs>& batch,
+  void FindOrMeasure(const std::string& partition, const std::vector<PartitionKnobs>& batch,
                      const MeasureFn& measure, const ReadyFn& on_ready);
 
   int64_t Count() const;                              // all rows
@@ -83,9 +83,9 @@ class MeasurementStore {
                    std::unique_ptr<Handle> handle);
   // Claims on configurations being measured (OFD write locks on one byte of the store file
   // each, far above SQLite's own lock bytes). TryClaim does not wait; Claim waits.
-  bool TryClaim(const std::string& partition, const Knobs& knobs);
-  void Claim(const std::string& partition, const Knobs& knobs);
-  void Release(const std::string& partition, const Knobs& knobs);
+  bool TryClaim(const std::string& partition, const PartitionKnobs& knobs);
+  void Claim(const std::string& partition, const PartitionKnobs& knobs);
+  void Release(const std::string& partition, const PartitionKnobs& knobs);
   std::filesystem::path path_;
   StoreIdentity identity_;
   std::unique_ptr<Handle> handle_;

@@ -13,10 +13,12 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
-#include "kareus/pipeline/schedule.h"
+#include "kareus/common/error.h"
+#include "kareus/schedule/schedule.h"
 
 namespace kareus::pipeline {
 
@@ -27,7 +29,7 @@ struct Option {
 };
 
 struct Problem {
-  ScheduleKind schedule = ScheduleKind::k1F1B;
+  schedule::ScheduleKind schedule = schedule::ScheduleKind::k1F1B;
   int num_stages = 0;
   int num_microbatches = 0;
   std::vector<std::vector<Option>> forward_options = {};   // [stage] options of every forward
@@ -52,6 +54,9 @@ struct Options {
   int64_t max_steps = 0;      // stop after this many steps; 0 = run to the fastest schedule
   bool keep_dominated = false;  // keep realized points another point dominates
   std::function<void(const SolveProgress&)> progress = nullptr;  // after every step; optional
+
+  // The first invalid field, its value and the rule; nullopt when valid.
+  std::optional<OptionError> Validate() const;
 };
 
 // The energy of one iteration, summed over all GPUs:
@@ -94,7 +99,7 @@ struct Summary {
 
 struct Result {
   Summary summary;
-  Dag dag;
+  schedule::Dag dag;
   // Pareto-optimal realized points in iteration order: slowest (cheapest) first, fastest last.
   std::vector<IterationPoint> points;
 };
@@ -102,7 +107,7 @@ struct Result {
 Result Solve(const Problem& problem, const Options& options);
 
 // Time and energy of `choice` (per DAG node option index) on `dag`.
-Evaluation Evaluate(const Problem& problem, const Dag& dag, const std::vector<int>& choice,
+Evaluation Evaluate(const Problem& problem, const schedule::Dag& dag, const std::vector<int>& choice,
                     double p_static_w);
 
 }  // namespace kareus::pipeline

@@ -6,10 +6,12 @@
 #pragma once
 
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "kareus/common/error.h"
 #include "kareus/plan/plan_file.h"
 #include "kareus/plan/solve.h"
 
@@ -36,6 +38,9 @@ struct SolveProfileOptions {
   int gpus_per_stage = 1;             // GPUs per stage; the CSV's energies are per GPU
   std::filesystem::path out;          // output folder (plan.json, frontier.json, plans/)
   std::string method = "perseus";     // written into the plans
+
+  // The first invalid field (its name here), its value and the rule; nullopt when valid.
+  std::optional<OptionError> Validate() const;
 };
 
 struct SolveProfileSummary {
@@ -68,6 +73,8 @@ struct ExportOptions {
   std::filesystem::path plan;   // a plan file, or a folder of plan_NNNNN.json files
   ExportFormat format = ExportFormat::kZeus;
   std::filesystem::path out;    // output folder
+
+  std::optional<OptionError> Validate() const;  // as SolveProfileOptions::Validate
 };
 
 struct ExportSummary {
