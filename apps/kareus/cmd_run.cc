@@ -85,11 +85,11 @@ void AddRunCommand(CLI::App& app) {
   cmd->callback([args]() {
     methods::RunOptions options = ToOptions(*args);
     const std::filesystem::path out = args->out;
+    const measure::BackendFactory backend = MakeBackendFactory(args->backend);
+    const auto workload = workload::LoadWorkloadFile(args->workloads.front());
     OutputFolder folder(out);  // checked now; the outputs replace OUT as a whole at the end
     if (options.profile.store.empty()) options.profile.store = out / "measurements.sqlite";
     folder.Keep(options.profile.store);
-    const measure::BackendFactory backend = MakeBackendFactory(args->backend);
-    const auto workload = workload::LoadWorkloadFile(args->workloads.front());
     const auto run = methods::RunWorkload(workload, options, backend,
                                           Context{.seed = args->seed, .quiet = args->quiet});
     methods::WriteRunOutputs(run, folder.staging());

@@ -145,6 +145,7 @@ PYBIND11_MODULE(_kareus, m) {
                              error->value, error->rule);
         }
         options.quiet = quiet;
+        const kareus::workload::Workload loaded = kareus::workload::LoadWorkloadFile(workload);
         std::optional<kareus::OutputFolder> folder;  // replaced as a whole at the end
         if (out) {
           folder.emplace(*out);
@@ -154,7 +155,7 @@ PYBIND11_MODULE(_kareus, m) {
         std::string summary;
         {
           py::gil_scoped_release release;  // the run is pure C++; let other threads go on
-          const auto run = km::RunWorkload(kareus::workload::LoadWorkloadFile(workload), options,
+          const auto run = km::RunWorkload(loaded, options,
                                            kareus::measure::EmulatorBackendFactory(),
                                            kareus::Context{.seed = seed, .quiet = quiet});
           if (folder) {
