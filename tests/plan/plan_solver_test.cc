@@ -269,6 +269,26 @@ TEST(Export, PythonStringLiteralIsData) {
   }
 }
 
+TEST(SolvePlans, ProgressIsReportedAfterEveryStep) {
+  const fs::path dir = TempDir("progress");
+  WriteText(dir / "profile.csv", ProfileCsv(2));
+  PlanProblem problem{.num_microbatches = 4, .stages = ReadPerseusProfile(dir / "profile.csv", 2)};
+  std::vector<pipeline::SolveProgress> seen;
+  const PlanResult result = SolvePlans(
+      problem, {.p_static_w = 85.0,
+                .progress = [&](const pipeline::SolveProgress& p) { seen.push_back(p); }});
+  ASSERT_EQ(static_cast<int64_t>(seen.size()), result.solve.summary.steps);
+  ASSERT_FALSE(seen.empty());
+  for (std::size_t i = 0; i < seen.size(); ++i) {
+    EXPECT_EQ(seen[i].step, static_cast<int64_t>(i) + 1);
+    EXPECT_GE(seen[i].quanta_now, seen[i].quanta_fastest);
+    EXPECT_LT(seen[i].quanta_now, seen[i].quanta_slowest);
+    if (i > 0) {
+      EXPECT_LT(seen[i].quanta_now, seen[i - 1].quanta_now);
+    }
+  }
+}
+
 TEST(SolveProfile, ProfileBoundsAreInputErrors) {
   const std::string header = "stage,instruction,frequency,time,energy\n";
   EXPECT_THROW(PerseusProfileFromText(header + "0,forward,1410,1e7,3\n", "p.csv", 1), InputError);
