@@ -226,14 +226,27 @@ std::unique_ptr<MeasurementStore> MeasurementStore::Open(const std::filesystem::
   sqlite3_busy_timeout(handle->db, 60000);
   sqlite3* db = handle->db;
 
+  // The tables, and whether the schema holds anything at all (an index, view or trigger
+  // without tables is someone else's database, not an empty one).
+  bool schema_empty = true;
   const auto read_tables = [&] {
     std::map<std::string, std::string> tables;
-    Statement list(db, "SELECT name, sql FROM sqlite_master WHERE type = 'table'");
+    Statement list(db, "SELECT type, name, sql FROM sqlite_master");
     if (!list.ok()) Fail(path, "not a SQLite database, or corrupted: " + list.error());
     int rc;
-    while ((rc = list.Step()) == SQLITE_ROW) tables[list.Text(0)] = list.Text(1);
+    schema_empty = true;
+    while ((rc = list.Step()) == SQLITE_ROW) {
+      schema_empty = false;
+      if (list.Text(0) == "table") tables[list.Text(1)] = list.Text(2);
+    }
     if (rc != SQLITE_DONE) Fail(path, "not a SQLite database, or corrupted: " + list.LastError());
     return tables;
+  };
+  const auto quick_check = [&] {
+    Statement check(db, "PRAGMA quick_check");
+    if (!check.ok() || check.Step() != SQLITE_ROW || check.Text(0) != "ok") {
+      Fail(path, "integrity check failed (corrupted)");
+    }
   };
   const auto validate = [&](const std::map<std::string, std::string>& tables) {
     if (!tables.contains("meta") || !tables.contains("measurements")) {
@@ -254,12 +267,7 @@ std::unique_ptr<MeasurementStore> MeasurementStore::Open(const std::filesystem::
       Fail(path, "schema_version = " + ShownValue(meta["schema_version"]) +
                      ", this build reads " + std::to_string(kSchemaVersion));
     }
-    {
-      Statement check(db, "PRAGMA quick_check");
-      if (!check.ok() || check.Step() != SQLITE_ROW || check.Text(0) != "ok") {
-        Fail(path, "integrity check failed (corrupted)");
-      }
-    }
+    quick_check();
     const auto mismatch = [&](const char* key, const std::string& expected) {
       if (meta[key] != expected) {
         Fail(path, std::string("belongs to another ") + key + ": store has '" +
@@ -281,16 +289,20 @@ std::unique_ptr<MeasurementStore> MeasurementStore::Open(const std::filesystem::
   };
 
   std::map<std::string, std::string> tables = read_tables();
-  if (!tables.empty()) {
+  if (!schema_empty) {
     validate(tables);  // nothing is written before the file is recognized
   } else {
+    // A file with bytes but no schema (another process is creating the store, or a damaged
+    // file): checked before the first write, so a damaged one is refused untouched (the store
+    // fuzzer's find: a corrupt page 1 with no tables had its header switched to WAL first).
+    if (exists) quick_check();
     // An empty or new file is ours. WAL first (a journal-mode change cannot happen inside a
     // transaction), then create under a write lock, looking again inside it: when two
     // processes start on one new store, the second finds the first one's schema and checks it.
     exec("PRAGMA journal_mode=WAL;", "cannot enable the WAL journal");
     exec("BEGIN IMMEDIATE;", "cannot lock the new store");
     tables = read_tables();
-    if (!tables.empty()) {
+    if (!schema_empty) {
       exec("ROLLBACK;", "cannot unlock the store");
       validate(tables);
     } else {

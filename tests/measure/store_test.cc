@@ -140,6 +140,47 @@ TEST_F(StoreTest, CorruptedFileIsRefusedAndUntouched) {
   EXPECT_FALSE(fs::exists(path.string() + "-wal"));
 }
 
+// Found by the store fuzzer: a database with no schema and a damaged page 1 was taken for an
+// empty store and switched to WAL (its header rewritten) before the damage showed.
+TEST_F(StoreTest, DamagedFileWithoutTablesIsRefusedUntouched) {
+  const fs::path path = dir_ / "damaged.db";
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "CREATE TABLE x(a); DROP TABLE x;", nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(db);
+  std::string bytes = ReadTextFile(path);
+  ASSERT_GT(bytes.size(), 104u);
+  bytes[101] = 0x0f;  // page 1's first free block: past the cells, inside nothing
+  bytes[102] = 0x00;
+  {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  }
+  const std::string before = Snapshot(path);
+  try {
+    MeasurementStore::Open(path, identity_);
+    ADD_FAILURE() << "a damaged file was opened";
+  } catch (const EnvironmentError& e) {
+    EXPECT_NE(std::string(e.what()).find("corrupted"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(Snapshot(path), before);
+  EXPECT_FALSE(fs::exists(path.string() + "-wal"));
+}
+
+// A database whose schema holds no table but something else is not an empty store.
+TEST_F(StoreTest, SchemaWithoutTablesIsAnotherSchema) {
+  const fs::path path = dir_ / "view.db";
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "CREATE VIEW v AS SELECT 1 AS one;", nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(db);
+  const std::string before = Snapshot(path);
+  EXPECT_THROW(MeasurementStore::Open(path, identity_), EnvironmentError);
+  EXPECT_EQ(Snapshot(path), before);
+}
+
 TEST_F(StoreTest, TruncatedStoreIsRefused) {
   const fs::path path = dir_ / "store.db";
   {
