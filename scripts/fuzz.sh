@@ -6,7 +6,8 @@
 # report, timeout (10 s per input) or memory blow-up (2 GiB); the input that did it is saved
 # under $build/fuzz-work/artifacts/ and belongs in fuzz/regressions/<fuzzer>/ once fixed.
 #   scripts/fuzz.sh [SECONDS] [workload|profile_csv|plan|store ...]
-# Env: KAREUS_FUZZ_BUILD_DIR (default build-fuzz).
+# Env: KAREUS_FUZZ_BUILD_DIR (default build-fuzz), KAREUS_FUZZ_JOBS (harnesses side by side;
+# default: the number of cores).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -46,32 +47,51 @@ seed() {  # seed NAME DIR: copy the seed corpus of NAME into DIR
   fi
 }
 
-status=0
-for name in "${fuzzers[@]}"; do
-  binary="$build/fuzz/fuzz_$name"
-  corpus="$work/corpus/$name"
+# One harness: replay its regression inputs, then fuzz it. Prints its lines when done (the
+# harnesses run side by side, one per core).
+run_one() {
+  local name=$1
+  local binary="$build/fuzz/fuzz_$name"
+  local corpus="$work/corpus/$name"
+  local report="$work/$name.report"
   rm -rf "$corpus"
   mkdir -p "$corpus"
   seed "$name" "$corpus"
+  : >"$report"
   if compgen -G "fuzz/regressions/$name/*" >/dev/null; then
-    echo "fuzz: $name: replaying $(ls "fuzz/regressions/$name" | wc -l) regression inputs"
-    "$binary" -runs=0 fuzz/regressions/"$name"/* 2>"$work/$name.replay.log" || {
-      tail -40 "$work/$name.replay.log"
-      echo "fuzz: $name: a regression input fails again" >&2
-      status=1
-      continue
-    }
+    echo "fuzz: $name: replaying $(ls "fuzz/regressions/$name" | wc -l) regression inputs" >>"$report"
+    if ! "$binary" -runs=0 fuzz/regressions/"$name"/* 2>"$work/$name.replay.log"; then
+      tail -40 "$work/$name.replay.log" >>"$report"
+      echo "fuzz: $name: a regression input fails again" >>"$report"
+      return 1
+    fi
   fi
-  echo "fuzz: $name: $seconds s from $(ls "$corpus" | wc -l) seeds"
+  echo "fuzz: $name: $seconds s from $(ls "$corpus" | wc -l) seeds" >>"$report"
   if "$binary" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
       -artifact_prefix="$work/artifacts/$name-" "$corpus" >"$work/$name.log" 2>&1; then
-    runs=$(grep -o 'stat::number_of_executed_units: [0-9]*' "$work/$name.log" | grep -o '[0-9]*$')
-    echo "fuzz: $name: clean, ${runs:-?} inputs in $seconds s ($(( ${runs:-0} / seconds )) exec/s)"
+    local runs
+    runs=$(grep -o 'stat::number_of_executed_units: [0-9]*' "$work/$name.log" | grep -o '[0-9]*$' || true)
+    echo "fuzz: $name: clean, ${runs:-?} inputs in $seconds s ($(( ${runs:-0} / seconds )) exec/s)" \
+      >>"$report"
   else
-    tail -60 "$work/$name.log"
+    tail -60 "$work/$name.log" >>"$report"
     echo "fuzz: $name: FAILED; the input is in $work/artifacts/ (add it to fuzz/regressions/$name/" \
-         "once fixed)" >&2
-    status=1
+         "once fixed)" >>"$report"
+    return 1
   fi
+}
+
+# At most one harness per core at a time (CI: 2 cores, so 4 x 60 s take 2 minutes).
+jobs=${KAREUS_FUZZ_JOBS:-$(nproc)}
+status=0
+pids=()
+for name in "${fuzzers[@]}"; do
+  while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n || true; done
+  run_one "$name" &
+  pids+=("$!")
+done
+for i in "${!fuzzers[@]}"; do
+  wait "${pids[$i]}" || status=1
+  cat "$work/${fuzzers[$i]}.report"
 done
 exit $status
