@@ -187,6 +187,11 @@ std::optional<OptionError> SolveProfileOptions::Validate() const {
                        fmt::format("must be in [1, {}]", kMaxGpusPerStage)};
   }
   if (out.empty()) return OptionError{"out", "\"\"", "an output folder is required"};
+  if (schedule == ScheduleKind::kInterleaved1F1B) {
+    return OptionError{"schedule", kareus::schedule::ToString(schedule),
+                       "must be 1f1b or gpipe (a Perseus profile has one option list per stage, "
+                       "no model chunks)"};
+  }
   return std::nullopt;
 }
 
@@ -201,6 +206,7 @@ SolveProfileSummary SolveProfile(const SolveProfileOptions& options) {
   // Refuses a folder Kareus did not write before anything runs; the outputs appear at once.
   OutputFolder folder(options.out);
   PlanProblem problem{.method = options.method,
+                      .schedule = options.schedule,
                       .num_microbatches = options.num_microbatches,
                       .stages = ReadPerseusProfile(options.profile, options.num_stages)};
   for (StageOptions& stage : problem.stages) stage.gpus = options.gpus_per_stage;
@@ -208,6 +214,7 @@ SolveProfileSummary SolveProfile(const SolveProfileOptions& options) {
                       {"stages", options.num_stages},
                       {"microbatches", options.num_microbatches},
                       {"gpus_per_stage", options.gpus_per_stage},
+                      {"schedule", schedule::ToString(options.schedule)},
                       {"static_power_w", options.p_static_w},
                       {"unit_time_s", options.unit_time_s}};
   // A long solve shows where it is (on a terminal): steps taken and the iteration time left to

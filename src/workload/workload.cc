@@ -152,6 +152,11 @@ Json Workload::ToJson() const {
               {"sequence_length", sequence_length},
               {"microbatches", microbatches},
               {"recompute", ToString(recompute)},
+              {"gradient_sync",
+               {{"distributed_optimizer", gradient_sync.distributed_optimizer},
+                {"overlap", gradient_sync.overlap},
+                {"bucket_parameters", gradient_sync.bucket_parameters},
+                {"reduce_dtype", gradient_sync.reduce_bytes == 2 ? "bf16" : "fp32"}}},
               {"nanobatching_possible", CanNanobatch()}};
 }
 
@@ -204,6 +209,10 @@ Workload WorkloadFromYaml(const std::string& yaml_text, const std::string& sourc
       par.Has("cp") ? static_cast<int>(PositiveInt(par, "cp", kMaxTensorOrContextParallel)) : 1;
   w.parallelism.pp = par.Has("pp") ? static_cast<int>(PositiveInt(par, "pp", kMaxLayers)) : 1;
   w.parallelism.dp = par.Has("dp") ? static_cast<int>(PositiveInt(par, "dp", kMaxDataParallel)) : 1;
+  // Interleaved 1F1B: model chunks per stage; each must hold at least one layer.
+  w.parallelism.virtual_stages =
+      par.Has("virtual_stages") ? static_cast<int>(PositiveInt(par, "virtual_stages", kMaxLayers))
+                                : 1;
   const ModelConfig& m = w.model;
   const int tp = w.parallelism.tp, cp = w.parallelism.cp, pp = w.parallelism.pp;
   const int64_t gpus = int64_t{tp} * cp * w.parallelism.dp * pp;  // <= 2^50: exact
@@ -243,16 +252,63 @@ Workload WorkloadFromYaml(const std::string& yaml_text, const std::string& sourc
     }
   }
   par.RejectUnknownKeys();
+  const int virtual_stages = w.parallelism.virtual_stages;
+  if (virtual_stages > 1) {
+    // Megatron-LM's interleaved schedule: more than one stage, and every virtual stage of a
+    // rank holds the same number of layers (arguments.py).
+    if (pp < 2) {
+      par.Fail("virtual_stages", Describe(virtual_stages),
+               "needs pp >= 2 (interleaved 1F1B splits a pipeline of several stages; pp = " +
+                   Describe(pp) + ")");
+    }
+    for (int s = 0; s < pp; ++s) {
+      const int layers = w.parallelism.layers_per_stage[s];
+      if (layers % virtual_stages != 0) {
+        par.Fail("virtual_stages", Describe(virtual_stages),
+                 "must divide every stage's layers (stage " + Describe(s) + " has " +
+                     Describe(layers) + "): Megatron-LM gives each model chunk of a stage the "
+                     "same number of layers");
+      }
+    }
+  }
 
   w.microbatch_size = static_cast<int>(PositiveInt(root, "microbatch_size", kMaxMicrobatchSize));
   w.sequence_length = PositiveInt(root, "sequence_length", kMaxSequenceLength);
   w.microbatches = static_cast<int>(PositiveInt(root, "microbatches", kMaxMicrobatches));
-  if (2 * int64_t{pp} * w.microbatches > kMaxPipelineInstructions) {
+  if (2 * int64_t{pp} * virtual_stages * w.microbatches > kMaxPipelineInstructions) {
     root.Fail("microbatches", Describe(w.microbatches),
-              "2 x parallelism.pp (" + Describe(pp) + ") x microbatches must be at most " +
+              "2 x parallelism.pp (" + Describe(pp) + ") x parallelism.virtual_stages (" +
+                  Describe(virtual_stages) + ") x microbatches must be at most " +
                   Describe(kMaxPipelineInstructions) +
                   " pipeline instructions (the solver keeps one choice per instruction per "
                   "frontier point)");
+  }
+  if (virtual_stages > 1 && w.microbatches % pp != 0) {
+    root.Fail("microbatches", Describe(w.microbatches),
+              "must be a multiple of parallelism.pp (" + Describe(pp) +
+                  ") with parallelism.virtual_stages = " + Describe(virtual_stages) +
+                  " (Megatron-LM's interleaved schedule runs microbatches in groups of one "
+                  "pipeline size per model chunk)");
+  }
+  if (root.Has("gradient_sync")) {
+    const YamlMap sync = root.Map("gradient_sync");
+    GradientSyncConfig& g = w.gradient_sync;
+    if (sync.Has("distributed_optimizer")) g.distributed_optimizer = sync.Bool("distributed_optimizer");
+    if (sync.Has("overlap")) g.overlap = sync.Bool("overlap");
+    if (sync.Has("bucket_parameters")) {
+      g.bucket_parameters = PositiveInt(sync, "bucket_parameters", int64_t{1} << 40);
+    }
+    if (sync.Has("reduce_dtype")) {
+      const std::string dtype = sync.String("reduce_dtype");
+      if (dtype == "fp32") {
+        g.reduce_bytes = 4;
+      } else if (dtype == "bf16") {
+        g.reduce_bytes = 2;
+      } else {
+        sync.Fail("reduce_dtype", dtype, "must be fp32 or bf16");
+      }
+    }
+    sync.RejectUnknownKeys();
   }
   // Context parallelism splits the sequence into 2*CP chunks for causal load balance
   // (Megatron-Core), so the sequence must divide by 2*CP.
