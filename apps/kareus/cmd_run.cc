@@ -9,6 +9,7 @@
 #include "flags.h"
 #include "kareus/common/context.h"
 #include "kareus/common/error.h"
+#include "kareus/common/io.h"
 #include "kareus/common/json.h"
 #include "kareus/methods/run.h"
 #include "kareus/report/report.h"
@@ -84,12 +85,15 @@ void AddRunCommand(CLI::App& app) {
   cmd->callback([args]() {
     methods::RunOptions options = ToOptions(*args);
     const std::filesystem::path out = args->out;
-    if (options.profile.store.empty()) options.profile.store = out / "measurements.sqlite";
     const measure::BackendFactory backend = MakeBackendFactory(args->backend);
     const auto workload = workload::LoadWorkloadFile(args->workloads.front());
+    OutputFolder folder(out);  // checked now; the outputs replace OUT as a whole at the end
+    if (options.profile.store.empty()) options.profile.store = out / "measurements.sqlite";
+    folder.Keep(options.profile.store);
     const auto run = methods::RunWorkload(workload, options, backend,
                                           Context{.seed = args->seed, .quiet = args->quiet});
-    methods::WriteRunOutputs(run, out);
+    methods::WriteRunOutputs(run, folder.staging());
+    folder.Commit();
     const Json summary = methods::ToJson(run.summary);
     if (args->json) {
       std::fputs(DumpJson(summary).c_str(), stdout);

@@ -2,6 +2,7 @@
 // The files of `kareus run` and `kareus evaluate`.
 #include <algorithm>
 #include <cstdio>
+#include <optional>
 #include <set>
 
 #include "kareus/common/error.h"
@@ -58,9 +59,26 @@ EvaluationResult EvaluateWorkloads(const std::vector<std::filesystem::path>& wor
                                    const measure::BackendFactory& make_backend,
                                    const Context& context, const std::filesystem::path& out) {
   ThrowIfInvalid(options.Validate());
-  // Validate every file before running anything.
+  // Validate every file before running anything; each workload writes OUT/<name>.
   std::vector<workload::Workload> loaded;
-  for (const auto& path : workloads) loaded.push_back(workload::LoadWorkloadFile(path));
+  for (const auto& path : workloads) {
+    loaded.push_back(workload::LoadWorkloadFile(path));
+    for (std::size_t i = 0; i + 1 < loaded.size(); ++i) {
+      if (loaded[i].name == loaded.back().name) {
+        ThrowInput(path.string() + ": name", loaded.back().name,
+                   "another workload of this evaluation (" + workloads[i].string() +
+                       ") has this name; each writes its own folder OUT/<name>");
+      }
+    }
+  }
+  std::optional<OutputFolder> folder;  // OUT is replaced as a whole at the end
+  if (!out.empty()) {
+    folder.emplace(out);
+    for (const auto& w : loaded) {
+      folder->Keep(options.profile.store.empty() ? out / w.name / "measurements.sqlite"
+                                                 : options.profile.store);
+    }
+  }
   EvaluationResult result;
   result.evaluation = Json{{"format", "kareus.evaluation/1"}, {"rows", Json::array()}};
   for (const auto& w : loaded) {
@@ -74,7 +92,7 @@ EvaluationResult EvaluateWorkloads(const std::vector<std::filesystem::path>& wor
       std::fprintf(stderr, "kareus: workload %s\n", w.name.c_str());
     }
     const RunResult run = RunWorkload(w, per, make_backend, context);
-    if (!out.empty()) WriteRunOutputs(run, out / w.name);
+    if (folder) WriteRunOutputs(run, folder->staging() / w.name);
     const Json summary = ToJson(run.summary);
     result.evaluation["rows"].push_back({{"workload", w.name},
                                          {"max_throughput", summary["max_throughput"]},
@@ -83,9 +101,10 @@ EvaluationResult EvaluateWorkloads(const std::vector<std::filesystem::path>& wor
                                          {"checks", summary["checks"]}});
   }
   result.table = report::RenderEvaluationTable(result.evaluation);
-  if (!out.empty()) {
-    WriteJsonFile(out / "evaluation.json", result.evaluation);
-    WriteFileAtomic(out / "evaluation.txt", result.table);
+  if (folder) {
+    WriteJsonFile(folder->staging() / "evaluation.json", result.evaluation);
+    WriteFileAtomic(folder->staging() / "evaluation.txt", result.table);
+    folder->Commit();
   }
   return result;
 }

@@ -239,8 +239,9 @@ class PartitionRun {
   }
 
   // Reads what the store has, measures the rest in one backend batch, commits each new
-  // measurement as it arrives. Evaluation order is the pick order either way, so a resumed
-  // run is indistinguishable from an uninterrupted one.
+  // measurement as it arrives (through the store: what another process is measuring right now
+  // is waited for, not measured twice). Evaluation order is the pick order either way, so a
+  // resumed run is indistinguishable from an uninterrupted one.
   void Evaluate(const std::vector<int64_t>& indices, int batch,
                 const std::vector<std::string>& reasons, PartitionResult* result) {
     const std::size_t first = result->evaluations.size();
@@ -252,26 +253,31 @@ class PartitionRun {
       e.knobs = plan_.space.At(indices[i]);
       e.batch = batch;
       e.reason = reasons[i];
-      if (store_ != nullptr) {
-        if (auto stored = store_->Find(plan_.type->name, e.knobs)) {
-          e.sample = *stored;
-          e.sample.gpus = measure::PartitionGpus(*plan_.type);
-          e.from_store = true;
-          ++result->reused;
-        }
-      }
-      if (!e.from_store) {
-        missing.push_back(first + i);
-        to_measure.push_back(e.knobs);
-      }
+      missing.push_back(first + i);
+      to_measure.push_back(e.knobs);
       result->evaluations.push_back(std::move(e));
     }
+    if (store_ != nullptr) {
+      store_->FindOrMeasure(
+          plan_.type->name, to_measure,
+          [&](const std::vector<measure::PartitionKnobs>& knobs,
+              const std::function<void(std::size_t, const measure::Sample&)>& on_sample) {
+            backend_.MeasureBatch(*plan_.type, knobs, on_sample);
+          },
+          [&](std::size_t j, const measure::Sample& sample, bool from_store) {
+            Evaluation& e = result->evaluations[missing[j]];
+            e.sample = sample;
+            if (from_store) e.sample.gpus = measure::PartitionGpus(*plan_.type);  // not stored
+            e.from_store = from_store;
+            ++(from_store ? result->reused : result->measured);
+            ShowProgress(*result, batch);
+          });
+      return;
+    }
     ShowProgress(*result, batch);
-    if (to_measure.empty()) return;
     backend_.MeasureBatch(*plan_.type, to_measure,
                           [&](std::size_t j, const measure::Sample& sample) {
                             Evaluation& e = result->evaluations[missing[j]];
-                            if (store_ != nullptr) store_->Insert(plan_.type->name, e.knobs, sample);
                             e.sample = sample;
                             ++result->measured;
                             ShowProgress(*result, batch);

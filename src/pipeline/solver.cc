@@ -595,6 +595,11 @@ Result Engine::Run() {
     }
     makespan = next;
     record(step);
+    if (options_.progress) {
+      options_.progress({.step = step, .quanta_now = makespan,
+                         .quanta_fastest = summary.quanta_fastest,
+                         .quanta_slowest = summary.quanta_slowest});
+    }
   }
   summary.status = status_;
   summary.message = message_;

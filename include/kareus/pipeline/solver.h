@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -52,6 +53,14 @@ struct Problem {
 // The option list of DAG node `node` (the node classes above).
 const std::vector<Option>& OptionsOf(const Problem& problem, const schedule::Dag& dag, int node);
 
+// Where a running solve is: called after every step (a long solve can show progress).
+struct SolveProgress {
+  int64_t step = 0;
+  int64_t quanta_now = 0;      // iteration time of the current schedule, in quanta
+  int64_t quanta_fastest = 0;  // where the solve ends
+  int64_t quanta_slowest = 0;  // where it started
+};
+
 struct Options {
   double unit_time_s = 1e-3;  // time quantum of one solver step (Perseus default 1 ms)
   double p_static_w = 0.0;    // static (blocking) power of one GPU, W; enters effective energy
@@ -59,6 +68,7 @@ struct Options {
                               // iteration time does not grow
   int64_t max_steps = 0;      // stop after this many steps; 0 = run to the fastest schedule
   bool keep_dominated = false;  // keep realized points another point dominates
+  std::function<void(const SolveProgress&)> progress = nullptr;  // after every step; optional
 
   // The first invalid field, its value and the rule; nullopt when valid.
   std::optional<OptionError> Validate() const;
