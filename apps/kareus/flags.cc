@@ -37,7 +37,8 @@ std::vector<FlagName> ProfilerFlagNames(const std::string& prefix) {
   return {{prefix + "budget", "--budget"},
           {prefix + "budget_fraction", "--budget-fraction"},
           {prefix + "initial_design", "--initial"},
-          {prefix + "batch_size", "--batch"}};
+          {prefix + "batch_size", "--batch"},
+          {prefix + "unit_size", "--unit-size"}};
 }
 
 void AddProfilerFlags(CLI::App* cmd, ProfilerFlags& flags, const std::string& store_help) {
@@ -55,6 +56,11 @@ void AddProfilerFlags(CLI::App* cmd, ProfilerFlags& flags, const std::string& st
   cmd->add_option("--initial", flags.initial, "Initial design size per type; 0: automatic")
       ->capture_default_str();
   cmd->add_option("--batch", flags.batch, "Acquisition batch size; 0: automatic")->capture_default_str();
+  cmd->add_option("--unit-size", flags.unit_size,
+                  "Configurations per measurement unit (one backend batch with its own warm-up); "
+                  "under mpirun the units of a batch are measured on several ranks at once; the "
+                  "same value gives the same result with any number of ranks; 0: whole batch")
+      ->capture_default_str();
   cmd->add_flag("--full-grid", flags.full_grid,
                 "Search and plan over every supported clock instead of the profiling sub-grid");
   cmd->add_flag("--raw-frontier", flags.raw_frontier,
@@ -71,6 +77,7 @@ mobo::ProfileOptions ToProfileOptions(const ProfilerFlags& flags) {
   options.strategy = mobo::StrategyFromString(flags.strategy);
   options.initial_design = flags.initial;
   options.batch_size = flags.batch;
+  options.unit_size = flags.unit_size;
   options.full_grid = flags.full_grid;
   options.denoise = !flags.raw_frontier;
   options.store = flags.store;

@@ -167,7 +167,7 @@ struct MeasurementBatch {
 class WorkloadProfiler {
  public:
   // Validates options, partition names, budgets and the store exactly as ProfileWorkload does
-  // (InputError / EnvironmentError, nothing measured). `backend` gives the GPU, the static
+  // (InputError / EnvironmentError, nothing measured). `model` and `backend` must outlive it. `backend` gives the GPU, the static
   // power, the description and batch overhead, the noise-free twin (oracle); the random
   // baseline of `oracle` is measured through it in Finish().
   WorkloadProfiler(const workload::WorkloadModel& model, const ProfileOptions& options,

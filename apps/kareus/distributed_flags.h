@@ -1,0 +1,26 @@
+// SPDX-License-Identifier: Apache-2.0
+// The flags of distributed planning (`mpirun -np N kareus profile|run|evaluate ...`) and what
+// rank 0 prints about the ranks when the job is done.
+#pragma once
+
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "kareus/distributed/planner.h"
+
+namespace kareus::cli {
+
+struct DistributedFlags {
+  std::string rank_report;  // JSON file of the per-rank work (rank 0 writes it)
+  int max_outstanding = distributed::PlannerOptions{}.max_outstanding;
+};
+
+// --rank-report FILE, --max-outstanding N.
+void AddDistributedFlags(CLI::App* cmd, DistributedFlags& flags);
+// The planner's options from the flags (InputError naming the flag).
+distributed::PlannerOptions ToPlannerOptions(const DistributedFlags& flags);
+// Rank 0, after the work: the per-rank table on stderr (unless quiet) and --rank-report.
+void ReportRanks(const distributed::Planner& planner, const DistributedFlags& flags, bool quiet);
+
+}  // namespace kareus::cli
