@@ -307,7 +307,10 @@ void Coordinator::Run() {
       Dispatch();  // hand the new units out before the next (possibly long) surrogate fit
       continue;
     }
-    if (open_profiles_ == 0 && queue_.empty() && in_flight_.empty()) break;
+    if (open_profiles_ == 0 && queue_.empty() && in_flight_.empty()) {
+      profiles_.clear();  // every type complete: nothing refers to them any more
+      break;
+    }
     if (progress) {
       backoff.Reset();
     } else {

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <climits>
 #include <list>
 #include <thread>
 
@@ -92,6 +93,11 @@ bool HaveMpi() { return true; }
 
 namespace {
 
+int MessageSize(const std::string& body) {
+  KAREUS_CHECK(body.size() < static_cast<std::size_t>(INT_MAX)) << "a message of " << body.size() << " bytes";
+  return static_cast<int>(body.size());
+}
+
 void CheckMpi(int code, const char* what) {
   if (code == MPI_SUCCESS) return;
   char text[MPI_MAX_ERROR_STRING];
@@ -135,7 +141,7 @@ class MpiPlanner final : public PlannerLink {
     Complete();
     pending_.push_back({.body = std::move(body), .request = MPI_REQUEST_NULL});
     Pending& p = pending_.back();
-    CheckMpi(MPI_Isend(p.body.data(), static_cast<int>(p.body.size()), MPI_BYTE, executor, tag,
+    CheckMpi(MPI_Isend(p.body.data(), MessageSize(p.body), MPI_BYTE, executor, tag,
                        MPI_COMM_WORLD, &p.request),
              "send");
   }
@@ -168,7 +174,7 @@ class MpiExecutor final : public ExecutorLink {
   int id() const override { return rank_; }
   // Blocking: the planner receives continuously, so a large message completes promptly.
   void Send(int tag, std::string body) override {
-    CheckMpi(MPI_Send(body.data(), static_cast<int>(body.size()), MPI_BYTE, 0, tag, MPI_COMM_WORLD),
+    CheckMpi(MPI_Send(body.data(), MessageSize(body), MPI_BYTE, 0, tag, MPI_COMM_WORLD),
              "send");
   }
   std::optional<Message> TryReceive() override { return ProbeAndReceive(0); }

@@ -138,11 +138,12 @@ Planner::Planner(Session& session, const std::function<WorkerSpec()>& make_spec,
     : state_(std::make_unique<State>()) {
   KAREUS_CHECK(session.distributed() && session.planner()) << "the planner runs on rank 0 of an MPI job";
   ThrowIfInvalid(options.Validate());
-  state_->session = &session;
-  InstallTerminateMessage();
   state_->hub = std::make_unique<internal::InMemoryHub>(1);
   state_->coordinator = std::make_unique<internal::Coordinator>(
       internal::MpiPlannerLink(state_->hub->Planner()), options);
+  // From here on the coordinator stops the other ranks (not the session).
+  state_->session = &session;
+  InstallTerminateMessage();
   state_->StartExecutor(0, make_spec, session.host());
   state_->coordinator->AwaitReady();
 }
