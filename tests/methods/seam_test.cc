@@ -2,7 +2,9 @@
 // The measurement seam of `kareus run`: every measurement comes from the backend it is given
 // (a synthetic one here, not the emulator), plans are evaluated by a named step, methods are
 // table entries, and options validate themselves.
+#include <cmath>
 #include <filesystem>
+#include <limits>
 #include <fstream>
 #include <regex>
 #include <sstream>
@@ -13,6 +15,8 @@
 #include "kareus/common/error.h"
 #include "kareus/common/io.h"
 #include "kareus/measure/emulator_backend.h"
+#include "kareus/pareto/pareto.h"
+#include "kareus/plan/perseus.h"
 #include "kareus/methods/run.h"
 #include "kareus/plan/plan_file.h"
 #include "measure/synthetic_backend.h"
@@ -237,6 +241,40 @@ TEST(Options, ValidateNamesTheField) {
   EXPECT_THROW(RunWorkload(Small(), options, Synthetic(), Context{}), InputError);
   EXPECT_EQ(EvaluationModeFromString("measured"), EvaluationMode::kMeasured);
   EXPECT_THROW(EvaluationModeFromString("maybe"), InputError);
+}
+
+// Every component's Options struct names its own invalid field; defaults are valid.
+TEST(Options, EveryComponentValidates) {
+  EXPECT_FALSE(mobo::ProfileOptions{}.Validate());
+  EXPECT_FALSE(mobo::SurrogateOptions{}.Validate());
+  EXPECT_FALSE(pipeline::Options{}.Validate());
+  EXPECT_FALSE(plan::ComposeOptions{}.Validate());
+  EXPECT_FALSE(pareto::SumOptions{}.Validate());
+  EXPECT_FALSE(emulator::MeasurementOptions{}.Validate());
+  mobo::ProfileOptions profile;
+  profile.initial_design = 1;
+  EXPECT_EQ(profile.Validate()->field, "initial_design");
+  mobo::SurrogateOptions surrogate;
+  surrogate.xgb_eta = 0.0;
+  EXPECT_EQ(surrogate.Validate()->field, "xgb_eta");
+  pipeline::Options solver;
+  solver.p_static_w = std::nan("");
+  EXPECT_EQ(solver.Validate()->field, "p_static_w");
+  EXPECT_EQ(pipeline::Solve({}, solver).summary.status, pipeline::Status::kInvalidInput);
+  plan::ComposeOptions compose;
+  compose.epsilon = -1.0;
+  EXPECT_EQ(compose.Validate()->field, "epsilon");
+  EXPECT_THROW(plan::ComposeInstruction({}, compose), InputError);
+  pareto::SumOptions sum;
+  sum.epsilon = std::numeric_limits<double>::infinity();
+  EXPECT_EQ(sum.Validate()->field, "epsilon");
+  plan::SolveProfileOptions solve;
+  solve.num_stages = 2;
+  EXPECT_EQ(solve.Validate()->field, "num_microbatches");
+  EXPECT_EQ(plan::ExportOptions{}.Validate()->field, "plan");
+  emulator::MeasurementOptions measurement;
+  measurement.window_s = 0.0;
+  EXPECT_EQ(measurement.Validate()->field, "window_s");
 }
 
 // The seam holds in the source: code under src/methods/ reaches the emulator only through a

@@ -634,6 +634,18 @@ TEST_F(RuntimeTest, StragglerSwapFindsPlansByIndexAsKareusRunWritesThem) {
   EXPECT_EQ(executor.current_instruction().freq_mhz, testing::TestClockMhz(1, 0) - 150);
 }
 
+TEST(RuntimeOptions, ValidateNamesTheField) {
+  EXPECT_FALSE(FrequencyControllerOptions{}.Validate());
+  EXPECT_FALSE(PlanExecutorOptions{}.Validate());
+  EXPECT_FALSE(EnergyMonitorOptions{}.Validate());
+  EXPECT_EQ(FrequencyControllerOptions{.gpu = -1}.Validate()->field, "gpu");
+  EXPECT_EQ(PlanExecutorOptions{.stage = -2}.Validate()->field, "stage");
+  const EnergyMonitorOptions twice{.gpus = {0, 0}};
+  EXPECT_EQ(twice.Validate()->rule, "each GPU may be listed once");
+  const EnergyMonitorOptions never{.gpus = {}, .power_poll_period_s = 0.0};
+  EXPECT_EQ(never.Validate()->field, "power_poll_period_s");
+}
+
 TEST(NvmlIndexForCudaDevice, FollowsCudaVisibleDevices) {
   unsetenv("CUDA_VISIBLE_DEVICES");
   EXPECT_EQ(NvmlIndexForCudaDevice(3), 3);
