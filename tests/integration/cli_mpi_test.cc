@@ -65,6 +65,8 @@ class MpiCliTest : public ::testing::Test {
     return {};
   }
 
+  void KillAndResume(int killed, int after, int resume_ranks);
+
   fs::path dir_;
 };
 
@@ -171,47 +173,67 @@ TEST_F(MpiCliTest, ProfileIsByteIdenticalWithOneToFourRanks) {
   EXPECT_EQ(one.out, three.out);
 }
 
-TEST_F(MpiCliTest, RunWritesTheSameFilesAsOneProcess) {
+TEST_F(MpiCliTest, RunWritesTheSameFilesWithOneToFourRanks) {
   const std::string args = "run " + Paper("01-") + " " + kBudget + " --out out --quiet";
   const CliResult single = Kareus("single", 0, args);
   ASSERT_EQ(single.exit_code, 0) << single.err;
-  const CliResult spread = Kareus("np3", 3, args);
-  ASSERT_EQ(spread.exit_code, 0) << spread.err;
-  EXPECT_EQ(spread.out, single.out);
-  ExpectSameFolders(dir_ / "single/out", dir_ / "np3/out");
+  for (int n = 1; n <= 4; ++n) {
+    const std::string cwd = "np" + std::to_string(n);
+    const CliResult spread = Kareus(cwd, n, args);
+    ASSERT_EQ(spread.exit_code, 0) << spread.err;
+    EXPECT_EQ(spread.out, single.out) << n << " ranks";
+    SCOPED_TRACE(std::to_string(n) + " ranks");
+    ExpectSameFolders(dir_ / "single/out", dir_ / cwd / "out");
+  }
 }
 
-TEST_F(MpiCliTest, EvaluateSpreadsWorkloadsWithTheSameFilesAndTable) {
+TEST_F(MpiCliTest, EvaluateWritesTheSameFilesAndTableWithOneToFourRanks) {
   const std::string args = "evaluate " + Paper("01-") + " " + Paper("08-") + " " + kBudget +
                            " --out out --quiet --rank-report ranks.json";
   const CliResult single = Kareus("single", 0, args);
   ASSERT_EQ(single.exit_code, 0) << single.err;
-  const CliResult spread = Kareus("np2", 2, args);
-  ASSERT_EQ(spread.exit_code, 0) << spread.err;
-  EXPECT_EQ(spread.out, single.out);
-  ExpectSameFolders(dir_ / "single/out", dir_ / "np2/out");
-  const Json ranks = ReadJsonFile(dir_ / "np2/ranks.json");
-  int64_t jobs = 0;
-  for (const auto& r : ranks["per_rank"]) jobs += r["jobs"].get<int64_t>();
-  EXPECT_EQ(jobs, 2) << "each workload finished once";
+  for (int n = 1; n <= 4; ++n) {
+    const std::string cwd = "np" + std::to_string(n);
+    const CliResult spread = Kareus(cwd, n, args);
+    ASSERT_EQ(spread.exit_code, 0) << spread.err;
+    EXPECT_EQ(spread.out, single.out) << n << " ranks";
+    SCOPED_TRACE(std::to_string(n) + " ranks");
+    ExpectSameFolders(dir_ / "single/out", dir_ / cwd / "out");
+    const Json ranks = ReadJsonFile(dir_ / cwd / "ranks.json");
+    ASSERT_EQ(ranks["per_rank"].size(), static_cast<std::size_t>(n));
+    int64_t jobs = 0;
+    for (const auto& r : ranks["per_rank"]) jobs += r["jobs"].get<int64_t>();
+    EXPECT_EQ(jobs, 2) << "each workload finished once";
+  }
 }
 
-TEST_F(MpiCliTest, AKilledRankEndsTheJobAndTheRerunMeasuresOnlyWhatIsMissing) {
+// `kareus profile` on 3 ranks, rank `killed` SIGKILLs itself after its `after`-th measurement:
+// the job ends naming that rank, the store keeps what reached rank 0, and a rerun on
+// `resume_ranks` ranks reuses exactly those rows, measures the rest and ends with the
+// uninterrupted frontiers and store.
+void MpiCliTest::KillAndResume(int killed, int after, int resume_ranks) {
   const std::string args = "profile " + Paper("02-") + " " + kBudget + " --quiet --json --store store.sqlite";
   const CliResult clean = Kareus("clean", 0, args);
   ASSERT_EQ(clean.exit_code, 0) << clean.err;
   const Json expected = Json::parse(clean.out);
   const int64_t total = expected["measurements_taken"].get<int64_t>();
 
-  const CliResult killed = Kareus("run", 3, args, "KAREUS_FAULT_KILL_RANK=1:40");
-  EXPECT_NE(killed.exit_code, 0);
-  EXPECT_NE(killed.err.find("rank 1"), std::string::npos) << killed.err;
-  EXPECT_NE(killed.err.find("signal 9"), std::string::npos) << killed.err;
+  const CliResult dead = Kareus("run", 3, args,
+                                "KAREUS_FAULT_KILL_RANK=" + std::to_string(killed) + ":" +
+                                    std::to_string(after));
+  EXPECT_NE(dead.exit_code, 0);
+  EXPECT_NE(dead.err.find("process rank " + std::to_string(killed)), std::string::npos) << dead.err;
+  EXPECT_NE(dead.err.find("signal 9"), std::string::npos) << dead.err;
+  if (killed != 0) {  // rank 0 outlived it and says what to do
+    EXPECT_NE(dead.err.find("committed to the store; rerun the same command to resume"),
+              std::string::npos)
+        << dead.err;
+  }
   const std::vector<std::string> committed = StoreRows(dir_ / "run/store.sqlite");
   EXPECT_GE(static_cast<int64_t>(committed.size()), 1);
   EXPECT_LT(static_cast<int64_t>(committed.size()), total) << "the kill came too late";
 
-  const CliResult resumed = Kareus("run", 2, args);
+  const CliResult resumed = Kareus("run", resume_ranks, args);
   ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
   const Json again = Json::parse(resumed.out);
   EXPECT_EQ(again["measurements_reused"].get<int64_t>(), static_cast<int64_t>(committed.size()));
@@ -225,6 +247,16 @@ TEST_F(MpiCliTest, AKilledRankEndsTheJobAndTheRerunMeasuresOnlyWhatIsMissing) {
     }
   }
   EXPECT_EQ(StoreRows(dir_ / "run/store.sqlite"), StoreRows(dir_ / "clean/store.sqlite"));
+}
+
+TEST_F(MpiCliTest, AKilledRankEndsTheJobAndTheRerunMeasuresOnlyWhatIsMissing) {
+  KillAndResume(/*killed=*/1, /*after=*/40, /*resume_ranks=*/2);
+}
+
+// Rank 0 is the store's only writer: killed while it commits (its own measuring thread raises
+// the signal), the store still holds every committed row and the rerun resumes from them.
+TEST_F(MpiCliTest, AKilledRankZeroLosesNothingCommitted) {
+  KillAndResume(/*killed=*/0, /*after=*/30, /*resume_ranks=*/4);
 }
 
 TEST_F(MpiCliTest, ARankThatCannotMakeItsBackendIsNamed) {
