@@ -66,7 +66,8 @@ void AddProfileCommand(CLI::App& app) {
     mobo::ProfileOptions options = ToProfileOptions(args->profiler);
     options.partitions = args->partitions;
     options.oracle = args->oracle;
-    const distributed::PlannerOptions planner_options = ToPlannerOptions(args->distributed);
+    const distributed::PlannerOptions planner_options =
+        ToPlannerOptions(args->distributed, args->backend.backend);
     const measure::BackendFactory make_backend = MakeBackendFactory(args->backend);
     const workload::WorkloadModel model =
         workload::BuildWorkloadModel(workload::LoadWorkloadFile(args->workload));

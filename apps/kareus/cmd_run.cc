@@ -103,7 +103,8 @@ void AddRunCommand(CLI::App& app) {
       return;
     }
     methods::RunOptions options = ToOptions(*args);
-    const distributed::PlannerOptions planner_options = ToPlannerOptions(args->distributed);
+    const distributed::PlannerOptions planner_options =
+        ToPlannerOptions(args->distributed, args->backend.backend);
     const std::filesystem::path out = args->out;
     if (options.profile.store.empty()) options.profile.store = out / "measurements.sqlite";
     const measure::BackendFactory backend = MakeBackendFactory(args->backend);
@@ -158,7 +159,8 @@ void AddEvaluateCommand(CLI::App& app) {
       return;
     }
     const methods::RunOptions options = ToOptions(*args);
-    const distributed::PlannerOptions planner_options = ToPlannerOptions(args->distributed);
+    const distributed::PlannerOptions planner_options =
+        ToPlannerOptions(args->distributed, args->backend.backend);
     const measure::BackendFactory backend = MakeBackendFactory(args->backend);
     methods::EvaluationResult result;
     if (session->distributed()) {

@@ -15,10 +15,23 @@ void AddDistributedFlags(CLI::App* cmd, DistributedFlags& flags) {
   cmd->add_option("--max-outstanding", flags.max_outstanding,
                   "Under mpirun: units handed to a rank ahead of its results")
       ->capture_default_str();
+  cmd->add_option("--assign", flags.assign,
+                  "Under mpirun: which rank a unit goes to: least-busy (waits for the rank with "
+                  "the least busy GPU-seconds; for emulated backends), least-busy-with-room (no "
+                  "rank idles while work is queued; for real GPUs), auto (by --backend)")
+      ->capture_default_str();
 }
 
-distributed::PlannerOptions ToPlannerOptions(const DistributedFlags& flags) {
+distributed::PlannerOptions ToPlannerOptions(const DistributedFlags& flags,
+                                             const std::string& backend) {
   distributed::PlannerOptions options{.max_outstanding = flags.max_outstanding};
+  if (flags.assign == "least-busy" || (flags.assign == "auto" && backend == "emulator")) {
+    options.assignment = distributed::Assignment::kLeastBusy;
+  } else if (flags.assign == "least-busy-with-room" || flags.assign == "auto") {
+    options.assignment = distributed::Assignment::kLeastBusyWithRoom;
+  } else {
+    ThrowInput("--assign", flags.assign, "must be auto, least-busy or least-busy-with-room");
+  }
   ThrowAsFlag(options.Validate(), {{"max_outstanding", "--max-outstanding"}});
   return options;
 }

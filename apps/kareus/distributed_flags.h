@@ -14,12 +14,16 @@ namespace kareus::cli {
 struct DistributedFlags {
   std::string rank_report;  // JSON file of the per-rank work (rank 0 writes it)
   int max_outstanding = distributed::PlannerOptions{}.max_outstanding;
+  std::string assign = "auto";  // auto | least-busy | least-busy-with-room
 };
 
-// --rank-report FILE, --max-outstanding N.
+// --rank-report FILE, --max-outstanding N, --assign RULE.
 void AddDistributedFlags(CLI::App* cmd, DistributedFlags& flags);
-// The planner's options from the flags (InputError naming the flag).
-distributed::PlannerOptions ToPlannerOptions(const DistributedFlags& flags);
+// The planner's options from the flags (InputError naming the flag). `--assign auto` waits for
+// the least busy rank when `backend` (the --backend name) measures in no wall time (the
+// emulator), else takes the least busy rank with room.
+distributed::PlannerOptions ToPlannerOptions(const DistributedFlags& flags,
+                                             const std::string& backend);
 // Rank 0, after the work: the per-rank table on stderr (unless quiet) and --rank-report.
 void ReportRanks(const distributed::Planner& planner, const DistributedFlags& flags, bool quiet);
 

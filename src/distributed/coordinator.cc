@@ -162,10 +162,11 @@ void Coordinator::Advance(TypeSlot* slot) {
   }
 }
 
-// Hands queued work to executors with room, the least loaded (GPU-seconds) first; ties go to
-// the one with fewer items out, then the lowest rank. A job (a workload's remaining flow, its
-// cost unknown until one is done) goes to the executor with the fewest jobs first. True if
-// anything was handed out.
+// Hands queued work to the least loaded executor (GPU-seconds) with room, or, with
+// Assignment::kLeastBusy, to the least loaded one once it has room; ties go to the one with
+// fewer items out, then the lowest rank. A job (a workload's remaining flow, its cost unknown
+// until one is done) goes to the executor with the fewest jobs first. True if anything was
+// handed out.
 bool Coordinator::Dispatch() {
   bool any = false;
   while (!queue_.empty()) {
@@ -175,13 +176,14 @@ bool Coordinator::Dispatch() {
       if (a.load_gpu_s != b.load_gpu_s) return a.load_gpu_s < b.load_gpu_s;
       return a.outstanding < b.outstanding;
     };
+    const bool wait = options_.assignment == Assignment::kLeastBusy;
     int best = -1;
     for (int e = 0; e < executors(); ++e) {
       const Executor& x = executors_[e];
-      if (x.outstanding >= options_.max_outstanding) continue;
+      if (!wait && x.outstanding >= options_.max_outstanding) continue;
       if (best < 0 || before(x, executors_[best])) best = e;
     }
-    if (best < 0) break;
+    if (best < 0 || executors_[best].outstanding >= options_.max_outstanding) break;
     Item item = std::move(queue_.front());
     queue_.pop_front();
     const int64_t id = next_id_++;

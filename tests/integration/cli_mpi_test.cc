@@ -283,6 +283,9 @@ TEST_F(MpiCliTest, BadInputUnderMpirunExitsTwoWithoutHanging) {
   const CliResult bad = Kareus("bad", 3, "profile " + Paper("01-") + " --budget 3 --quiet");
   EXPECT_EQ(bad.exit_code, 2) << bad.err;
   EXPECT_NE(bad.err.find("initial design"), std::string::npos) << bad.err;
+  const CliResult rule = Kareus("rule", 2, "profile " + Paper("01-") + " --assign fastest --quiet");
+  EXPECT_EQ(rule.exit_code, 2) << rule.err;
+  EXPECT_NE(rule.err.find("--assign = fastest"), std::string::npos) << rule.err;
 }
 
 }  // namespace

@@ -35,9 +35,24 @@
 
 namespace kareus::distributed {
 
+// How a queued unit picks its rank. Busy time is the backend's GPU-seconds of the work handed
+// to a rank (estimates of what is out, corrected by what the rank reports when it is done).
+enum class Assignment {
+  // The least busy rank among those with room (fewer than max_outstanding units out): no rank
+  // idles while work is queued. For a backend that measures in real time (GPUs), a rank's
+  // turnaround is its busy time, so the ranks share the work evenly this way.
+  kLeastBusyWithRoom,
+  // The least busy rank, waiting for it to have room: list scheduling on busy time, the way
+  // ranks measuring in real time would share the work. For a backend whose GPU-seconds do not
+  // pass in wall time (the emulator): there "with room" would follow the operating system's
+  // scheduling (rank 0's in-process thread turns units around first), not the work's cost.
+  kLeastBusy,
+};
+
 struct PlannerOptions {
   int max_outstanding = 2;  // units handed to one rank ahead of its results (one being
                             // measured, one waiting, so a rank never idles on a round trip)
+  Assignment assignment = Assignment::kLeastBusyWithRoom;
 
   std::optional<OptionError> Validate() const;
 };
