@@ -36,19 +36,19 @@ done
 import json, os, sys
 folder, ranks = sys.argv[1], [int(n) for n in sys.argv[2:]]
 names = sorted(f[:-12] for f in os.listdir(folder) if f.endswith('.single.json'))
-print(f"{'workload':40s} {'units':>5s} {'GPU-h':>6s} " +
+print(f"{'workload':40s} {'batches':>7s} {'GPU-h':>6s} " +
       " ".join(f"{'np'+str(n)+' units/rank':>22s} {'balance':>7s}" for n in ranks))
 worst = {n: 0.0 for n in ranks}
 for name in names:
     profile = json.load(open(os.path.join(folder, name + '.single.json')))
-    units = sum(p['batches'] for p in profile['partitions'])
+    batches = sum(p["batches"] for p in profile["partitions"])
     cells = []
     for n in ranks:
         rep = json.load(open(os.path.join(folder, f"{name}.np{n}.ranks.json")))
         per = "/".join(str(r['units']) for r in rep['per_rank'])
         worst[n] = max(worst[n], rep['load_balance'])
         cells.append(f"{per:>22s} {rep['load_balance']:7.3f}")
-    print(f"{name:40s} {units:5d} {profile['gpu_seconds'] / 3600:6.2f} " + " ".join(cells))
+    print(f"{name:40s} {batches:7d} {profile['gpu_seconds'] / 3600:6.2f} " + " ".join(cells))
 print("worst load balance (max / mean busy GPU-seconds): " +
       ", ".join(f"np{n} {worst[n]:.3f}" for n in ranks) +
       "; every rank count printed the same bytes as one process")
