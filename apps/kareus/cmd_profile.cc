@@ -52,10 +52,15 @@ void AddProfileCommand(CLI::App& app) {
   cmd->callback([args]() {
     // Under mpirun every rank runs this command; ranks other than 0 measure what rank 0 plans.
     const std::unique_ptr<distributed::Session> session = distributed::Session::Open();
-    const auto make_spec = [args]() {
+    // Under mpirun with --backend cuda each rank measures on GPUs of its own.
+    const auto rank_backend = [args, &session](const workload::WorkloadModel& model) {
+      return RankBackendFlags(args->backend, *session,
+                              [&model]() { return MeasurementGroupGpus({model}, false); });
+    };
+    const auto make_spec = [args, rank_backend]() {
       distributed::WorkerSpec spec;
       spec.models.push_back(workload::BuildWorkloadModel(workload::LoadWorkloadFile(args->workload)));
-      spec.make_backend = MakeBackendFactory(args->backend);
+      spec.make_backend = MakeBackendFactory(rank_backend(spec.models.front()));
       spec.seed = args->seed;
       return spec;
     };
@@ -68,9 +73,9 @@ void AddProfileCommand(CLI::App& app) {
     options.oracle = args->oracle;
     const distributed::PlannerOptions planner_options =
         ToPlannerOptions(args->distributed, args->backend.backend);
-    const measure::BackendFactory make_backend = MakeBackendFactory(args->backend);
     const workload::WorkloadModel model =
         workload::BuildWorkloadModel(workload::LoadWorkloadFile(args->workload));
+    const measure::BackendFactory make_backend = MakeBackendFactory(rank_backend(model));
     const std::unique_ptr<measure::Backend> backend = make_backend(model, args->seed);
     const Context context{.seed = args->seed, .quiet = args->quiet};
     std::unique_ptr<distributed::Planner> planner;

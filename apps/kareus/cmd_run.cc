@@ -90,11 +90,19 @@ void AddRunCommand(CLI::App& app) {
     // Under mpirun every rank runs this command; ranks other than 0 measure the partition
     // units rank 0 plans; rank 0 runs the rest of the flow and writes every file.
     const std::unique_ptr<distributed::Session> session = distributed::Session::Open();
-    const auto make_spec = [args]() {
+    // Under mpirun with --backend cuda each rank measures on GPUs of its own.
+    const auto rank_backend = [args, &session]() {
+      return RankBackendFlags(args->backend, *session, [args]() {
+        return MeasurementGroupGpus(
+            {workload::BuildWorkloadModel(workload::LoadWorkloadFile(args->workloads.front()))},
+            true);
+      });
+    };
+    const auto make_spec = [args, rank_backend]() {
       distributed::WorkerSpec spec;
       spec.models.push_back(
           workload::BuildWorkloadModel(workload::LoadWorkloadFile(args->workloads.front())));
-      spec.make_backend = MakeBackendFactory(args->backend);
+      spec.make_backend = MakeBackendFactory(rank_backend());
       spec.seed = args->seed;
       return spec;
     };
@@ -107,7 +115,7 @@ void AddRunCommand(CLI::App& app) {
         ToPlannerOptions(args->distributed, args->backend.backend);
     const std::filesystem::path out = args->out;
     if (options.profile.store.empty()) options.profile.store = out / "measurements.sqlite";
-    const measure::BackendFactory backend = MakeBackendFactory(args->backend);
+    const measure::BackendFactory backend = MakeBackendFactory(rank_backend());
     const auto workload = workload::LoadWorkloadFile(args->workloads.front());
     std::unique_ptr<distributed::Planner> planner;
     if (session->distributed()) {
@@ -150,8 +158,18 @@ void AddEvaluateCommand(CLI::App& app) {
     const std::unique_ptr<distributed::Session> session = distributed::Session::Open();
     const std::vector<std::filesystem::path> paths(args->workloads.begin(), args->workloads.end());
     const Context context{.seed = args->seed, .quiet = args->quiet};
-    const auto make_spec = [args, paths, context]() {
-      return distributed::EvaluateSpec(paths, ToOptions(*args), MakeBackendFactory(args->backend),
+    // Under mpirun with --backend cuda each rank measures on GPUs of its own.
+    const auto rank_backend = [args, paths, &session]() {
+      return RankBackendFlags(args->backend, *session, [&paths]() {
+        std::vector<workload::WorkloadModel> models;
+        for (const auto& path : paths) {
+          models.push_back(workload::BuildWorkloadModel(workload::LoadWorkloadFile(path)));
+        }
+        return MeasurementGroupGpus(models, true);
+      });
+    };
+    const auto make_spec = [args, paths, context, rank_backend]() {
+      return distributed::EvaluateSpec(paths, ToOptions(*args), MakeBackendFactory(rank_backend()),
                                        context, args->out);
     };
     if (!session->planner()) {
@@ -161,7 +179,7 @@ void AddEvaluateCommand(CLI::App& app) {
     const methods::RunOptions options = ToOptions(*args);
     const distributed::PlannerOptions planner_options =
         ToPlannerOptions(args->distributed, args->backend.backend);
-    const measure::BackendFactory backend = MakeBackendFactory(args->backend);
+    const measure::BackendFactory backend = MakeBackendFactory(rank_backend());
     methods::EvaluationResult result;
     if (session->distributed()) {
       for (const auto& path : paths) workload::LoadWorkloadFile(path);  // input errors first

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "distributed_flags.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "flags.h"
@@ -34,6 +35,28 @@ distributed::PlannerOptions ToPlannerOptions(const DistributedFlags& flags,
   }
   ThrowAsFlag(options.Validate(), {{"max_outstanding", "--max-outstanding"}});
   return options;
+}
+
+BackendFlags RankBackendFlags(const BackendFlags& flags, const distributed::Session& session,
+                              const std::function<int()>& group_gpus) {
+  if (flags.backend != "cuda" || !session.distributed() || session.size() == 1) return flags;
+  BackendFlags mine = flags;
+  mine.devices = distributed::RankDevices(session.launch(), flags.devices, group_gpus());
+  if (!mine.measurement_log.empty() && session.rank() != 0) {
+    mine.measurement_log += ".rank" + std::to_string(session.rank());
+  }
+  return mine;
+}
+
+int MeasurementGroupGpus(const std::vector<workload::WorkloadModel>& models, bool instructions) {
+  int gpus = 1;
+  for (const workload::WorkloadModel& model : models) {
+    if (instructions) gpus = std::max(gpus, measure::InstructionGpus(model));
+    for (const workload::PartitionType& type : model.partition_types) {
+      gpus = std::max(gpus, measure::PartitionGpus(type));
+    }
+  }
+  return gpus;
 }
 
 void ReportRanks(const distributed::Planner& planner, const DistributedFlags& flags, bool quiet) {

@@ -3,11 +3,14 @@
 // rank 0 prints about the ranks when the job is done.
 #pragma once
 
+#include <functional>
 #include <string>
 
 #include <CLI/CLI.hpp>
 
+#include "flags.h"
 #include "kareus/distributed/planner.h"
+#include "kareus/distributed/session.h"
 
 namespace kareus::cli {
 
@@ -24,6 +27,15 @@ void AddDistributedFlags(CLI::App* cmd, DistributedFlags& flags);
 // emulator), else takes the least busy rank with room.
 distributed::PlannerOptions ToPlannerOptions(const DistributedFlags& flags,
                                              const std::string& backend);
+// The backend flags this rank measures with. Under mpirun with --backend cuda: the devices of
+// its own GPU group (distributed::RankDevices; `group_gpus` says how many GPUs one measurement
+// of the command needs, asked only then) and --measurement-log suffixed ".rank<R>" on ranks
+// other than 0 (one writer per file). The flags as given otherwise.
+BackendFlags RankBackendFlags(const BackendFlags& flags, const distributed::Session& session,
+                              const std::function<int()>& group_gpus);
+// The most GPUs one measurement of `models` occupies: a stage replica (TP x CP) when whole
+// instructions are measured (`kareus run`, `evaluate`), else the largest collective group.
+int MeasurementGroupGpus(const std::vector<workload::WorkloadModel>& models, bool instructions);
 // Rank 0, after the work: the per-rank table on stderr (unless quiet) and --rank-report.
 void ReportRanks(const distributed::Planner& planner, const DistributedFlags& flags, bool quiet);
 

@@ -103,7 +103,8 @@ void AddBackendFlags(CLI::App* cmd, BackendFlags& flags) {
                 "cuda: lock the SM clock of every measurement (needs root; reset afterwards). "
                 "Without it the clock as found is measured and only that clock level profiled");
   cmd->add_option("--devices", flags.devices,
-                  "cuda: CUDA device ordinals of ranks 0, 1, ... (default 0, 1, ...)")
+                  "cuda: CUDA device ordinals of ranks 0, 1, ... (default 0, 1, ...); under "
+                  "mpirun the node's GPUs, each MPI rank taking a group of its own")
       ->delimiter(',');
   cmd->add_option("--measurement-log", flags.measurement_log,
                   "cuda: append one JSON line per measurement (ranks, clocks, clock event reasons, "

@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <set>
 #include <string>
@@ -167,6 +168,27 @@ std::vector<int> OwnedGpus(const Launch& launch, int gpus_per_node, int group_gp
   std::vector<int> gpus;
   for (int g = 0; g < group_gpus; ++g) gpus.push_back(launch.local_rank * group_gpus + g);
   return gpus;
+}
+
+std::vector<int> RankDevices(const Launch& launch, const std::vector<int>& node_devices,
+                             int group_gpus) {
+  if (!launch.launched || launch.size == 1) return node_devices;
+  if (node_devices.empty()) {
+    return OwnedGpus(launch, launch.local_size * std::max(group_gpus, 1), group_gpus);
+  }
+  const int listed = static_cast<int>(node_devices.size());
+  if (group_gpus < 1 || launch.local_size * group_gpus > listed) {
+    throw EnvironmentError(
+        "rank " + std::to_string(launch.rank) + " (local rank " + std::to_string(launch.local_rank) +
+        " of " + std::to_string(launch.local_size) + " on its node): --devices lists " +
+        std::to_string(listed) + " GPUs, but " + std::to_string(launch.local_size) + " ranks x " +
+        std::to_string(group_gpus) + " GPUs per measurement need " +
+        std::to_string(launch.local_size * group_gpus) +
+        " (under mpirun --devices lists the node's GPUs, each rank takes its own " +
+        std::to_string(group_gpus) + "): list more or launch fewer ranks per node");
+  }
+  return {node_devices.begin() + launch.local_rank * group_gpus,
+          node_devices.begin() + (launch.local_rank + 1) * group_gpus};
 }
 
 }  // namespace kareus::distributed

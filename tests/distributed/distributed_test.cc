@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "distributed/codec.h"
 #include "kareus/common/error.h"
@@ -315,6 +316,25 @@ TEST(SessionTest, GpuGroupsByLocalRankNeverOverlap) {
   } catch (const EnvironmentError& e) {
     EXPECT_NE(std::string(e.what()).find("rank 5"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("ppr:2:node"), std::string::npos) << e.what();
+  }
+}
+
+TEST(SessionTest, EachRankOfANodeMeasuresOnDevicesOfItsOwn) {
+  const Launch single{};
+  EXPECT_EQ(RankDevices(single, {}, 8), std::vector<int>{});
+  EXPECT_EQ(RankDevices(single, {3, 1}, 8), (std::vector<int>{3, 1}));
+  // Two ranks per node, four GPUs per measurement: ordinals by local rank.
+  const Launch second{.launched = true, .rank = 3, .size = 4, .local_rank = 1, .local_size = 2};
+  EXPECT_EQ(RankDevices(second, {}, 4), (std::vector<int>{4, 5, 6, 7}));
+  // --devices lists the node's GPUs; each rank takes its slice, none shared.
+  EXPECT_EQ(RankDevices(second, {7, 6, 5, 4, 3, 2, 1, 0}, 4), (std::vector<int>{3, 2, 1, 0}));
+  const Launch first{.launched = true, .rank = 2, .size = 4, .local_rank = 0, .local_size = 2};
+  EXPECT_EQ(RankDevices(first, {7, 6, 5, 4, 3, 2, 1, 0}, 4), (std::vector<int>{7, 6, 5, 4}));
+  try {
+    RankDevices(second, {0, 1, 2, 3, 4, 5}, 4);
+    FAIL() << "six GPUs for two ranks of four";
+  } catch (const EnvironmentError& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 3 (local rank 1 of 2"), std::string::npos) << e.what();
   }
 }
 

@@ -279,6 +279,25 @@ TEST_F(MpiCliTest, ARankThatCannotMakeItsBackendIsNamed) {
   EXPECT_FALSE(fs::exists(dir_ / "store.sqlite")) << "nothing is measured or written";
 }
 
+// Two ranks on this node, each needing 8 GPUs (workload 01 is TP 8), but --devices lists 4:
+// refused naming the rank before any GPU is touched (this machine may have no GPU at all).
+TEST_F(MpiCliTest, RanksOfANodeNeverShareTheirGpus) {
+  if (Kareus("probe", 0, "profile --help").out.find("--devices") == std::string::npos) {
+    GTEST_SKIP() << "this kareus has no --devices";
+  }
+  const CliResult shared = Kareus(
+      "shared", 2, "profile " + Paper("01-") + " --backend cuda --devices 0,1,2,3 --quiet");
+  if (shared.err.find("without CUDA") != std::string::npos) {
+    GTEST_SKIP() << "this kareus was built without the cuda backend";
+  }
+  EXPECT_EQ(shared.exit_code, 2) << shared.err;
+  EXPECT_NE(shared.err.find("rank 0 (local rank 0 of 2 on its node): --devices lists 4 GPUs, but "
+                            "2 ranks x 8 GPUs per measurement need 16"),
+            std::string::npos)
+      << shared.err;
+  EXPECT_FALSE(fs::exists(dir_ / "shared/measurements.sqlite"));
+}
+
 TEST_F(MpiCliTest, BadInputUnderMpirunExitsTwoWithoutHanging) {
   const CliResult bad = Kareus("bad", 3, "profile " + Paper("01-") + " --budget 3 --quiet");
   EXPECT_EQ(bad.exit_code, 2) << bad.err;

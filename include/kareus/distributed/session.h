@@ -63,4 +63,12 @@ class Session {
 // Launch one rank per group: mpirun -np NODES*(GPUS_PER_NODE/GROUP) --map-by ppr:K:node.
 std::vector<int> OwnedGpus(const Launch& launch, int gpus_per_node, int group_gpus);
 
+// The CUDA device ordinals a rank measures on (`--backend cuda --devices`). One process (no
+// launcher, or a job of one rank): `node_devices` as given (empty: the backend's 0, 1, ...).
+// Under mpirun: `node_devices` lists the GPUs of each node the ranks share (empty: 0, 1, 2, ...)
+// and local rank L takes entries L*group_gpus .. (L+1)*group_gpus-1 of it, so no GPU is
+// measured by two ranks; EnvironmentError naming the rank when the list is too short.
+std::vector<int> RankDevices(const Launch& launch, const std::vector<int>& node_devices,
+                             int group_gpus);
+
 }  // namespace kareus::distributed
