@@ -101,6 +101,53 @@ Spec BuildSpec(const std::vector<Option>& options, int gpus, const Options& opts
   return spec;
 }
 
+int SyncNodesPerStage(const Problem& problem) {
+  switch (problem.gradient_sync) {
+    case schedule::GradientSync::kNone: return 0;
+    case schedule::GradientSync::kAtEnd: return 1;
+    case schedule::GradientSync::kOverlapped: return problem.num_chunks;
+  }
+  return 0;
+}
+
+// Node classes: 2 per (stage, chunk) unit (forward, backward), then one last backward per
+// stage, then the sync nodes ([stage * K + chunk]).
+int ClassOf(const Problem& problem, const Dag& dag, int node) {
+  const schedule::DagNode& n = dag.nodes[static_cast<std::size_t>(node)];
+  const int units = problem.num_stages * problem.num_chunks;
+  if (n.node == schedule::NodeKind::kGradientSync) {
+    return 2 * units + problem.num_stages + n.stage * SyncNodesPerStage(problem) + n.chunk;
+  }
+  if (dag.LaunchesGradientSync(node)) return 2 * units + n.stage;
+  const int u = n.stage * problem.num_chunks + n.chunk;
+  return 2 * u + (n.kind == Direction::kForward ? 0 : 1);
+}
+
+const std::vector<Option>& ClassOptions(const Problem& problem, int cls) {
+  const int units = problem.num_stages * problem.num_chunks;
+  if (cls >= 2 * units + problem.num_stages) {
+    return problem.gradient_sync_options[static_cast<std::size_t>(cls - 2 * units - problem.num_stages)];
+  }
+  if (cls >= 2 * units) return problem.last_backward_options[static_cast<std::size_t>(cls - 2 * units)];
+  const std::size_t u = static_cast<std::size_t>(cls / 2);
+  return cls % 2 == 0 ? problem.forward_options[u] : problem.backward_options[u];
+}
+
+int NumClasses(const Problem& problem) {
+  return 2 * problem.num_stages * problem.num_chunks + problem.num_stages +
+         problem.num_stages * SyncNodesPerStage(problem);
+}
+
+// The stage a class belongs to (for its GPU count).
+int StageOfClass(const Problem& problem, int cls) {
+  const int units = problem.num_stages * problem.num_chunks;
+  if (cls >= 2 * units + problem.num_stages) {
+    return (cls - 2 * units - problem.num_stages) / std::max(SyncNodesPerStage(problem), 1);
+  }
+  if (cls >= 2 * units) return cls - 2 * units;
+  return cls / 2 / problem.num_chunks;
+}
+
 // Time (the longest path, schedule::StartTimes) and energy of `choice`.
 Evaluation EvaluateWith(const Problem& problem, const Dag& dag, const std::vector<int>& choice,
                         double p_static_w) {
@@ -113,8 +160,7 @@ Evaluation EvaluateWith(const Problem& problem, const Dag& dag, const std::vecto
   std::vector<double> durations(dag.nodes.size());
   for (std::size_t v = 0; v < dag.nodes.size(); ++v) {
     const Instruction& inst = dag.nodes[v];
-    const auto& list = inst.kind == Direction::kForward ? problem.forward_options[inst.stage]
-                                                        : problem.backward_options[inst.stage];
+    const auto& list = ClassOptions(problem, ClassOf(problem, dag, static_cast<int>(v)));
     const Option& o = list[static_cast<std::size_t>(choice[v])];
     durations[v] = o.time_s;
     const int gpus = problem.gpus_per_stage.empty() ? 1 : problem.gpus_per_stage[inst.stage];
@@ -176,16 +222,9 @@ class Engine {
     int activity = -1;  // AON node, or -1 for a fixed arc (dependency, P2P, source, sink)
   };
 
-  const Spec& SpecOf(int node) const {
-    const Instruction& inst = dag_.nodes[node];
-    return specs_[2 * inst.stage + (inst.kind == Direction::kForward ? 0 : 1)];
-  }
+  const Spec& SpecOf(int node) const { return specs_[static_cast<std::size_t>(class_[node])]; }
   const Option& OptionOf(int node, int index) const {
-    const Instruction& inst = dag_.nodes[node];
-    const auto& list = inst.kind == Direction::kForward
-                           ? problem_.forward_options[inst.stage]
-                           : problem_.backward_options[inst.stage];
-    return list[index];
+    return ClassOptions(problem_, class_[node])[static_cast<std::size_t>(index)];
   }
 
   void BuildArcs();
@@ -200,7 +239,8 @@ class Engine {
   const Problem& problem_;
   const Options& options_;
   Dag dag_;
-  std::vector<Spec> specs_;
+  std::vector<Spec> specs_;   // per node class (empty for a class no node has)
+  std::vector<int> class_;    // per node
   int num_events_ = 0;
   int source_ = 0;
   int sink_ = 0;
@@ -490,12 +530,20 @@ Result Engine::Run() {
   Result result;
   Summary& summary = result.summary;
   const int num_stages = problem_.num_stages;
-  for (int s = 0; s < num_stages; ++s) {
-    const int gpus = problem_.gpus_per_stage.empty() ? 1 : problem_.gpus_per_stage[s];
-    specs_.push_back(BuildSpec(problem_.forward_options[s], gpus, options_));
-    specs_.push_back(BuildSpec(problem_.backward_options[s], gpus, options_));
-  }
   const int n = static_cast<int>(dag_.nodes.size());
+  class_.resize(n);
+  std::vector<char> used(static_cast<std::size_t>(NumClasses(problem_)), 0);
+  for (int v = 0; v < n; ++v) {
+    class_[v] = ClassOf(problem_, dag_, v);
+    used[static_cast<std::size_t>(class_[v])] = 1;
+  }
+  specs_.resize(used.size());
+  for (int cls = 0; cls < static_cast<int>(used.size()); ++cls) {
+    if (!used[static_cast<std::size_t>(cls)]) continue;
+    const int stage = StageOfClass(problem_, cls);
+    const int gpus = problem_.gpus_per_stage.empty() ? 1 : problem_.gpus_per_stage[stage];
+    specs_[static_cast<std::size_t>(cls)] = BuildSpec(ClassOptions(problem_, cls), gpus, options_);
+  }
   // Bounds: every instruction at its fastest, then at its slowest useful (cheapest) duration.
   duration_.assign(n, 0);
   for (int v = 0; v < n; ++v) duration_[v] = SpecOf(v).q_min;
@@ -576,14 +624,52 @@ Result Engine::Run() {
   return result;
 }
 
+// `where` names the unit ("stage 1", "stage 1 chunk 0"), `kind` the list ("backward").
+std::string CheckOptions(const std::vector<Option>& list, const std::string& where,
+                         const std::string& kind, const Options& options) {
+  const std::string what = where + " " + kind;
+  if (list.empty()) return where + " has no " + kind + " options";
+  double t_min = kInf;
+  double t_max = 0.0;
+  for (const Option& o : list) {
+    if (!(o.time_s > 0.0) || !std::isfinite(o.time_s) || !std::isfinite(o.energy_j) ||
+        o.energy_j < 0.0) {
+      return what + " option with time_s = " + std::to_string(o.time_s) + ", energy_j = " +
+             std::to_string(o.energy_j) + ": time must be > 0 and energy >= 0, finite";
+    }
+    t_min = std::min(t_min, o.time_s);
+    t_max = std::max(t_max, o.time_s);
+  }
+  if ((t_max - t_min) / options.unit_time_s > 5e7) {
+    return "unit_time_s is too small for the options' time range (over 5e7 quanta)";
+  }
+  return "";
+}
+
 std::string Validate(const Problem& problem, const Options& options) {
   if (const auto error = options.Validate()) return error->Message();
   const int stages = problem.num_stages;
   if (stages < 1) return "num_stages must be >= 1";
   if (problem.num_microbatches < 1) return "num_microbatches must be >= 1";
-  if (static_cast<int>(problem.forward_options.size()) != stages ||
-      static_cast<int>(problem.backward_options.size()) != stages) {
-    return "forward_options and backward_options need one list per stage";
+  try {
+    schedule::ValidateShape(problem.schedule, stages, problem.num_microbatches, problem.num_chunks);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  const int units = stages * problem.num_chunks;
+  if (static_cast<int>(problem.forward_options.size()) != units ||
+      static_cast<int>(problem.backward_options.size()) != units) {
+    return "forward_options and backward_options need one list per (stage, chunk)";
+  }
+  const bool overlapped = problem.gradient_sync == schedule::GradientSync::kOverlapped;
+  const int syncs = SyncNodesPerStage(problem);
+  if (static_cast<int>(problem.last_backward_options.size()) != (overlapped ? stages : 0)) {
+    return overlapped ? "an overlapped gradient sync needs last_backward_options per stage"
+                      : "last_backward_options are for an overlapped gradient sync only";
+  }
+  if (static_cast<int>(problem.gradient_sync_options.size()) != stages * syncs) {
+    return "gradient_sync_options need " + std::to_string(syncs) + " list(s) per stage for this "
+           "gradient sync (" + std::to_string(stages * syncs) + " in all)";
   }
   if (!problem.gpus_per_stage.empty() && static_cast<int>(problem.gpus_per_stage.size()) != stages) {
     return "gpus_per_stage needs one entry per stage (or none)";
@@ -594,25 +680,27 @@ std::string Validate(const Problem& problem, const Options& options) {
   if (!(problem.p2p_time_s >= 0.0) || !std::isfinite(problem.p2p_time_s)) {
     return "p2p_time_s must be >= 0";
   }
-  for (int s = 0; s < stages; ++s) {
-    for (const auto* list : {&problem.forward_options[s], &problem.backward_options[s]}) {
-      const char* kind = list == &problem.forward_options[s] ? "forward" : "backward";
-      if (list->empty()) return "stage " + std::to_string(s) + " has no " + kind + " options";
-      double t_min = kInf;
-      double t_max = 0.0;
-      for (const Option& o : *list) {
-        if (!(o.time_s > 0.0) || !std::isfinite(o.time_s) || !std::isfinite(o.energy_j) ||
-            o.energy_j < 0.0) {
-          return "stage " + std::to_string(s) + " " + kind +
-                 " option with time_s = " + std::to_string(o.time_s) + ", energy_j = " +
-                 std::to_string(o.energy_j) + ": time must be > 0 and energy >= 0, finite";
-        }
-        t_min = std::min(t_min, o.time_s);
-        t_max = std::max(t_max, o.time_s);
-      }
-      if ((t_max - t_min) / options.unit_time_s > 5e7) {
-        return "unit_time_s is too small for the options' time range (over 5e7 quanta)";
-      }
+  for (int u = 0; u < units; ++u) {
+    const std::string where = problem.num_chunks == 1
+                                  ? "stage " + std::to_string(u)
+                                  : "stage " + std::to_string(u / problem.num_chunks) + " chunk " +
+                                        std::to_string(u % problem.num_chunks);
+    if (std::string error = CheckOptions(problem.forward_options[u], where, "forward", options); !error.empty()) return error;
+    if (std::string error = CheckOptions(problem.backward_options[u], where, "backward", options); !error.empty()) return error;
+  }
+  for (int s = 0; s < static_cast<int>(problem.last_backward_options.size()); ++s) {
+    if (std::string error = CheckOptions(problem.last_backward_options[s], "stage " + std::to_string(s),
+                                         "last backward", options);
+        !error.empty()) {
+      return error;
+    }
+  }
+  for (int i = 0; i < static_cast<int>(problem.gradient_sync_options.size()); ++i) {
+    const std::string where = "stage " + std::to_string(i / std::max(syncs, 1)) +
+                              (i % std::max(syncs, 1) == 0 ? std::string() : " chunk " + std::to_string(i % syncs));
+    if (std::string error = CheckOptions(problem.gradient_sync_options[i], where, "gradient sync", options);
+        !error.empty()) {
+      return error;
     }
   }
   return "";
@@ -643,6 +731,10 @@ std::optional<OptionError> Options::Validate() const {
   return std::nullopt;
 }
 
+const std::vector<Option>& OptionsOf(const Problem& problem, const schedule::Dag& dag, int node) {
+  return internal::ClassOptions(problem, internal::ClassOf(problem, dag, node));
+}
+
 Evaluation Evaluate(const Problem& problem, const schedule::Dag& dag, const std::vector<int>& choice,
                     double p_static_w) {
   KAREUS_CHECK(choice.size() == dag.nodes.size()) << "one option per DAG node";
@@ -656,7 +748,8 @@ Result Solve(const Problem& problem, const Options& options) {
     result.summary.message = error;
     return result;
   }
-  schedule::Dag dag = schedule::BuildDag(problem.schedule, problem.num_stages, problem.num_microbatches);
+  schedule::Dag dag = schedule::BuildDag(problem.schedule, problem.num_stages, problem.num_microbatches,
+                                         problem.num_chunks, problem.gradient_sync);
   internal::Engine engine(problem, options, std::move(dag));
   return engine.Run();
 }

@@ -32,6 +32,7 @@ struct SolveProfileOptions {
   int gpus_per_stage = 1;             // GPUs per stage; the CSV's energies are per GPU
   std::filesystem::path out;          // output folder (plan.json, frontier.json, plans/)
   std::string method = "perseus";     // written into the plans
+  ScheduleKind schedule = ScheduleKind::k1F1B;  // 1F1B or GPipe (a profile has no chunks)
 
   // The first invalid field (its name here), its value and the rule; nullopt when valid.
   std::optional<OptionError> Validate() const;
