@@ -11,6 +11,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   clang libclang-rt-14-dev
   python3 python3-dev pybind11-dev python3-pytest python3-jsonschema
+  openmpi-bin libopenmpi-dev
   python3-torch  # examples/pytorch and its test (PyTorch 1.13, CPU, gloo; about 3 min to install)
   chromium
 )

@@ -240,7 +240,8 @@ class MethodRun {
     if (method_.comm == CommSource::kProfiled) {
       mobo::ProfileOptions profile = options_.profile;
       profile.oracle = false;
-      result_.profile = mobo::ProfileWorkload(model_, profile, backend, context_);
+      result_.profile = options_.profiler ? options_.profiler(model_, profile, backend, context_)
+                                          : mobo::ProfileWorkload(model_, profile, backend, context_);
       result_.profiling_gpu_seconds += result_.profile->cost_gpu_seconds;
       for (const auto& p : result_.profile->partitions) {
         result_.measurements += static_cast<int64_t>(p.evaluations.size());

@@ -3,8 +3,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <map>
+#include <memory>
 #include <numeric>
+#include <optional>
 #include <set>
 
 #include "kareus/common/error.h"
@@ -45,6 +48,7 @@ std::optional<OptionError> ProfileOptions::Validate() const {
     return OptionError{"initial_fraction", Describe(initial_fraction), "must be in (0, 1]"};
   }
   if (batch_size < 0) return OptionError{"batch_size", Describe(batch_size), "must be >= 0 (0: auto)"};
+  if (unit_size < 0) return OptionError{"unit_size", Describe(unit_size), "must be >= 0 (0: whole batch)"};
   return std::nullopt;
 }
 
@@ -129,165 +133,177 @@ std::vector<int64_t> InitialDesign(const SearchSpace& space, int count, Rng& rng
   return design;
 }
 
-class PartitionRun {
+// One partition type's profiling as explicit steps (WorkloadProfiler): the initial design,
+// then per batch a surrogate fit and a pick, each batch's missing configurations measured by
+// whoever the caller chooses, then the denoised frontiers. Every decision depends only on the
+// type's own seed and its own measurements, so types may advance in any interleaving.
+class TypeState {
  public:
-  PartitionRun(const Plan& plan, const ProfileOptions& options, measure::Backend& backend,
-               measure::MeasurementStore* store, Progress& progress, uint64_t seed,
-               const std::string& label)
-      : plan_(plan), options_(options), backend_(backend), store_(store), progress_(progress),
-        seed_(seed), label_(label) {}
+  TypeState(const Plan& plan, const ProfileOptions& options, const measure::Backend& backend,
+            measure::MeasurementStore* store, uint64_t seed)
+      : plan_(plan), options_(options), backend_(backend), store_(store), seed_(seed),
+        gpus_(measure::PartitionGpus(*plan.type)) {
+    result_.type = plan_.type->name;
+    result_.tunable = plan_.type->tunable;
+    result_.space_size = plan_.space.Size();
+    result_.budget = plan_.budget;
+    result_.initial_design = plan_.initial;
+    result_.batch_size = plan_.batch;
+    measured_.assign(plan_.space.Size(), false);
+  }
 
-  PartitionResult Run() {
-    PartitionResult result;
-    result.type = plan_.type->name;
-    result.tunable = plan_.type->tunable;
-    result.space_size = plan_.space.Size();
-    result.budget = plan_.budget;
-    result.initial_design = plan_.initial;
-    result.batch_size = plan_.batch;
-    const double cost_before = backend_.GpuSeconds();
+  bool complete() const { return complete_; }
+  bool in_flight() const { return !missing_.empty() && pending_ > 0; }
+  const PartitionResult& result() const { return result_; }
+  PartitionResult& result() { return result_; }
 
-    Rng rng(DeriveSeed(seed_, HashString("initial-design")));
-    std::vector<int64_t> initial;
-    if (!plan_.type->tunable) {
-      initial.resize(plan_.space.Size());
-      std::iota(initial.begin(), initial.end(), 0);
-    } else {
-      initial = InitialDesign(plan_.space, plan_.initial, rng);
-    }
-    Evaluate(initial, 0, plan_.type->tunable ? "initial" : "exhaustive", &result);
-    result.hypervolume_trace.push_back(MeasuredHypervolume(result));
-
-    std::unique_ptr<Surrogate> surrogate;
-    if (plan_.type->tunable) {
-      surrogate = MakeSurrogate(options_.surrogate,
-                                {.seed = DeriveSeed(seed_, HashString("surrogate"))});
-    }
-    std::vector<bool> measured(plan_.space.Size(), false);
-    for (const Evaluation& e : result.evaluations) measured[e.index] = true;
-    for (int batch = 1; plan_.type->tunable &&
-                        static_cast<int64_t>(result.evaluations.size()) < plan_.budget;
-         ++batch) {
-      AcquisitionInput input;
-      input.space = &plan_.space;
-      input.static_power_w = backend_.StaticPowerW();
-      std::vector<std::vector<double>> x;
-      for (const Evaluation& e : result.evaluations) {
-        input.measured.push_back(e.index);
-        input.measured_time_s.push_back(e.sample.time_s);
-        input.measured_energy_j.push_back(e.sample.energy_j);
-        input.measured_dynamic_energy_j.push_back(e.sample.dynamic_energy_j);
-        x.push_back(plan_.space.Encode(e.index));
-      }
-      surrogate->Fit(x, input.measured_time_s, input.measured_dynamic_energy_j);
-      std::vector<std::vector<double>> candidates_x;
-      for (int64_t i = 0; i < plan_.space.Size(); ++i) {
-        if (measured[i]) continue;
-        input.candidates.push_back(i);
-        candidates_x.push_back(plan_.space.Encode(i));
-      }
-      if (input.candidates.empty()) break;
-      input.predictions = surrogate->Predict(candidates_x);
-      const int k = static_cast<int>(std::min<int64_t>(
-          plan_.batch, plan_.budget - static_cast<int64_t>(result.evaluations.size())));
-      const std::vector<Pick> picks = SelectBatch(options_.strategy, input, k);
-      KAREUS_CHECK(!picks.empty());
+  // The next batch that needs measuring (store hits are read here), or nullopt when done.
+  std::optional<MeasurementBatch> NextBatch(int type_index) {
+    KAREUS_CHECK(pending_ == 0) << plan_.type->name << ": the previous batch is still being measured";
+    while (!complete_) {
       std::vector<int64_t> indices;
       std::vector<std::string> reasons;
-      for (const Pick& p : picks) {
-        indices.push_back(p.index);
-        reasons.push_back(ToString(p.reason));
-        measured[p.index] = true;
+      if (!started_) {
+        started_ = true;
+        Rng rng(DeriveSeed(seed_, HashString("initial-design")));
+        if (!plan_.type->tunable) {
+          indices.resize(plan_.space.Size());
+          std::iota(indices.begin(), indices.end(), 0);
+        } else {
+          indices = InitialDesign(plan_.space, plan_.initial, rng);
+        }
+        reasons.assign(indices.size(), plan_.type->tunable ? "initial" : "exhaustive");
+        if (plan_.type->tunable) {
+          surrogate_ = MakeSurrogate(options_.surrogate,
+                                     {.seed = DeriveSeed(seed_, HashString("surrogate"))});
+        }
+      } else if (!PickBatch(&indices, &reasons)) {
+        Finalize();
+        break;
       }
-      Evaluate(indices, batch, reasons, &result);
-      result.hypervolume_trace.push_back(MeasuredHypervolume(result));
-    }
-    result.gpu_seconds = backend_.GpuSeconds() - cost_before;
-    // What the result costs whether or not the store served some of it: every batch's
-    // overhead and every measurement, on the GPUs of the collective's group.
-    const int gpus = measure::PartitionGpus(*plan_.type);
-    std::set<int> batches;
-    result.cost_gpu_seconds = 0.0;
-    for (const Evaluation& e : result.evaluations) {
-      batches.insert(e.batch);
-      result.cost_gpu_seconds += e.sample.GpuSeconds();
-    }
-    result.batches = static_cast<int>(batches.size());
-    result.cost_gpu_seconds += static_cast<double>(result.batches) * backend_.BatchOverheadSeconds() * gpus;
-    result.hypervolume = result.hypervolume_trace.back();
-    {
-      std::vector<int64_t> indices;
-      std::vector<measure::Sample> samples;
-      for (const Evaluation& e : result.evaluations) {
-        indices.push_back(e.index);
-        samples.push_back(e.sample);
+      for (int64_t index : indices) measured_[index] = true;
+      if (Evaluate(indices, reasons)) {
+        MeasurementBatch batch{.type = type_index, .number = batch_, .knobs = {}, .units = {}};
+        for (std::size_t i : missing_) batch.knobs.push_back(result_.evaluations[i].knobs);
+        const std::size_t unit = options_.unit_size > 0 ? static_cast<std::size_t>(options_.unit_size)
+                                                        : batch.knobs.size();
+        for (std::size_t b = 0; b < batch.knobs.size(); b += unit) {
+          batch.units.push_back({b, std::min(batch.knobs.size(), b + unit)});
+        }
+        units_issued_ += static_cast<int64_t>(batch.units.size());
+        return batch;
       }
-      const std::vector<measure::Sample> estimates =
-          Estimates(plan_.space, indices, samples, options_.surrogate,
-                    options_.denoise && plan_.type->tunable, backend_.StaticPowerW(),
-                    DeriveSeed(seed_, HashString("final-surrogate")));
-      for (std::size_t i = 0; i < estimates.size(); ++i) result.evaluations[i].estimate = estimates[i];
+      BatchComplete();  // everything came from the store
     }
-    BuildFrontiers(&result);
-    return result;
+    return std::nullopt;
+  }
+
+  // A sample of the batch in flight (`index` into its knobs), committed to the store at once.
+  void Record(std::size_t index, const measure::Sample& sample, Progress& progress,
+              const std::string& label, double per_eval_s) {
+    KAREUS_CHECK(index < missing_.size() && pending_ > 0) << plan_.type->name << ": sample " << index
+                                                          << " outside the batch in flight";
+    Evaluation& e = result_.evaluations[missing_[index]];
+    KAREUS_CHECK(!recorded_[index]) << plan_.type->name << ": sample " << index << " recorded twice";
+    recorded_[index] = true;
+    if (store_ != nullptr) store_->Insert(plan_.type->name, e.knobs, sample);
+    e.sample = sample;
+    ++result_.measured;
+    --pending_;
+    ShowProgress(progress, label, per_eval_s);
+    if (pending_ == 0) BatchComplete();
+  }
+
+  void ShowProgress(Progress& progress, const std::string& label, double per_eval_s) const {
+    if (!progress.active()) return;
+    const int64_t done = result_.measured + result_.reused;
+    const double left_s = static_cast<double>(result_.budget - done) * per_eval_s;
+    char line[256];
+    std::snprintf(line, sizeof(line),
+                  "%s %-12s batch %d  %lld/%lld measured  best HV %.4g  GPU time left ~%.1f min",
+                  label.c_str(), plan_.type->name.c_str(), batch_,
+                  static_cast<long long>(done), static_cast<long long>(result_.budget),
+                  result_.hypervolume_trace.empty() ? 0.0 : result_.hypervolume_trace.back(),
+                  left_s / 60.0);
+    progress.Update(line);
   }
 
  private:
-  void Evaluate(const std::vector<int64_t>& indices, int batch, const std::string& reason,
-                PartitionResult* result) {
-    Evaluate(indices, batch, std::vector<std::string>(indices.size(), reason), result);
+  // Fits the surrogate on every measurement and picks the next batch; false when the type is
+  // done (budget spent, space exhausted, or not tunable).
+  bool PickBatch(std::vector<int64_t>* indices, std::vector<std::string>* reasons) {
+    if (!plan_.type->tunable || static_cast<int64_t>(result_.evaluations.size()) >= plan_.budget) {
+      return false;
+    }
+    AcquisitionInput input;
+    input.space = &plan_.space;
+    input.static_power_w = backend_.StaticPowerW();
+    std::vector<std::vector<double>> x;
+    for (const Evaluation& e : result_.evaluations) {
+      input.measured.push_back(e.index);
+      input.measured_time_s.push_back(e.sample.time_s);
+      input.measured_energy_j.push_back(e.sample.energy_j);
+      input.measured_dynamic_energy_j.push_back(e.sample.dynamic_energy_j);
+      x.push_back(plan_.space.Encode(e.index));
+    }
+    surrogate_->Fit(x, input.measured_time_s, input.measured_dynamic_energy_j);
+    std::vector<std::vector<double>> candidates_x;
+    for (int64_t i = 0; i < plan_.space.Size(); ++i) {
+      if (measured_[i]) continue;
+      input.candidates.push_back(i);
+      candidates_x.push_back(plan_.space.Encode(i));
+    }
+    if (input.candidates.empty()) return false;
+    input.predictions = surrogate_->Predict(candidates_x);
+    const int k = static_cast<int>(std::min<int64_t>(
+        plan_.batch, plan_.budget - static_cast<int64_t>(result_.evaluations.size())));
+    const std::vector<Pick> picks = SelectBatch(options_.strategy, input, k);
+    KAREUS_CHECK(!picks.empty());
+    ++batch_;
+    for (const Pick& p : picks) {
+      indices->push_back(p.index);
+      reasons->push_back(ToString(p.reason));
+    }
+    return true;
   }
 
-  // Reads what the store has, measures the rest in one backend batch, commits each new
-  // measurement as it arrives (through the store: what another process is measuring right now
-  // is waited for, not measured twice). Evaluation order is the pick order either way, so a
-  // resumed run is indistinguishable from an uninterrupted one.
-  void Evaluate(const std::vector<int64_t>& indices, int batch,
-                const std::vector<std::string>& reasons, PartitionResult* result) {
-    const std::size_t first = result->evaluations.size();
-    std::vector<std::size_t> missing;
-    std::vector<measure::PartitionKnobs> to_measure;
+  // Appends the batch's evaluations, reading what the store has. Evaluation order is the pick
+  // order either way, so a resumed run is indistinguishable from an uninterrupted one. True
+  // when something is left to measure.
+  bool Evaluate(const std::vector<int64_t>& indices, const std::vector<std::string>& reasons) {
+    const std::size_t first = result_.evaluations.size();
+    missing_.clear();
     for (std::size_t i = 0; i < indices.size(); ++i) {
       Evaluation e;
       e.index = indices[i];
       e.knobs = plan_.space.At(indices[i]);
-      e.batch = batch;
+      e.batch = batch_;
       e.reason = reasons[i];
-      missing.push_back(first + i);
-      to_measure.push_back(e.knobs);
-      result->evaluations.push_back(std::move(e));
+      if (store_ != nullptr) {
+        if (auto stored = store_->Find(plan_.type->name, e.knobs)) {
+          e.sample = *stored;
+          e.sample.gpus = gpus_;
+          e.from_store = true;
+          ++result_.reused;
+        }
+      }
+      if (!e.from_store) missing_.push_back(first + i);
+      result_.evaluations.push_back(std::move(e));
     }
-    if (store_ != nullptr) {
-      store_->FindOrMeasure(
-          plan_.type->name, to_measure,
-          [&](const std::vector<measure::PartitionKnobs>& knobs,
-              const std::function<void(std::size_t, const measure::Sample&)>& on_sample) {
-            backend_.MeasureBatch(*plan_.type, knobs, on_sample);
-          },
-          [&](std::size_t j, const measure::Sample& sample, bool from_store) {
-            Evaluation& e = result->evaluations[missing[j]];
-            e.sample = sample;
-            if (from_store) e.sample.gpus = measure::PartitionGpus(*plan_.type);  // not stored
-            e.from_store = from_store;
-            ++(from_store ? result->reused : result->measured);
-            ShowProgress(*result, batch);
-          });
-      return;
-    }
-    ShowProgress(*result, batch);
-    backend_.MeasureBatch(*plan_.type, to_measure,
-                          [&](std::size_t j, const measure::Sample& sample) {
-                            Evaluation& e = result->evaluations[missing[j]];
-                            e.sample = sample;
-                            ++result->measured;
-                            ShowProgress(*result, batch);
-                          });
+    pending_ = missing_.size();
+    recorded_.assign(missing_.size(), false);
+    return pending_ > 0;
   }
 
-  double MeasuredHypervolume(const PartitionResult& result) const {
+  void BatchComplete() {
+    missing_.clear();
+    result_.hypervolume_trace.push_back(MeasuredHypervolume());
+  }
+
+  double MeasuredHypervolume() const {
     std::vector<pareto::Point> points;
     double t_max = 0, e_max = 0;
-    for (const Evaluation& e : result.evaluations) {
+    for (const Evaluation& e : result_.evaluations) {
       points.push_back({.time_s = e.sample.time_s, .energy_j = e.sample.energy_j});
       t_max = std::max(t_max, e.sample.time_s);
       e_max = std::max(e_max, e.sample.energy_j);
@@ -295,25 +311,49 @@ class PartitionRun {
     return pareto::Hypervolume(points, {.time_s = 1.1 * t_max, .energy_j = 1.1 * e_max});
   }
 
-  void ShowProgress(const PartitionResult& result, int batch) {
-    if (!progress_.active()) return;
-    const int64_t done = result.measured + result.reused;
-    const double spent = backend_.GpuSeconds();
-    const double per_eval = result.measured > 0 ? spent / static_cast<double>(
-                                                              std::max<int64_t>(1, measured_total_ + result.measured))
-                                                : 12.0;
-    const double left_s = static_cast<double>(result.budget - done) * per_eval;
-    char line[256];
-    std::snprintf(line, sizeof(line),
-                  "%s %-12s batch %d  %lld/%lld measured  best HV %.4g  GPU time left ~%.1f min",
-                  label_.c_str(), plan_.type->name.c_str(), batch,
-                  static_cast<long long>(done), static_cast<long long>(result.budget),
-                  result.hypervolume_trace.empty() ? 0.0 : result.hypervolume_trace.back(),
-                  left_s / 60.0);
-    progress_.Update(line);
+  // Costs, the final (denoising) surrogate and the frontiers.
+  void Finalize() {
+    complete_ = true;
+    surrogate_.reset();
+    // Measured in this run: every sample taken plus each unit's overhead, summed in evaluation
+    // order from the samples' own costs, so it does not depend on who measured or when.
+    const double overhead_gpu_s = backend_.BatchOverheadSeconds() * gpus_;
+    result_.gpu_seconds = static_cast<double>(units_issued_) * overhead_gpu_s;
+    for (const Evaluation& e : result_.evaluations) {
+      if (!e.from_store) result_.gpu_seconds += e.sample.GpuSeconds();
+    }
+    // What the result costs whether or not the store served some of it: every unit's overhead
+    // and every measurement, on the GPUs of the collective's group.
+    std::map<int, int64_t> batch_sizes;
+    result_.cost_gpu_seconds = 0.0;
+    for (const Evaluation& e : result_.evaluations) {
+      ++batch_sizes[e.batch];
+      result_.cost_gpu_seconds += e.sample.GpuSeconds();
+    }
+    result_.batches = static_cast<int>(batch_sizes.size());
+    int64_t units = 0;
+    for (const auto& [batch, size] : batch_sizes) {
+      units += options_.unit_size > 0 ? (size + options_.unit_size - 1) / options_.unit_size : 1;
+    }
+    result_.cost_gpu_seconds += static_cast<double>(units) * overhead_gpu_s;
+    result_.hypervolume = result_.hypervolume_trace.back();
+    {
+      std::vector<int64_t> indices;
+      std::vector<measure::Sample> samples;
+      for (const Evaluation& e : result_.evaluations) {
+        indices.push_back(e.index);
+        samples.push_back(e.sample);
+      }
+      const std::vector<measure::Sample> estimates =
+          Estimates(plan_.space, indices, samples, options_.surrogate,
+                    options_.denoise && plan_.type->tunable, backend_.StaticPowerW(),
+                    DeriveSeed(seed_, HashString("final-surrogate")));
+      for (std::size_t i = 0; i < estimates.size(); ++i) result_.evaluations[i].estimate = estimates[i];
+    }
+    BuildFrontiers();
   }
 
-  void BuildFrontiers(PartitionResult* result) const {
+  void BuildFrontiers() {
     auto point = [&](const Evaluation& e) {
       return FrontierPoint{.knobs = e.knobs, .time_s = e.estimate.time_s,
                            .energy_j = e.estimate.energy_j,
@@ -323,37 +363,42 @@ class PartitionRun {
     };
     std::vector<pareto::Point> all;
     std::map<int, std::vector<pareto::Point>> by_clock;
-    for (std::size_t i = 0; i < result->evaluations.size(); ++i) {
-      const Evaluation& e = result->evaluations[i];
+    for (std::size_t i = 0; i < result_.evaluations.size(); ++i) {
+      const Evaluation& e = result_.evaluations[i];
       const pareto::Point p{.time_s = e.estimate.time_s, .energy_j = e.estimate.energy_j,
                             .payload = static_cast<int64_t>(i)};
       all.push_back(p);
       by_clock[e.knobs.freq_mhz].push_back(p);
     }
     for (const pareto::Point& p : pareto::Filter(all)) {
-      result->frontier.push_back(point(result->evaluations[p.payload]));
+      result_.frontier.push_back(point(result_.evaluations[p.payload]));
     }
     for (int clock : plan_.space.clocks_mhz()) {
       ClockFrontier cf;
       cf.freq_mhz = clock;
       for (const pareto::Point& p : pareto::Filter(by_clock[clock])) {
-        cf.points.push_back(point(result->evaluations[p.payload]));
+        cf.points.push_back(point(result_.evaluations[p.payload]));
       }
-      result->clock_frontiers.push_back(std::move(cf));
+      result_.clock_frontiers.push_back(std::move(cf));
     }
   }
 
- public:
-  int64_t measured_total_ = 0;  // measurements of earlier types (progress estimate)
-
- private:
   const Plan& plan_;
   const ProfileOptions& options_;
-  measure::Backend& backend_;
+  const measure::Backend& backend_;
   measure::MeasurementStore* store_;
-  Progress& progress_;
   uint64_t seed_;
-  std::string label_;
+  int gpus_;
+  PartitionResult result_;
+  std::unique_ptr<Surrogate> surrogate_;
+  std::vector<bool> measured_;       // picked (space index), measured or in flight
+  std::vector<std::size_t> missing_;  // evaluations of the batch in flight to be measured
+  std::vector<bool> recorded_;        // per missing_ entry
+  std::size_t pending_ = 0;           // samples of the batch in flight not yet recorded
+  int batch_ = 0;                     // number of the current batch (0: initial design)
+  int64_t units_issued_ = 0;          // backend batches handed out in this run
+  bool started_ = false;
+  bool complete_ = false;
 };
 
 Json KnobsJson(const measure::PartitionKnobs& knobs) {
@@ -372,13 +417,36 @@ Json PointJson(const FrontierPoint& p) {
 }  // namespace
 }  // namespace internal
 
-ProfileSummary ProfileWorkload(const workload::WorkloadModel& model, const ProfileOptions& options,
-                               measure::Backend& backend, const Context& context) {
+struct WorkloadProfiler::State {
+  const workload::WorkloadModel* model = nullptr;
+  ProfileOptions options;
+  measure::Backend* backend = nullptr;
+  Context context;
+  std::vector<const workload::PartitionType*> types;
+  std::vector<internal::Plan> plans;
+  std::unique_ptr<measure::Backend> oracle;
+  std::unique_ptr<measure::MeasurementStore> store;
+  std::vector<std::unique_ptr<internal::TypeState>> states;
+  std::vector<std::string> labels;
+  std::unique_ptr<Progress> progress;
+  int64_t measured = 0;         // samples recorded (progress estimate)
+  double measured_gpu_s = 0.0;  // their cost
+  bool finished = false;
+};
+
+WorkloadProfiler::WorkloadProfiler(const workload::WorkloadModel& model,
+                                   const ProfileOptions& options, measure::Backend& backend,
+                                   const Context& context)
+    : state_(std::make_unique<State>()) {
+  State& s = *state_;
+  s.model = &model;
+  s.options = options;
+  s.backend = &backend;
+  s.context = context;
   // Validate everything before the first measurement: options, names, budgets, the store.
   ThrowIfInvalid(options.Validate());
-  std::vector<const workload::PartitionType*> types;
   if (options.partitions.empty()) {
-    for (const auto& type : model.partition_types) types.push_back(&type);
+    for (const auto& type : model.partition_types) s.types.push_back(&type);
   } else {
     for (const std::string& name : options.partitions) {
       auto it = std::find_if(model.partition_types.begin(), model.partition_types.end(),
@@ -389,61 +457,106 @@ ProfileSummary ProfileWorkload(const workload::WorkloadModel& model, const Profi
         ThrowInput("partition", name, "not a partition type of this workload (valid: " +
                                           (valid.empty() ? std::string("none") : JoinNames(valid)) + ")");
       }
-      types.push_back(&*it);
+      s.types.push_back(&*it);
     }
   }
-  std::vector<internal::Plan> plans;
-  for (const auto* type : types) plans.push_back(internal::PlanType(*type, backend.Gpu(), options));
-  std::unique_ptr<measure::Backend> oracle;
+  for (const auto* type : s.types) s.plans.push_back(internal::PlanType(*type, backend.Gpu(), s.options));
   if (options.oracle) {
-    oracle = backend.NoiseFreeTwin();
-    if (!oracle) {
+    s.oracle = backend.NoiseFreeTwin();
+    if (!s.oracle) {
       ThrowInput("oracle", backend.Description(),
                  "the exhaustive oracle needs a backend with noise-free values (the emulator)");
     }
   }
-  std::unique_ptr<measure::MeasurementStore> store;
   if (!options.store.empty()) {
-    store = measure::MeasurementStore::Open(
+    s.store = measure::MeasurementStore::Open(
         options.store, {.gpu = backend.Gpu().name,
                         .workload_signature = model.workload.Signature(),
                         .backend = backend.Description()});
   }
+  for (std::size_t i = 0; i < s.plans.size(); ++i) {
+    const uint64_t seed = DeriveSeed(context.seed, HashString(s.plans[i].type->name.c_str()));
+    s.states.push_back(std::make_unique<internal::TypeState>(s.plans[i], s.options, backend,
+                                                             s.store.get(), seed));
+    s.labels.push_back("[" + std::to_string(i + 1) + "/" + std::to_string(s.plans.size()) + "]");
+  }
+  s.progress = std::make_unique<Progress>(!context.quiet);
+}
 
+WorkloadProfiler::~WorkloadProfiler() = default;
+
+const std::vector<const workload::PartitionType*>& WorkloadProfiler::Types() const {
+  return state_->types;
+}
+
+std::optional<MeasurementBatch> WorkloadProfiler::NextBatch(int type) {
+  KAREUS_CHECK(type >= 0 && type < static_cast<int>(state_->states.size())) << "type " << type;
+  return state_->states[type]->NextBatch(type);
+}
+
+void WorkloadProfiler::Record(int type, std::size_t index, const measure::Sample& sample) {
+  KAREUS_CHECK(type >= 0 && type < static_cast<int>(state_->states.size())) << "type " << type;
+  State& s = *state_;
+  ++s.measured;
+  s.measured_gpu_s += sample.GpuSeconds();
+  const double per_eval_s = s.measured_gpu_s / static_cast<double>(s.measured);
+  s.states[type]->Record(index, sample, *s.progress, s.labels[type], per_eval_s);
+}
+
+bool WorkloadProfiler::Complete(int type) const {
+  KAREUS_CHECK(type >= 0 && type < static_cast<int>(state_->states.size())) << "type " << type;
+  return state_->states[type]->complete();
+}
+
+ProfileSummary WorkloadProfiler::Finish() {
+  State& s = *state_;
+  KAREUS_CHECK(!s.finished) << "WorkloadProfiler::Finish called twice";
+  s.finished = true;
   ProfileSummary summary;
-  summary.gpu = backend.Gpu().name;
-  summary.workload_signature = model.workload.Signature();
-  summary.backend = backend.Description();
-  summary.surrogate = ToString(options.surrogate);
-  summary.strategy = ToString(options.strategy);
-  summary.seed = context.seed;
-  Progress progress(!context.quiet);
-  int64_t measured_so_far = 0;
-  for (std::size_t i = 0; i < plans.size(); ++i) {
-    const uint64_t seed = DeriveSeed(context.seed, HashString(plans[i].type->name.c_str()));
-    const std::string label = "[" + std::to_string(i + 1) + "/" + std::to_string(plans.size()) + "]";
-    internal::PartitionRun run(plans[i], options, backend, store.get(), progress, seed, label);
-    run.measured_total_ = measured_so_far;
-    PartitionResult result = run.Run();
-    measured_so_far += result.measured;
+  summary.gpu = s.backend->Gpu().name;
+  summary.workload_signature = s.model->workload.Signature();
+  summary.backend = s.backend->Description();
+  summary.surrogate = ToString(s.options.surrogate);
+  summary.strategy = ToString(s.options.strategy);
+  summary.seed = s.context.seed;
+  for (std::size_t i = 0; i < s.states.size(); ++i) {
+    KAREUS_CHECK(s.states[i]->complete()) << s.plans[i].type->name << " is not profiled yet";
+    PartitionResult result = std::move(s.states[i]->result());
+    summary.measurements_taken += result.measured;
     summary.measurements_reused += result.reused;
-    if (oracle && result.tunable) {  // a fixed type is measured exhaustively: nothing to compare
+    if (s.oracle && result.tunable) {  // a fixed type is measured exhaustively: nothing to compare
+      const uint64_t seed = DeriveSeed(s.context.seed, HashString(s.plans[i].type->name.c_str()));
       const uint64_t random_seed = DeriveSeed(seed, HashString("random-search"));
-      result.oracle = internal::CompareWithOracle(plans[i].space, *plans[i].type, result,
-                                                  backend, *oracle, options, random_seed);
+      result.oracle = internal::CompareWithOracle(s.plans[i].space, *s.plans[i].type, result,
+                                                  *s.backend, *s.oracle, s.options, random_seed);
     }
     summary.partitions.push_back(std::move(result));
   }
-  progress.Finish();
+  s.progress->Finish();
   // The random baseline's measurements are not the profile's: count the optimizer's only.
-  summary.measurements_taken = measured_so_far;
-  summary.gpu_seconds = 0.0;
-  summary.cost_gpu_seconds = 0.0;
   for (const auto& r : summary.partitions) {
     summary.gpu_seconds += r.gpu_seconds;
     summary.cost_gpu_seconds += r.cost_gpu_seconds;
   }
   return summary;
+}
+
+ProfileSummary ProfileWorkload(const workload::WorkloadModel& model, const ProfileOptions& options,
+                               measure::Backend& backend, const Context& context) {
+  WorkloadProfiler profiler(model, options, backend, context);
+  for (int t = 0; t < static_cast<int>(profiler.Types().size()); ++t) {
+    const workload::PartitionType& type = *profiler.Types()[t];
+    while (std::optional<MeasurementBatch> batch = profiler.NextBatch(t)) {
+      for (const auto& [begin, end] : batch->units) {
+        const std::vector<measure::PartitionKnobs> unit(batch->knobs.begin() + begin,
+                                                        batch->knobs.begin() + end);
+        backend.MeasureBatch(type, unit, [&](std::size_t j, const measure::Sample& sample) {
+          profiler.Record(t, begin + j, sample);
+        });
+      }
+    }
+  }
+  return profiler.Finish();
 }
 
 Json ProfileSummary::ToJson(bool with_evaluations) const {

@@ -15,6 +15,7 @@
 #include <array>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -40,6 +41,11 @@ struct RunOptions {
   double compose_epsilon = 0.0;  // epsilon-thinning of composed partial sums (0 = exact)
   EvaluationMode evaluation = EvaluationMode::kAuto;  // how finished plans are evaluated
   bool quiet = false;            // no progress on the terminal
+  // How the profiled methods profile partition types: mobo::ProfileWorkload when empty.
+  // kareus/distributed/ sets its own to spread the types over MPI ranks (same result).
+  std::function<mobo::ProfileSummary(const workload::WorkloadModel&, const mobo::ProfileOptions&,
+                                     measure::Backend&, const Context&)>
+      profiler;
 
   // The first invalid field (nested: "profile.budget_fraction"), its value and the rule.
   std::optional<OptionError> Validate() const;
