@@ -6,6 +6,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
 #include <limits>
 #include <random>
 #include <unordered_map>
@@ -275,45 +278,6 @@ class Exact {
   int gpus_total_ = 0;
 };
 
-// A lower bound of the discrete optimum from the convex relaxation (every instruction may run
-// any convex combination of its options, durations continuous): the solver itself is exact
-// for the convex model on integer quanta, so run it with a fine quantum u on options made 2u
-// faster (energies shifted so effective energies are unchanged). Each shifted hull then lies
-// below the real hull one quantum later, so rounding a relaxed schedule down to quanta costs
-// no more than the relaxation: model(floor(D/u)) <= relaxation(D) <= discrete optimum(D).
-class ConvexBound {
- public:
-  explicit ConvexBound(const Problem& problem) {
-    Problem shifted = problem;
-    for (auto* lists : {&shifted.forward_options, &shifted.backward_options}) {
-      for (auto& list : *lists) {
-        for (Option& o : list) {
-          o.time_s -= 2 * kFineUnit;
-          o.energy_j -= 2 * kFineUnit * kStaticW;
-        }
-      }
-    }
-    const Result model = Solve(shifted, {.unit_time_s = kFineUnit, .p_static_w = kStaticW,
-                                         .reclaim_slack = false, .keep_dominated = true});
-    for (const IterationPoint& point : model.points) {
-      if (point.step >= 0) steps_.push_back({point.quanta, point.model_energy_j});
-    }
-  }
-
-  double AtDeadline(double deadline_s) const {
-    const auto limit = static_cast<int64_t>(std::floor(deadline_s / kFineUnit + 1e-9));
-    double best = std::numeric_limits<double>::infinity();
-    for (auto [quanta, energy] : steps_) {
-      if (quanta <= limit) best = std::min(best, energy);
-    }
-    return best;
-  }
-
- private:
-  static constexpr double kFineUnit = 1e-4;
-  std::vector<std::pair<int64_t, double>> steps_;
-};
-
 double LongestPathAllFastest(const Problem& problem, const Dag& dag) {
   std::vector<int> choice(dag.nodes.size());
   for (std::size_t v = 0; v < choice.size(); ++v) {
@@ -327,92 +291,166 @@ double LongestPathAllFastest(const Problem& problem, const Dag& dag) {
   return Evaluate(problem, dag, choice, kStaticW).time_s;
 }
 
+// The least energy of the frontier for deadline T: its cheapest point with time <= T.
+double FrontierAt(const Result& result, double deadline) {
+  double best = std::numeric_limits<double>::infinity();
+  for (const IterationPoint& point : result.points) {
+    if (point.cost.time_s <= deadline * (1 + 1e-12)) best = std::min(best, point.cost.energy_j);
+  }
+  return best;
+}
+
+// Point 1 of issue 17 on random small DAGs, against branch and bound over every assignment:
+// the fastest point against the exact minimum-energy plan at the minimum time, and deadlines
+// on the frontier's 1 ms grid against the exact optimum (when the search's node budget runs
+// out, against its proven lower bound, which can only overstate a gap). Option times lie on a
+// 2^-12 s grid, which the solver's tick (1 ms / 1024) divides: the solver's model is then the
+// real problem. The options carry +-3 % noise, so costs are far from convex: measured, the
+// fastest point is exact on 37 of 40 instances (worst +0.7 %) and grid deadlines have median
+// gap 0, p95 0.55 % (issue 17 asks for 0.1 % everywhere: not met).
 TEST(Solver, MatchesExactOptimumOnRandomSmallDags) {
   std::mt19937_64 rng(20261129);
   std::vector<double> gaps;
-  std::vector<double> exact_gaps;  // the points whose search completed
-  int unverified = 0;
+  std::vector<double> exact_gaps;
+  int bounded = 0;
   double worst = 0.0;
   int worst_instance = -1;
   const char* env = std::getenv("KAREUS_SOLVER_TEST_INSTANCES");
-  const int instances = env != nullptr ? std::atoi(env) : 200;
+  const int instances = env != nullptr ? std::atoi(env) : 40;
+  int fastest_exact = 0;
+  const bool verbose = std::getenv("KAREUS_SOLVER_TEST_VERBOSE") != nullptr;
+  constexpr int kDeadlines = 6;
   for (int instance = 0; instance < instances; ++instance) {
     const Problem problem = RandomProblem(rng);
     const Result result = Solve(problem, {.unit_time_s = 1e-3, .p_static_w = kStaticW});
     ASSERT_EQ(result.summary.status, Status::kReachedMinimumTime) << result.summary.message;
     ASSERT_FALSE(result.points.empty());
-    // The fastest point is the minimum makespan.
-    EXPECT_NEAR(result.points.back().cost.time_s, LongestPathAllFastest(problem, result.dag),
-                1e-12);
-    EXPECT_NEAR(result.summary.min_time_s, result.points.back().cost.time_s, 1e-12);
-    Exact exact(problem, result.dag);
-    const ConvexBound convex(problem);
-    if (std::getenv("KAREUS_SOLVER_TEST_VERBOSE") != nullptr) {
-      std::printf("instance %d: S=%d M=%d points=%zu\n", instance, problem.num_stages,
-                  problem.num_microbatches, result.points.size());
-      std::fflush(stdout);
-    }
+    const double t_min = LongestPathAllFastest(problem, result.dag);
+    EXPECT_NEAR(result.points.back().cost.time_s, t_min, 1e-12);
+    EXPECT_NEAR(result.summary.min_time_s, t_min, 1e-12);
     for (std::size_t i = 0; i < result.points.size(); ++i) {
       const IterationPoint& point = result.points[i];
       // Feasible and honest: re-evaluating the realized choice gives the reported numbers.
       const Evaluation again = Evaluate(problem, result.dag, point.choice, kStaticW);
       ASSERT_DOUBLE_EQ(again.time_s, point.cost.time_s);
       ASSERT_DOUBLE_EQ(again.energy_j, point.cost.energy_j);
+      ASSERT_LE(point.cost.time_s, point.deadline_s * (1 + 1e-12));
       if (i > 0) {  // iteration order: slower and cheaper first
         EXPECT_LT(point.cost.time_s, result.points[i - 1].cost.time_s);
         EXPECT_GT(point.cost.energy_j, result.points[i - 1].cost.energy_j);
       }
-      // Escalate the search budget only while an inexact bound leaves the gap above 1 %
-      // (a bound can only overstate the gap, so a small bounded gap is already proven).
-      auto answer = exact.MinEnergy(point.cost.time_s, point.cost.energy_j * (1 + 1e-12), 500);
-      for (long budget = 5000; !answer.exact && budget <= 5000 &&
-                                point.cost.energy_j > answer.energy_j * 1.01;
-           budget *= 10) {
-        answer = exact.MinEnergy(point.cost.time_s, point.cost.energy_j * (1 + 1e-12), budget);
+    }
+    Exact exact(problem, result.dag);
+    // The fastest point: exact, no node budget.
+    const IterationPoint& fastest = result.points.back();
+    const auto at_min = exact.MinEnergy(t_min, fastest.cost.energy_j * (1 + 1e-12), 5'000'000);
+    ASSERT_TRUE(at_min.exact) << "instance " << instance;
+    fastest_exact += fastest.cost.energy_j <= at_min.energy_j * (1 + 1e-9) ? 1 : 0;
+    EXPECT_LE(fastest.cost.energy_j, at_min.energy_j * 1.01)
+        << "instance " << instance << ": fastest point " << fastest.cost.energy_j
+        << " J, exact minimum at T_min " << at_min.energy_j << " J";
+    const double t_max = result.summary.max_time_s;
+    // Deadlines on the frontier's grid T_min + k * 1 ms.
+    const auto steps = static_cast<int>(std::ceil((t_max - t_min) / 1e-3));
+    for (int j = 0; j <= kDeadlines; ++j) {
+      const double deadline = t_min + 1e-3 * std::round(double(steps) * j / kDeadlines);
+      const double ours = FrontierAt(result, deadline);
+      auto answer = exact.MinEnergy(deadline, ours * (1 + 1e-12), 20'000);
+      if (!answer.exact && ours > answer.energy_j * 1.001) {
+        answer = exact.MinEnergy(deadline, ours * (1 + 1e-12), 200'000);
       }
-      unverified += answer.exact ? 0 : 1;
-      if (answer.exact) {  // the relaxation really bounds the discrete optimum
-        EXPECT_LE(convex.AtDeadline(point.cost.time_s), answer.energy_j * (1 + 1e-9));
+      bounded += answer.exact ? 0 : 1;
+      const double optimum = std::min(ours, answer.energy_j);
+      const double gap = (ours - optimum) / optimum;
+      if (verbose) {
+        std::printf("instance %d S=%d M=%d T=%.5f ours=%.4f opt=%.4f%s gap=%.4f%%\n", instance,
+                    problem.num_stages, problem.num_microbatches, deadline, ours, optimum,
+                    answer.exact ? "" : " (bound)", 100 * gap);
       }
-      // A bound-only answer is strengthened by the convex relaxation's bound.
-      const double optimum =
-          answer.exact ? answer.energy_j
-                       : std::min(point.cost.energy_j,
-                                  std::max(answer.energy_j, convex.AtDeadline(point.cost.time_s)));
-      ASSERT_LE(optimum, point.cost.energy_j * (1 + 1e-12));
-      const double gap = (point.cost.energy_j - optimum) / optimum;
-      if (std::getenv("KAREUS_SOLVER_TEST_VERBOSE") != nullptr) {
-        std::printf("  T=%.4f E=%.3f opt=%.3f gap=%.4f%% nodes=%ld\n", point.cost.time_s,
-                    point.cost.energy_j, optimum, 100 * gap, exact.visited_);
-        std::fflush(stdout);
-      }
-      gaps.push_back(std::max(0.0, gap));
-      if (answer.exact) exact_gaps.push_back(std::max(0.0, gap));
+      gaps.push_back(gap);
       if (gap > worst) {
         worst = gap;
         worst_instance = instance;
       }
+      if (answer.exact) exact_gaps.push_back(gap);
     }
   }
   std::sort(gaps.begin(), gaps.end());
-  const double median = gaps[gaps.size() / 2];
-  const double p95 = gaps[static_cast<std::size_t>(0.95 * (gaps.size() - 1))];
-  std::printf("solver vs exact over %zu points (%d of them against a proven lower bound, the "
-              "search budget spent): median gap %.4f %%, p95 %.4f %%, worst %.4f %% "
-              "(instance %d)\n",
-              gaps.size(), unverified, 100 * median, 100 * p95, 100 * worst, worst_instance);
+  std::printf("solver vs exact at %zu sampled deadlines (%d against a proven lower bound): "
+              "median gap %.4f %%, p95 %.4f %%, worst %.4f %% (instance %d)\n",
+              gaps.size(), bounded, 100 * gaps[gaps.size() / 2],
+              100 * gaps[static_cast<std::size_t>(0.95 * (gaps.size() - 1))], 100 * worst,
+              worst_instance);
   std::sort(exact_gaps.begin(), exact_gaps.end());
-  if (!exact_gaps.empty()) {
-    std::printf("  exact searches only (%zu points): median %.4f %%, p95 %.4f %%, max %.4f %%\n",
-                exact_gaps.size(), 100 * exact_gaps[exact_gaps.size() / 2],
-                100 * exact_gaps[static_cast<std::size_t>(0.95 * (exact_gaps.size() - 1))],
-                100 * exact_gaps.back());
+  ASSERT_FALSE(exact_gaps.empty());
+  const double median = exact_gaps[exact_gaps.size() / 2];
+  const double p95 = exact_gaps[static_cast<std::size_t>(0.95 * (exact_gaps.size() - 1))];
+  std::printf("  exact searches only (%zu deadlines): median %.4f %%, p95 %.4f %%; fastest point "
+              "exact on %d of %d instances\n",
+              exact_gaps.size(), 100 * median, 100 * p95, fastest_exact, instances);
+  EXPECT_GE(fastest_exact, instances * 85 / 100);
+  EXPECT_LE(median, 1e-4);
+  EXPECT_LE(p95, 0.01);
+}
+
+// A lower bound of the least energy at `deadline` from the convex relaxation: the solver's
+// convex model (exact for convex costs) on options one model tick faster, so each tick-rounded
+// time is at most the real one, effective energies unchanged.
+double ConvexLowerBound(const Problem& problem, double p_static_w, double deadline) {
+  constexpr double kTick = 1e-3 / kTicksPerUnit;
+  Problem shifted = problem;
+  for (auto* lists : {&shifted.forward_options, &shifted.backward_options}) {
+    for (auto& list : *lists) {
+      for (Option& o : list) {
+        o.time_s -= kTick;
+        o.energy_j -= kTick * p_static_w;
+      }
+    }
   }
-  // Over every point; where the search budget ran out the gap is measured against a proven
-  // lower bound (branch-and-bound or convex relaxation), which can only overstate it.
-  EXPECT_GE(exact_gaps.size(), gaps.size() / 2);
-  EXPECT_LT(median, 0.01);
-  EXPECT_LT(p95, 0.03);
+  const Result model = Solve(shifted, {.unit_time_s = 1e-3, .p_static_w = p_static_w,
+                                       .reclaim_slack = false, .deadline_s = deadline});
+  EXPECT_EQ(model.points.size(), 1u);
+  return model.points.empty() ? 0.0 : model.points.back().model_energy_j;
+}
+
+// Issue 17's unbalanced pipeline (tests/pipeline/data/make_perseus_4x16.sh): the fastest point
+// is within 0.2 % of the least energy any plan has at the minimum iteration time, proven
+// against the convex relaxation's lower bound (every plan at T_min has static energy
+// P * T_min * GPUs, so only effective energy differs).
+TEST(Solver, UnbalancedFourStagesFastestPointIsMinimumEnergy) {
+  const char* root = std::getenv("KAREUS_SOURCE_DIR");
+  ASSERT_NE(root, nullptr);
+  std::ifstream csv(std::string(root) + "/tests/pipeline/data/perseus_4x16_unbalanced.csv");
+  ASSERT_TRUE(csv.good());
+  Problem problem{.num_stages = 4, .num_microbatches = 16};
+  problem.forward_options.resize(4);
+  problem.backward_options.resize(4);
+  std::string line;
+  std::getline(csv, line);  // header
+  while (std::getline(csv, line)) {
+    std::istringstream row(line);
+    std::string stage, kind, freq, time, energy;
+    std::getline(row, stage, ',');
+    std::getline(row, kind, ',');
+    std::getline(row, freq, ',');
+    std::getline(row, time, ',');
+    std::getline(row, energy, ',');
+    auto& list = kind == "forward" ? problem.forward_options : problem.backward_options;
+    list[std::stoi(stage)].push_back({std::stod(time), std::stod(energy)});
+  }
+  const Result result = Solve(problem, {.unit_time_s = 1e-3, .p_static_w = 85.0});
+  ASSERT_EQ(result.summary.status, Status::kReachedMinimumTime) << result.summary.message;
+  const IterationPoint& fastest = result.points.back();
+  EXPECT_NEAR(fastest.cost.time_s, result.summary.min_time_s, 1e-12);
+  const double bound = ConvexLowerBound(problem, 85.0, result.summary.min_time_s);
+  std::printf("4x16 unbalanced: fastest point %.3f J at %.4f s, convex lower bound %.3f J "
+              "(gap %.4f %%), %zu points\n",
+              fastest.cost.energy_j, fastest.cost.time_s, bound,
+              100 * (fastest.cost.energy_j - bound) / bound, result.points.size());
+  EXPECT_LE(bound, fastest.cost.energy_j * (1 + 1e-12));
+  // Measured 0.16 % above the bound (issue 17 asks for 0.05 % above the exact minimum, which
+  // lies between the bound and this point: not proven here).
+  EXPECT_LE(fastest.cost.energy_j, bound * 1.002);
 }
 
 TEST(Solver, SingleOptionPerInstructionGivesOnePoint) {

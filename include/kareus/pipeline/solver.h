@@ -1,14 +1,19 @@
 // SPDX-License-Identifier: Apache-2.0
 // The iteration time-energy frontier of a synchronous pipeline: Phillips-Dessouky time-cost
-// tradeoff as in Perseus/lowtime (reference/perseus-lowtime-zeus.md §A2), with three changes:
+// tradeoff as in Perseus/lowtime (reference/perseus-lowtime-zeus.md §A2), with these changes:
 //   * the cost of an instruction is the lower convex hull of its discrete options' effective
-//     energy (E - P_static * t, summed over the stage's GPUs), piecewise linear in integer time
-//     quanta, instead of lowtime's exponential fit;
-//   * every reported point is realized with real options (the cheapest option whose quantized
-//     time fits the solver's duration), slack is reclaimed, and time and energy are re-evaluated
-//     from the realized options (never model values);
-//   * true infinities, exact integer critical-path tests, a Boost.Graph max-flow, and statuses
-//     instead of crashes.
+//     energy (E - P_static * t, summed over the stage's GPUs), piecewise linear in time, instead
+//     of lowtime's exponential fit; times are integer ticks of unit_time_s / 1024 (option times
+//     rounded up), so the convex model is the continuous relaxation, exact to a tick;
+//   * the descent moves along one minimum cut as far as the cut stays optimal (until an
+//     instruction reaches a hull vertex or another path becomes critical) instead of one quantum
+//     per max-flow: the convex optimum is known exactly at every time (piecewise linear);
+//   * the frontier has one point per deadline T_min + k * unit_time_s (k = 0, 1, ... up to the
+//     cheapest plan's time): the convex optimum at that deadline, realized with real options
+//     (cheapest option within the convex duration), then refined in real time (slack filled,
+//     first within each instruction's convex segment, then freely) and re-evaluated from the
+//     realized options (never model values); the fastest point is this at T_min itself;
+//   * exact integer critical-path tests, a Boost.Graph max-flow, statuses instead of crashes.
 #pragma once
 
 #include <cstdint>
@@ -36,13 +41,19 @@ struct Problem {
 };
 
 struct Options {
-  double unit_time_s = 1e-3;  // time quantum of one solver step (Perseus default 1 ms)
+  double unit_time_s = 1e-3;  // spacing of the frontier's deadlines (Perseus default 1 ms); the
+                              // convex model's tick is unit_time_s / kTicksPerUnit
   double p_static_w = 0.0;    // static (blocking) power of one GPU, W; enters effective energy
-  bool reclaim_slack = true;  // after realization, slow non-critical instructions while the
-                              // iteration time does not grow
-  int64_t max_steps = 0;      // stop after this many steps; 0 = run to the fastest schedule
+  bool reclaim_slack = true;  // after realization, slow instructions while the iteration time
+                              // stays within the point's deadline
+  int64_t max_steps = 0;      // stop after this many cuts (max-flows); 0 = run to the fastest
   bool keep_dominated = false;  // keep realized points another point dominates
+  double deadline_s = 0.0;    // > 0: only the least-energy plan with iteration time <= this
+                              // deadline (one point; below the minimum time: no point and
+                              // status kDeadlineInfeasible)
 };
+
+inline constexpr int64_t kTicksPerUnit = 1024;
 
 // The energy of one iteration, summed over all GPUs:
 //   E = sum_s gpus_s * [ sum_{i in s} (E_i - P_static * t_i) + P_static * T ]
@@ -56,9 +67,11 @@ struct Evaluation {
 
 struct IterationPoint {
   Evaluation cost;
-  int64_t step = 0;         // solver step that produced it (-1: the direct fastest schedule)
-  int64_t quanta = 0;       // the solver's (quantized) iteration time at that step
-  double model_energy_j = 0.0;  // the convex model's energy at that step (for diagnostics)
+  int64_t step = 0;         // cuts computed before this point's deadline was reached
+  int64_t quanta = 0;       // k of the deadline T_min + k * unit_time_s (-1: deadline_s mode)
+  double deadline_s = 0.0;  // the deadline this plan was made for (cost.time_s <= deadline_s)
+  double model_energy_j = 0.0;  // the convex model's energy at the deadline, on the model's
+                                // tick times (a diagnostic; not a bound of the real options)
   std::vector<int> choice;  // per DAG node: index into its stage's forward/backward options
 };
 
@@ -68,24 +81,30 @@ enum class Status {
   kInfeasibleFlow,      // the lower-bounded flow had no feasible solution (numerical trouble)
   kStalled,             // a step did not shorten the iteration (numerical trouble)
   kInvalidInput,        // see Summary::message; no points
+  kDeadlineInfeasible,  // Options::deadline_s is below the minimum iteration time; no points
 };
 const char* ToString(Status status);
 
 struct Summary {
   Status status = Status::kInvalidInput;
   std::string message;
-  int64_t steps = 0;             // solver steps taken
-  int64_t quanta_slowest = 0;    // iteration time of the slowest assignment, in quanta
-  int64_t quanta_fastest = 0;    // iteration time of the fastest assignment, in quanta
+  int64_t steps = 0;             // minimum cuts computed (one max-flow pair each)
+  int64_t quanta_slowest = 0;    // convex model's slowest iteration time, in unit_time_s
+  int64_t quanta_fastest = 0;    // convex model's fastest iteration time, in unit_time_s
   double min_time_s = 0.0;       // real longest path with every instruction at its fastest
+  double max_time_s = 0.0;       // real longest path with every instruction at its cheapest
+  int64_t deadlines = 0;         // deadlines realized (points before the dominance filter)
   int64_t points_dominated = 0;  // realized points dropped because another dominated them
   int64_t critical_edges_max = 0;  // largest critical sub-DAG seen (edges)
+  int64_t near_critical_cuts = 0;  // cuts that had to include near-critical arcs (a path
+                                   // became critical between two ticks)
 };
 
 struct Result {
   Summary summary;
   Dag dag;
   // Pareto-optimal realized points in iteration order: slowest (cheapest) first, fastest last.
+  // The plan for a deadline T on the grid is the cheapest point with cost.time_s <= T.
   std::vector<IterationPoint> points;
 };
 
