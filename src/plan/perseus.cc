@@ -130,6 +130,9 @@ SolveProfileSummary SolveProfile(const SolveProfileOptions& options) {
     ThrowInput("gpus-per-stage", Describe(options.gpus_per_stage), "must be >= 1");
   }
   if (options.out.empty()) ThrowInput("out", "\"\"", "an output folder is required");
+  if (!(options.deadline_s >= 0) || !std::isfinite(options.deadline_s)) {
+    ThrowInput("deadline", Describe(options.deadline_s), "must be > 0 (s)");
+  }
   PlanProblem problem{.method = options.method,
                       .num_microbatches = options.num_microbatches,
                       .stages = ReadPerseusProfile(options.profile, options.num_stages)};
@@ -140,16 +143,36 @@ SolveProfileSummary SolveProfile(const SolveProfileOptions& options) {
                       {"gpus_per_stage", options.gpus_per_stage},
                       {"static_power_w", options.p_static_w},
                       {"unit_time_s", options.unit_time_s}};
-  const PlanResult result = SolvePlans(
-      problem, {.unit_time_s = options.unit_time_s, .p_static_w = options.p_static_w});
+  const PlanResult result =
+      SolvePlans(problem, {.unit_time_s = options.unit_time_s,
+                           .p_static_w = options.p_static_w,
+                           .deadline_s = options.deadline_s});
   if (result.solve.summary.status == pipeline::Status::kInvalidInput) {
     throw InputError("profile " + options.profile.string() + ": " + result.solve.summary.message);
+  }
+  if (result.solve.summary.status == pipeline::Status::kDeadlineInfeasible) {
+    ThrowInput("deadline", Describe(options.deadline_s),
+               "must be >= the minimum iteration time " +
+                   Describe(result.solve.summary.min_time_s) + " s");
   }
   SolveProfileSummary summary;
   summary.solver = result.solve.summary;
   summary.points = result.solve.points.size();
+  if (result.solve.points.empty()) {
+    ThrowInput("profile", options.profile.string(),
+               std::string("the solver returned no plan (") +
+                   pipeline::ToString(result.solve.summary.status) + ": " +
+                   result.solve.summary.message + ")");
+  }
   summary.fastest = result.solve.points.back().cost;
   summary.cheapest = result.solve.points.front().cost;
+  if (options.deadline_s > 0) {
+    const Plan plan = BuildPlan(problem, result.solve, result.solve.points.size() - 1);
+    PlanFromJson(ToJson(plan));
+    summary.files.plan = options.out / "plan.json";
+    WritePlanFile(summary.files.plan, plan);
+    return summary;
+  }
   summary.files = WriteSolveOutputs(options.out, problem, result);
   return summary;
 }

@@ -39,6 +39,7 @@ std::string PlanFileName(std::size_t index) {
 PlanResult SolvePlans(const PlanProblem& problem, const pipeline::Options& options) {
   PlanResult result;
   result.solve = pipeline::Solve(ToPipeline(problem), options);
+  result.unit_time_s = options.unit_time_s;
   result.sampled = SamplePlanIndices(result.solve.points.size());
   return result;
 }
@@ -115,6 +116,8 @@ FrontierFile BuildFrontierFile(const PlanProblem& problem, const PlanResult& res
   FrontierFile file;
   file.method = problem.method;
   file.workload = problem.workload;
+  file.representation = "deadline-grid";
+  file.unit_time_s = result.unit_time_s;
   const auto& points = result.solve.points;
   for (std::size_t i = points.size(); i-- > 0;) {  // fastest first
     const bool kept = std::find(result.sampled.begin(), result.sampled.end(), i) !=

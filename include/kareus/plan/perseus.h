@@ -30,6 +30,7 @@ struct SolveProfileOptions {
   int gpus_per_stage = 1;             // GPUs per stage; the CSV's energies are per GPU
   std::filesystem::path out;          // output folder (plan.json, frontier.json, plans/)
   std::string method = "perseus";     // written into the plans
+  double deadline_s = 0.0;            // > 0: only the plan for this deadline (plan.json)
 };
 
 struct SolveProfileSummary {
@@ -41,6 +42,9 @@ struct SolveProfileSummary {
 };
 
 // `kareus solve`: validates every input (flags and the whole CSV) before anything is written.
+// With deadline_s > 0 it writes only plan.json: the least-energy plan whose iteration time is
+// at most the deadline (InputError, nothing written, when the deadline is below the minimum
+// iteration time).
 SolveProfileSummary SolveProfile(const SolveProfileOptions& options);
 
 enum class ExportFormat { kZeus, kKareusScheds };

@@ -37,6 +37,7 @@ struct PlanProblem {
 
 struct PlanResult {
   pipeline::Result solve;              // frontier points in iteration order (slowest first)
+  double unit_time_s = 0.0;            // the solver's deadline grid spacing
   std::vector<std::size_t> sampled;    // iteration indices of the plans written to plans/
 };
 
