@@ -109,7 +109,7 @@ struct FrontierFile {
   // plan it found for every deadline min_time + k * unit_time_s (k = 0, 1, ...) and kept the
   // non-dominated ones, so the plan for a grid deadline T is the cheapest point with
   // time_s <= T; "points" (or empty, older files) = a plain list of points.
-  std::string representation;
+  std::string representation = {};
   double unit_time_s = 0.0;  // grid spacing of "deadline-grid"
 };
 
