@@ -71,7 +71,7 @@ void BM_SimulateInstruction(benchmark::State& state) {
       model, 1410, kareus::emulator::ExecutionMode::kNanobatched);
   for (auto _ : state) {
     benchmark::DoNotOptimize(kareus::emulator::SimulateInstruction(
-        model, 0, kareus::workload::Direction::kBackward, knobs));
+        model, 0, kareus::schedule::Direction::kBackward, knobs));
   }
 }
 BENCHMARK(BM_SimulateInstruction)->Unit(benchmark::kMicrosecond);

@@ -6,7 +6,7 @@
 
 #include <filesystem>
 
-#include "kareus/measure/backend.h"
+#include "kareus/measure/emulator_backend.h"
 #include "kareus/mobo/acquisition.h"
 #include "kareus/mobo/search_space.h"
 #include "kareus/mobo/surrogate.h"
@@ -35,7 +35,7 @@ const Fixture& Data() {
     measure::EmulatorBackendOptions options;
     options.measurement.noise_free = true;
     auto oracle = measure::MakeEmulatorBackend(f.model.workload.gpu, options);
-    std::vector<measure::Knobs> knobs;
+    std::vector<measure::PartitionKnobs> knobs;
     for (int64_t i = 0; i < f.space.Size(); ++i) {
       knobs.push_back(f.space.At(i));
       f.all_x.push_back(f.space.Encode(i));

@@ -20,15 +20,15 @@ std::shared_ptr<Nvml> OpenFake() { return Nvml::Open({.library_path = KAREUS_FAK
 
 plan::Plan BenchPlan(int num_stages, int num_microbatches) {
   static constexpr int kClocks[] = {1980, 1410, 1200, 1605};
-  plan::Plan plan{.method = "bench", .workload = Json::object(), .schedule = "1f1b",
+  plan::Plan plan{.method = "bench", .workload = Json::object(), .schedule = schedule::ScheduleKind::k1F1B,
                   .num_microbatches = num_microbatches, .iteration = {}, .stages = {}};
   for (int s = 0; s < num_stages; ++s) {
     plan::PlannedStage stage{.stage = s, .gpus = 1, .instructions = {}};
     int i = 0;
-    for (const auto& slot : plan::OneFOneBOrder(num_stages, s, num_microbatches)) {
-      stage.instructions.push_back({.kind = slot.kind, .microbatch = slot.microbatch,
+    for (const auto& slot : schedule::StageOrder(schedule::ScheduleKind::k1F1B, num_stages, s, num_microbatches)) {
+      stage.instructions.push_back({.kind = slot.kind, .chunk = 0, .microbatch = slot.microbatch,
                                     .freq_mhz = kClocks[(i++ / 2) % 4],
-                                    .mode = plan::ExecutionMode::kSequential, .partitions = {},
+                                    .mode = schedule::ExecutionMode::kSequential, .partitions = {},
                                     .time_s = 0.0, .energy_j = 0.0});
     }
     plan.stages.push_back(stage);
@@ -41,12 +41,12 @@ void BM_StepHooks(benchmark::State& state) {
   auto nvml = OpenFake();
   FrequencyController controller(nvml, {.gpu = 0, .install_signal_handlers = false});
   PlanExecutor executor(BenchPlan(4, 16), {.stage = 0}, &controller);
-  const auto order = plan::OneFOneBOrder(4, 0, 16);
+  const auto order = schedule::StageOrder(schedule::ScheduleKind::k1F1B, 4, 0, 16);
   for (auto _ : state) {
     executor.OnStepBegin();
     for (const auto& slot : order) {
-      executor.OnInstructionBegin(plan::ToString(slot.kind));
-      executor.OnInstructionEnd(plan::ToString(slot.kind));
+      executor.OnInstructionBegin(schedule::ToString(slot.kind));
+      executor.OnInstructionEnd(schedule::ToString(slot.kind));
     }
     executor.OnStepEnd();
   }

@@ -27,16 +27,23 @@ function(kareus_target_defaults target)
   endif()
 endfunction()
 
+# Registers a library target for `cmake --install` (exported as kareus::<export_name>).
+function(kareus_export target export_name)
+  set_target_properties(${target} PROPERTIES EXPORT_NAME ${export_name})
+  set_property(GLOBAL APPEND PROPERTY KAREUS_EXPORTED_TARGETS ${target})
+endfunction()
+
 function(kareus_add_library component)
   cmake_parse_arguments(ARG "" "" "SOURCES;DEPS" ${ARGN})
   set(target kareus_${component})
   add_library(${target} STATIC ${ARG_SOURCES})
   add_library(kareus::${component} ALIAS ${target})
   target_include_directories(${target}
-    PUBLIC $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>
+    PUBLIC $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include> $<INSTALL_INTERFACE:include>
     PRIVATE ${PROJECT_SOURCE_DIR}/src)
   target_link_libraries(${target} PUBLIC ${ARG_DEPS})
   kareus_target_defaults(${target})
+  kareus_export(${target} ${component})
 endfunction()
 
 function(kareus_add_test name)

@@ -1,12 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
-// `kareus run WORKLOAD --out DIR`: the main job (profile, compose, solve every method, plans,
-// frontier, tables, report) and `kareus evaluate WORKLOAD... --out DIR`.
+// `kareus run WORKLOAD --out DIR`: the main job (profile, compose, solve every method, evaluate,
+// plans, frontier, tables, report) and `kareus evaluate WORKLOAD... --out DIR`.
 #include <cstdio>
 #include <memory>
-#include <optional>
 #include <sstream>
 
 #include "commands.h"
+#include "flags.h"
 #include "kareus/common/context.h"
 #include "kareus/common/error.h"
 #include "kareus/common/json.h"
@@ -20,34 +20,34 @@ struct RunArgs {
   std::vector<std::string> workloads;
   std::string out;
   std::string methods;
-  std::optional<double> budget_fraction;
-  std::optional<int64_t> budget;
-  std::string surrogate = mobo::ToString(mobo::ProfileOptions{}.surrogate);
-  std::string strategy = mobo::ToString(mobo::ProfileOptions{}.strategy);
-  std::string store;
-  uint64_t seed = 1;
-  double unit_time_ms = 1.0;
-  bool full_grid = false;
+  ProfilerFlags profiler;
+  BackendFlags backend;
+  std::string evaluation = methods::ToString(methods::RunOptions{}.evaluation);
+  uint64_t seed = Context{}.seed;
+  double unit_time_ms = methods::RunOptions{}.unit_time_s * 1e3;
   bool quiet = false;
   bool json = false;
 };
 
-void AddSharedOptions(CLI::App* cmd, RunArgs& args) {
+std::string DefaultMethodNames() {
+  std::string names;
+  for (const auto& m : methods::DefaultMethods()) names += (names.empty() ? "" : ",") + m.name;
+  return names;
+}
+
+void AddSharedOptions(CLI::App* cmd, RunArgs& args, const std::string& store_help) {
   cmd->add_option("--out", args.out, "Output folder")->required();
   cmd->add_option("--methods", args.methods,
-                  "Comma-separated methods (default: megatron,nanobatching,perseus,"
-                  "nanobatching+perseus,kareus; also kareus-oracle)");
-  auto* budget = cmd->add_option("--budget", args.budget, "Profiler evaluations per partition type");
-  cmd->add_option("--budget-fraction", args.budget_fraction,
-                  "Share of each partition type's space the profiler measures (default 0.12)")
-      ->excludes(budget);
-  cmd->add_option("--surrogate", args.surrogate, "Profiler surrogate: gp | xgb")->capture_default_str();
-  cmd->add_option("--strategy", args.strategy, "Profiler acquisition strategy")->capture_default_str();
-  cmd->add_option("--store", args.store,
-                  "SQLite measurement store (default: OUT/measurements.sqlite); a rerun resumes");
+                  "Comma-separated methods (default: " + DefaultMethodNames() + "; valid: " +
+                      methods::MethodNames() + ")");
+  AddProfilerFlags(cmd, args.profiler, store_help);
+  AddBackendFlags(cmd, args.backend);
+  cmd->add_option("--evaluation", args.evaluation,
+                  "How finished plans are evaluated: auto (the backend's noise-free twin, else "
+                  "measured runs) | noise-free | measured | none (tables say 'not evaluated')")
+      ->capture_default_str();
   cmd->add_option("--seed", args.seed, "Root seed")->capture_default_str();
   cmd->add_option("--unit-time", args.unit_time_ms, "Solver time quantum in ms")->capture_default_str();
-  cmd->add_flag("--full-grid", args.full_grid, "Plan over every supported clock, not the profiling grid");
   cmd->add_flag("--quiet", args.quiet, "No progress on the terminal");
   cmd->add_flag("--json", args.json, "Print the summary as JSON instead of tables");
 }
@@ -59,26 +59,17 @@ methods::RunOptions ToOptions(const RunArgs& args) {
     std::stringstream list(args.methods);
     std::string name;
     while (std::getline(list, name, ',')) {
-      if (!name.empty()) options.methods.push_back(methods::MethodFromString(name));
+      if (!name.empty()) options.methods.push_back(methods::FindMethod(name));
     }
   }
-  if (args.budget) {
-    if (*args.budget <= 0) ThrowInput("--budget", std::to_string(*args.budget), "must be > 0");
-    options.profile.budget = *args.budget;
-  }
-  if (args.budget_fraction) {
-    if (!(*args.budget_fraction > 0.0 && *args.budget_fraction <= 1.0)) {
-      ThrowInput("--budget-fraction", Describe(*args.budget_fraction), "must be in (0, 1]");
-    }
-    options.profile.budget_fraction = *args.budget_fraction;
-  }
-  options.profile.surrogate = mobo::SurrogateKindFromString(args.surrogate);
-  options.profile.strategy = mobo::StrategyFromString(args.strategy);
-  options.profile.full_grid = args.full_grid;
-  if (!(args.unit_time_ms > 0.0)) ThrowInput("--unit-time", Describe(args.unit_time_ms), "must be > 0 ms");
+  options.profile = ToProfileOptions(args.profiler);
+  options.evaluation = methods::EvaluationModeFromString(args.evaluation);
   options.unit_time_s = args.unit_time_ms * 1e-3;
   options.quiet = args.quiet;
-  options.profile.store = args.store;
+  std::vector<FlagName> names = ProfilerFlagNames("profile.");
+  names.push_back({"unit_time_s", "--unit-time", 1e3});
+  names.push_back({"methods", "--methods"});
+  ThrowAsFlag(options.Validate(), names);
   return options;
 }
 
@@ -89,20 +80,24 @@ void AddRunCommand(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "run", "Optimize a workload end to end: every method's frontier, plans, tables, report");
   cmd->add_option("WORKLOAD", args->workloads, "Workload file (YAML)")->required()->expected(1);
-  AddSharedOptions(cmd, *args);
+  AddSharedOptions(cmd, *args, "SQLite measurement store (default: OUT/measurements.sqlite); a rerun resumes");
   cmd->callback([args]() {
     methods::RunOptions options = ToOptions(*args);
     const std::filesystem::path out = args->out;
     if (options.profile.store.empty()) options.profile.store = out / "measurements.sqlite";
+    const measure::BackendFactory backend = MakeBackendFactory(args->backend);
     const auto workload = workload::LoadWorkloadFile(args->workloads.front());
-    const auto run = methods::RunWorkload(workload, options, Context{.seed = args->seed, .quiet = args->quiet});
+    const auto run = methods::RunWorkload(workload, options, backend,
+                                          Context{.seed = args->seed, .quiet = args->quiet});
     methods::WriteRunOutputs(run, out);
+    const Json summary = methods::ToJson(run.summary);
     if (args->json) {
-      std::fputs(DumpJson(run.summary).c_str(), stdout);
+      std::fputs(DumpJson(summary).c_str(), stdout);
       return;
     }
-    std::printf("%s (emulated, %d GPUs)\n\n", workload.name.c_str(), workload.TotalGpus());
-    std::fputs(report::RenderTables(run.summary).c_str(), stdout);
+    std::printf("%s (%d GPUs; measured by %s; %s)\n\n", workload.name.c_str(), workload.TotalGpus(),
+                run.backend.c_str(), run.evaluator.c_str());
+    std::fputs(report::RenderTables(summary).c_str(), stdout);
     std::printf("\nWrote %s/{plan.json, frontier.json, plans/, summary.json, report.html}\n",
                 out.string().c_str());
   });
@@ -113,12 +108,15 @@ void AddEvaluateCommand(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "evaluate", "Run several workloads (e.g. examples/paper/*.yaml) and print one combined table");
   cmd->add_option("WORKLOAD", args->workloads, "Workload files (YAML)")->required();
-  AddSharedOptions(cmd, *args);
+  AddSharedOptions(cmd, *args,
+                   "SQLite measurement store shared by every workload (default: one per "
+                   "workload, OUT/<name>/measurements.sqlite)");
   cmd->callback([args]() {
     const methods::RunOptions options = ToOptions(*args);
+    const measure::BackendFactory backend = MakeBackendFactory(args->backend);
     std::vector<std::filesystem::path> paths(args->workloads.begin(), args->workloads.end());
-    const auto result = methods::EvaluateWorkloads(paths, options, Context{.seed = args->seed, .quiet = args->quiet},
-                                                   args->out);
+    const auto result = methods::EvaluateWorkloads(
+        paths, options, backend, Context{.seed = args->seed, .quiet = args->quiet}, args->out);
     if (args->json) {
       std::fputs(DumpJson(result.evaluation).c_str(), stdout);
       return;

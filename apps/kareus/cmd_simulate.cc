@@ -187,11 +187,11 @@ void ParseComm(const std::string& text, emulator::InstructionKnobs& knobs) {
 
 void RunInstruction(const SimulateArgs& a, const workload::WorkloadModel& model) {
   const hw::GpuSpec& gpu = model.workload.gpu;
-  workload::Direction direction;
+  schedule::Direction direction;
   if (a.instruction == "forward") {
-    direction = workload::Direction::kForward;
+    direction = schedule::Direction::kForward;
   } else if (a.instruction == "backward") {
-    direction = workload::Direction::kBackward;
+    direction = schedule::Direction::kBackward;
   } else {
     ThrowInput("--instruction", a.instruction.empty() ? "(missing)" : a.instruction,
                "valid: forward, backward");
@@ -220,7 +220,7 @@ void RunInstruction(const SimulateArgs& a, const workload::WorkloadModel& model)
     out << "freq_mhz,mode,time_s,energy_j,static_energy_j,dynamic_energy_j,avg_power_w,"
            "effective_freq_mhz,compute_busy_s,comm_busy_s,overlap_s\n";
     for (const auto& [f, r] : results) {
-      out << f << ',' << emulator::ToString(mode) << ',' << r.time_s << ',' << r.energy_j << ','
+      out << f << ',' << schedule::ToString(mode) << ',' << r.time_s << ',' << r.energy_j << ','
           << r.static_energy_j << ',' << r.dynamic_energy_j << ',' << r.avg_power_w << ','
           << r.effective_freq_mhz << ',' << r.compute_busy_s << ',' << r.comm_busy_s << ','
           << r.overlap_s << '\n';
@@ -232,7 +232,7 @@ void RunInstruction(const SimulateArgs& a, const workload::WorkloadModel& model)
     for (const auto& [f, r] : results) {
       Json j{{"workload", model.workload.name}, {"gpu", gpu.name},
              {"stage", *a.stage},               {"instruction", a.instruction},
-             {"mode", emulator::ToString(mode)}, {"freq_mhz", f}};
+             {"mode", schedule::ToString(mode)}, {"freq_mhz", f}};
       j.update(emulator::ToJson(r));
       rows.push_back(j);
     }
@@ -240,7 +240,7 @@ void RunInstruction(const SimulateArgs& a, const workload::WorkloadModel& model)
     return;
   }
   std::printf("%s stage %d %s, %s, on %s (%d GPUs per stage)\n", model.workload.name.c_str(),
-              *a.stage, a.instruction.c_str(), emulator::ToString(mode), gpu.name.c_str(),
+              *a.stage, a.instruction.c_str(), schedule::ToString(mode), gpu.name.c_str(),
               model.workload.GpusPerStage());
   std::vector<std::string> header = {"freq_mhz"};
   header.insert(header.end(), kResultHeader.begin(), kResultHeader.end());

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "commands.h"
+#include "flags.h"
 #include "kareus/common/json.h"
 #include "kareus/common/table.h"
 #include "kareus/plan/perseus.h"
@@ -17,8 +18,8 @@ struct SolveArgs {
   int stages = 0;
   int microbatches = 0;
   double static_power_w = 0.0;
-  double unit_time_ms = 1.0;
-  int gpus_per_stage = 1;
+  double unit_time_ms = plan::SolveProfileOptions{}.unit_time_s * 1e3;
+  int gpus_per_stage = plan::SolveProfileOptions{}.gpus_per_stage;
   std::string out;
   double deadline_s = 0.0;
   bool json = false;
@@ -29,14 +30,22 @@ Json CostJson(const pipeline::Evaluation& e) {
 }
 
 void Run(const SolveArgs& a) {
-  const plan::SolveProfileSummary s = plan::SolveProfile({.profile = a.profile,
-                                                          .num_stages = a.stages,
-                                                          .num_microbatches = a.microbatches,
-                                                          .p_static_w = a.static_power_w,
-                                                          .unit_time_s = a.unit_time_ms * 1e-3,
-                                                          .gpus_per_stage = a.gpus_per_stage,
-                                                          .out = a.out,
-                                                          .deadline_s = a.deadline_s});
+  const plan::SolveProfileOptions options{.profile = a.profile,
+                                          .num_stages = a.stages,
+                                          .num_microbatches = a.microbatches,
+                                          .p_static_w = a.static_power_w,
+                                          .unit_time_s = a.unit_time_ms * 1e-3,
+                                          .gpus_per_stage = a.gpus_per_stage,
+                                          .out = a.out,
+                                          .deadline_s = a.deadline_s};
+  ThrowAsFlag(options.Validate(), {{"num_stages", "--stages"},
+                                   {"num_microbatches", "--microbatches"},
+                                   {"p_static_w", "--static-power"},
+                                   {"unit_time_s", "--unit-time", 1e3},
+                                   {"gpus_per_stage", "--gpus-per-stage"},
+                                   {"out", "--out"},
+                                   {"deadline_s", "--deadline"}});
+  const plan::SolveProfileSummary s = plan::SolveProfile(options);
   if (a.deadline_s > 0) {
     if (a.json) {
       const Json out = {{"status", pipeline::ToString(s.solver.status)},
@@ -91,8 +100,8 @@ void AddSolveCommand(CLI::App& app) {
   cmd->add_option("--microbatches", args->microbatches, "Microbatches per iteration")->required();
   cmd->add_option("--static-power", args->static_power_w,
                   "Static (blocking) power of one GPU, W")->required();
-  cmd->add_option("--unit-time", args->unit_time_ms, "Solver time quantum, ms (default 1)");
-  cmd->add_option("--gpus-per-stage", args->gpus_per_stage, "GPUs per stage (default 1)");
+  cmd->add_option("--unit-time", args->unit_time_ms, "Solver time quantum, ms")->capture_default_str();
+  cmd->add_option("--gpus-per-stage", args->gpus_per_stage, "GPUs per stage")->capture_default_str();
   cmd->add_option("--out", args->out, "Output folder")->required();
   cmd->add_option("--deadline", args->deadline_s,
                   "Only the least-energy plan with iteration time <= this many seconds "

@@ -12,7 +12,9 @@
 #include <optional>
 #include <string>
 
+#include "kareus/measure/emulator_backend.h"
 #include "kareus/methods/run.h"
+#include "kareus/schedule/schedule.h"
 #include "kareus/runtime/energy_monitor.h"
 #include "kareus/runtime/frequency_controller.h"
 #include "kareus/runtime/nvml.h"
@@ -21,6 +23,7 @@
 namespace py = pybind11;
 namespace rt = kareus::runtime;
 namespace plan = kareus::plan;
+namespace schedule = kareus::schedule;
 
 namespace {
 
@@ -47,10 +50,11 @@ py::dict KnobsDict(const plan::PartitionKnobs& knobs) {
 
 py::dict InstructionDict(const plan::PlannedInstruction& instruction) {
   py::dict d;
-  d["kind"] = plan::ToString(instruction.kind);
+  d["kind"] = schedule::ToString(instruction.kind);
+  d["chunk"] = instruction.chunk;
   d["microbatch"] = instruction.microbatch;
   d["freq_mhz"] = instruction.freq_mhz;
-  d["mode"] = plan::ToString(instruction.mode);
+  d["mode"] = schedule::ToString(instruction.mode);
   py::list partitions;
   for (const auto& knobs : instruction.partitions) partitions.append(KnobsDict(knobs));
   d["partitions"] = partitions;
@@ -98,13 +102,13 @@ PYBIND11_MODULE(_kareus, m) {
         km::RunOptions options;
         if (methods) {
           options.methods.clear();
-          for (const auto& name : *methods) options.methods.push_back(km::MethodFromString(name));
+          for (const auto& name : *methods) options.methods.push_back(km::FindMethod(name));
         }
-        if (budget_fraction) {
-          if (!(*budget_fraction > 0.0 && *budget_fraction <= 1.0)) {
-            kareus::ThrowInput("budget_fraction", std::to_string(*budget_fraction), "must be in (0, 1]");
-          }
-          options.profile.budget_fraction = *budget_fraction;
+        if (budget_fraction) options.profile.budget_fraction = *budget_fraction;
+        if (const auto error = options.Validate()) {
+          // Python names the arguments after the struct's fields.
+          kareus::ThrowInput(error->field == "profile.budget_fraction" ? "budget_fraction" : error->field,
+                             error->value, error->rule);
         }
         options.quiet = quiet;
         if (out) options.profile.store = std::filesystem::path(*out) / "measurements.sqlite";
@@ -112,9 +116,10 @@ PYBIND11_MODULE(_kareus, m) {
         {
           py::gil_scoped_release release;  // the run is pure C++; let other threads go on
           const auto run = km::RunWorkload(kareus::workload::LoadWorkloadFile(workload), options,
+                                           kareus::measure::EmulatorBackendFactory(),
                                            kareus::Context{.seed = seed, .quiet = quiet});
           if (out) km::WriteRunOutputs(run, *out);
-          summary = run.summary.dump();
+          summary = km::ToJson(run.summary).dump();
         }
         return py::module_::import("json").attr("loads")(summary);
       },

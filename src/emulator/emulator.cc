@@ -98,10 +98,6 @@ Json ToJson(const SimResult& r) {
   return j;
 }
 
-const char* ToString(ExecutionMode mode) {
-  return mode == ExecutionMode::kSequential ? "sequential" : "nanobatched";
-}
-
 void ValidatePartitionKnobs(const hw::GpuSpec& gpu, const workload::PartitionType& partition,
                             const PartitionKnobs& knobs) {
   ValidateClock(gpu, knobs.freq_mhz);
@@ -194,7 +190,7 @@ InstructionKnobs DefaultInstructionKnobs(const workload::WorkloadModel& model, i
   if (mode == ExecutionMode::kSequential) return knobs;
   for (const workload::PartitionType& type : model.partition_types) {
     if (!type.tunable) continue;
-    knobs.partitions[type.name] = InstructionKnobs::Comm{
+    knobs.partitions[type.name] = measure::CommKnobs{
         .sms = model.workload.gpu.interconnect.library_default_sms,
         .slot = type.launch_slots.empty() ? std::string() : type.launch_slots.front()};
   }
@@ -202,7 +198,7 @@ InstructionKnobs DefaultInstructionKnobs(const workload::WorkloadModel& model, i
 }
 
 SimResult SimulateInstruction(const workload::WorkloadModel& model, int stage,
-                              workload::Direction direction, const InstructionKnobs& knobs) {
+                              schedule::Direction direction, const InstructionKnobs& knobs) {
   const hw::GpuSpec& gpu = model.workload.gpu;
   if (stage < 0 || stage >= static_cast<int>(model.stages.size())) {
     ThrowInput("stage", std::to_string(stage),
@@ -211,7 +207,7 @@ SimResult SimulateInstruction(const workload::WorkloadModel& model, int stage,
   ValidateClock(gpu, knobs.freq_mhz);
   const GpuPhysics physics = internal::MakePhysics(gpu);
   const workload::StageModel& stage_model = model.stages[static_cast<size_t>(stage)];
-  const workload::InstructionModel& instr = direction == workload::Direction::kForward
+  const workload::InstructionModel& instr = direction == schedule::Direction::kForward
                                                 ? stage_model.forward
                                                 : stage_model.backward;
   const int library_sms = std::clamp(physics.library_default_sms, 1, physics.sm_count - 1);

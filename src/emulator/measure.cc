@@ -12,11 +12,32 @@
 
 namespace kareus::emulator {
 
+std::optional<OptionError> MeasurementOptions::Validate() const {
+  auto finite_non_negative = [](double v) { return std::isfinite(v) && v >= 0.0; };
+  if (!finite_non_negative(time_noise)) {
+    return OptionError{"time_noise", Describe(time_noise), "must be a finite number >= 0"};
+  }
+  if (!finite_non_negative(energy_noise)) {
+    return OptionError{"energy_noise", Describe(energy_noise), "must be a finite number >= 0"};
+  }
+  if (!finite_non_negative(counter_period_s)) {
+    return OptionError{"counter_period_s", Describe(counter_period_s), "must be a finite number >= 0"};
+  }
+  if (!finite_non_negative(settle_s)) {
+    return OptionError{"settle_s", Describe(settle_s), "must be a finite number >= 0"};
+  }
+  if (!(std::isfinite(window_s) && window_s > 0.0)) {
+    return OptionError{"window_s", Describe(window_s), "must be a finite number > 0"};
+  }
+  if (!finite_non_negative(cooldown_s)) {
+    return OptionError{"cooldown_s", Describe(cooldown_s), "must be a finite number >= 0"};
+  }
+  return std::nullopt;
+}
+
 Measurement Measure(const SimResult& truth, const MeasurementOptions& options, uint64_t seed,
                     uint64_t key) {
-  KAREUS_CHECK(options.time_noise >= 0.0 && options.energy_noise >= 0.0 &&
-               options.counter_period_s >= 0.0 && options.window_s > 0.0)
-      << "bad MeasurementOptions";
+  KAREUS_CHECK(!options.Validate()) << "bad MeasurementOptions: " << options.Validate()->Message();
   Measurement m;
   m.noise_free = options.noise_free;
   // The window holds whole iterations; one longer than the window is measured once.

@@ -1,36 +1,61 @@
 // SPDX-License-Identifier: Apache-2.0
+#include "kareus/measure/emulator_backend.h"
+
+#include <cmath>
 #include <sstream>
 
 #include "kareus/common/context.h"
-#include "kareus/measure/backend.h"
 
 namespace kareus::measure {
 
-std::vector<Sample> Backend::MeasureAll(const workload::PartitionType& partition,
-                                        const std::vector<Knobs>& batch) {
-  std::vector<Sample> samples(batch.size());
-  MeasureBatch(partition, batch,
-               [&samples](std::size_t index, const Sample& sample) { samples[index] = sample; });
-  return samples;
-}
-
-uint64_t ConfigurationKey(const std::string& workload_signature, const std::string& partition,
-                          const Knobs& knobs) {
-  uint64_t key = HashString(workload_signature.c_str());
-  key = DeriveSeed(key, HashString(partition.c_str()));
-  key = DeriveSeed(key, static_cast<uint64_t>(knobs.freq_mhz));
-  key = DeriveSeed(key, static_cast<uint64_t>(knobs.sms));
-  key = DeriveSeed(key, HashString(knobs.slot.c_str()));
-  return key;
+std::optional<OptionError> EmulatorBackendOptions::Validate() const {
+  if (auto error = measurement.Validate()) return error->Nested("measurement");
+  if (!(std::isfinite(batch_warmup_s) && batch_warmup_s >= 0.0)) {
+    return OptionError{"batch_warmup_s", Describe(batch_warmup_s), "must be a finite number >= 0"};
+  }
+  return std::nullopt;
 }
 
 namespace internal {
 namespace {
 
+// Whole instructions and fixed work read their noise from a stream of their own, so that
+// adding or removing partition measurements never changes them (and Perseus's sweep and
+// Kareus's sequential fallback, which ask for the same configuration, read the same value).
+constexpr uint64_t kInstructionStream = 0x1257;
+
+Sample ToSample(const emulator::Measurement& reading, int gpus) {
+  return Sample{
+      .time_s = reading.value.time_s,
+      .energy_j = reading.value.energy_j,
+      .static_energy_j = reading.value.static_energy_j,
+      .dynamic_energy_j = reading.value.dynamic_energy_j,
+      .realized_freq_mhz = reading.value.effective_freq_mhz,
+      .seconds = reading.gpu_seconds,
+      .gpus = gpus,
+      .noise_free = reading.noise_free,
+  };
+}
+
+// The noise key of an instruction: the library-default runs (no per-type knobs) keep the key
+// they have always had; tuned knobs extend it.
+uint64_t InstructionKey(const std::string& signature, const InstructionRequest& request) {
+  std::string key = signature + "|instruction|" + std::to_string(request.stage) + "|" +
+                    schedule::ToString(request.direction) + "|" +
+                    schedule::ToString(request.knobs.mode) + "|" +
+                    std::to_string(request.knobs.freq_mhz);
+  for (const auto& [type, comm] : request.knobs.partitions) {
+    key += "|" + type + "=" + std::to_string(comm.sms) + "@" + comm.slot;
+  }
+  return HashString(key.c_str());
+}
+
 class EmulatorBackend final : public Backend {
  public:
   EmulatorBackend(const hw::GpuSpec& gpu, const EmulatorBackendOptions& options)
-      : gpu_(gpu), options_(options) {}
+      : gpu_(gpu), options_(options) {
+    ThrowIfInvalid(options_.Validate());
+  }
 
   std::string Description() const override {
     std::ostringstream out;
@@ -44,27 +69,63 @@ class EmulatorBackend final : public Backend {
   }
   const hw::GpuSpec& Gpu() const override { return gpu_; }
   bool NoiseFree() const override { return options_.measurement.noise_free; }
+  double BatchOverheadSeconds() const override { return options_.batch_warmup_s; }
 
-  void MeasureBatch(const workload::PartitionType& partition, const std::vector<Knobs>& batch,
+  void MeasureBatch(const workload::PartitionType& partition,
+                    const std::vector<PartitionKnobs>& batch,
                     const SampleCallback& on_sample) override {
     if (batch.empty()) return;
-    Account(options_.batch_warmup_s, 0);
+    const int gpus = PartitionGpus(partition);
+    Account(options_.batch_warmup_s * gpus, 0);
     for (std::size_t i = 0; i < batch.size(); ++i) {
       const emulator::SimResult truth = emulator::SimulatePartition(gpu_, partition, batch[i]);
-      const uint64_t key =
-          ConfigurationKey(options_.workload_signature, partition.name, batch[i]);
-      const emulator::Measurement reading =
-          emulator::Measure(truth, options_.measurement, options_.seed, key);
-      Sample sample{
-          .time_s = reading.value.time_s,
-          .energy_j = reading.value.energy_j,
-          .static_energy_j = reading.value.static_energy_j,
-          .dynamic_energy_j = reading.value.dynamic_energy_j,
-          .realized_freq_mhz = reading.value.effective_freq_mhz,
-          .gpu_seconds = reading.gpu_seconds,
-          .noise_free = reading.noise_free,
-      };
-      Account(sample.gpu_seconds, 1);
+      const uint64_t key = ConfigurationKey(options_.workload_signature, partition.name, batch[i]);
+      const Sample sample = ToSample(emulator::Measure(truth, options_.measurement, options_.seed, key), gpus);
+      Account(sample.GpuSeconds(), 1);
+      on_sample(i, sample);
+    }
+  }
+
+  void MeasureInstructions(const workload::WorkloadModel& model,
+                           const std::vector<InstructionRequest>& batch,
+                           const SampleCallback& on_sample) override {
+    if (batch.empty()) return;
+    const int gpus = InstructionGpus(model);
+    Account(options_.batch_warmup_s * gpus, 0);
+    const uint64_t seed = DeriveSeed(options_.seed, kInstructionStream);
+    const std::string signature = model.workload.Signature();
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      const InstructionRequest& request = batch[i];
+      const emulator::SimResult truth =
+          emulator::SimulateInstruction(model, request.stage, request.direction, request.knobs);
+      const Sample sample = ToSample(
+          emulator::Measure(truth, options_.measurement, seed, InstructionKey(signature, request)), gpus);
+      Account(sample.GpuSeconds(), 1);
+      on_sample(i, sample);
+    }
+  }
+
+  void MeasureFixedWork(const workload::WorkloadModel& model,
+                        const std::vector<FixedWorkRequest>& batch,
+                        const SampleCallback& on_sample) override {
+    if (batch.empty()) return;
+    const int gpus = InstructionGpus(model);
+    Account(options_.batch_warmup_s * gpus, 0);
+    const uint64_t seed = DeriveSeed(options_.seed, kInstructionStream);
+    const std::string signature = model.workload.Signature();
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      const FixedWorkRequest& request = batch[i];
+      const std::vector<workload::Op> ops = workload::FixedWorkOps(model, request.stage, request.direction);
+      KAREUS_CHECK(!ops.empty()) << "stage " << request.stage << " "
+                                 << schedule::ToString(request.direction) << " has no fixed work";
+      const std::string key = signature + "|fixed|" + std::to_string(request.stage) + "|" +
+                              schedule::ToString(request.direction) + "|" +
+                              std::to_string(request.freq_mhz);
+      const emulator::SimResult truth = emulator::SimulateSequential(
+          model.workload.gpu, ops, request.freq_mhz, model.workload.gpu.interconnect.library_default_sms);
+      const Sample sample =
+          ToSample(emulator::Measure(truth, options_.measurement, seed, HashString(key.c_str())), gpus);
+      Account(sample.GpuSeconds(), 1);
       on_sample(i, sample);
     }
   }
@@ -86,6 +147,16 @@ class EmulatorBackend final : public Backend {
 std::unique_ptr<Backend> MakeEmulatorBackend(const hw::GpuSpec& gpu,
                                              const EmulatorBackendOptions& options) {
   return std::make_unique<internal::EmulatorBackend>(gpu, options);
+}
+
+BackendFactory EmulatorBackendFactory(const EmulatorBackendOptions& options) {
+  ThrowIfInvalid(options.Validate());
+  return [options](const workload::WorkloadModel& model, uint64_t seed) {
+    EmulatorBackendOptions per = options;
+    per.seed = seed;
+    per.workload_signature = model.workload.Signature();
+    return MakeEmulatorBackend(model.workload.gpu, per);
+  };
 }
 
 }  // namespace kareus::measure

@@ -212,7 +212,7 @@ std::unique_ptr<MeasurementStore> MeasurementStore::Open(const std::filesystem::
 }
 
 std::optional<Sample> MeasurementStore::Find(const std::string& partition,
-                                             const Knobs& knobs) const {
+                                             const PartitionKnobs& knobs) const {
   internal::Statement find(
       handle_->db,
       "SELECT time_s, energy_j, static_energy_j, dynamic_energy_j, realized_freq_mhz, "
@@ -234,12 +234,12 @@ std::optional<Sample> MeasurementStore::Find(const std::string& partition,
       .static_energy_j = find.Real(2),
       .dynamic_energy_j = find.Real(3),
       .realized_freq_mhz = find.Real(4),
-      .gpu_seconds = find.Real(5),
+      .seconds = find.Real(5),
       .noise_free = find.Int(6) != 0,
   };
 }
 
-void MeasurementStore::Insert(const std::string& partition, const Knobs& knobs,
+void MeasurementStore::Insert(const std::string& partition, const PartitionKnobs& knobs,
                               const Sample& sample) {
   internal::Statement insert(
       handle_->db,
@@ -258,7 +258,7 @@ void MeasurementStore::Insert(const std::string& partition, const Knobs& knobs,
   insert.Bind(9, sample.static_energy_j);
   insert.Bind(10, sample.dynamic_energy_j);
   insert.Bind(11, sample.realized_freq_mhz);
-  insert.Bind(12, sample.gpu_seconds);
+  insert.Bind(12, sample.seconds);
   insert.Bind(13, static_cast<int64_t>(sample.noise_free ? 1 : 0));
   insert.Bind(14, internal::UtcNow());
   // Autocommit: the row is durable when the statement completes.
@@ -299,7 +299,7 @@ std::vector<StoredMeasurement> MeasurementStore::All() const {
                    .static_energy_j = all.Real(6),
                    .dynamic_energy_j = all.Real(7),
                    .realized_freq_mhz = all.Real(8),
-                   .gpu_seconds = all.Real(9),
+                   .seconds = all.Real(9),
                    .noise_free = all.Int(10) != 0},
     });
   }

@@ -1,11 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "methods/compose.h"
 
-#include "kareus/common/context.h"
-
 namespace kareus::methods::internal {
 
-using workload::Direction;
+using schedule::Direction;
 
 std::vector<TypeSamples> SamplesFromProfile(const mobo::ProfileSummary& profile) {
   std::vector<TypeSamples> out;
@@ -25,19 +23,25 @@ std::vector<TypeSamples> SamplesFromProfile(const mobo::ProfileSummary& profile)
 }
 
 std::vector<TypeSamples> ExhaustiveSamples(const workload::WorkloadModel& model,
-                                           const std::vector<int>& clocks) {
+                                           const std::vector<int>& clocks,
+                                           measure::Backend& backend) {
   std::vector<TypeSamples> out;
   for (const auto& type : model.partition_types) {
-    emulator::SweepOptions sweep{.freqs_mhz = clocks};
-    if (!type.tunable) {
-      sweep.sms = {type.fixed_sms};
-      sweep.slots = {type.fixed_slot};
+    const std::vector<int> sms = type.tunable ? type.sm_choices : std::vector<int>{type.fixed_sms};
+    const std::vector<std::string> slots =
+        type.tunable ? type.launch_slots : std::vector<std::string>{type.fixed_slot};
+    std::vector<measure::PartitionKnobs> batch;
+    for (int f : clocks) {
+      for (int s : sms) {
+        for (const std::string& slot : slots) batch.push_back({.freq_mhz = f, .sms = s, .slot = slot});
+      }
     }
+    const std::vector<measure::Sample> samples = backend.MeasureAll(type, batch);
     TypeSamples t{.type = type.name, .points = {}, .freq_mhz = {}};
-    for (const auto& p : emulator::SweepPartition(model.workload.gpu, type, sweep)) {
-      t.points.push_back({.time_s = p.result.time_s, .energy_j = p.result.energy_j,
-                          .sms = p.knobs.sms, .slot = p.knobs.slot});
-      t.freq_mhz.push_back(p.knobs.freq_mhz);
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      t.points.push_back({.time_s = samples[i].time_s, .energy_j = samples[i].energy_j,
+                          .sms = batch[i].sms, .slot = batch[i].slot});
+      t.freq_mhz.push_back(batch[i].freq_mhz);
     }
     out.push_back(std::move(t));
   }
@@ -45,32 +49,27 @@ std::vector<TypeSamples> ExhaustiveSamples(const workload::WorkloadModel& model,
 }
 
 FixedWork MeasureFixedWork(const workload::WorkloadModel& model, const std::vector<int>& clocks,
-                           const emulator::MeasurementOptions& measurement, uint64_t seed) {
-  const auto& gpu = model.workload.gpu;
-  const std::string signature = model.workload.Signature();
+                           measure::Backend& backend) {
   FixedWork out;
   for (int f : clocks) {
-    for (const auto& stage : model.stages) {
-      for (const auto* ins : {&stage.forward, &stage.backward}) {
-        std::vector<workload::Op> ops = ins->non_partition_ops;
-        for (const auto& use : ins->uses) {
-          const auto& compute = model.partition_types[use.type].compute_ops;
-          for (int i = 0; i < use.without_collective; ++i) ops.insert(ops.end(), compute.begin(), compute.end());
+    out.forward[f].assign(model.stages.size(), {0.0, 0.0});
+    out.backward[f].assign(model.stages.size(), {0.0, 0.0});
+  }
+  for (const auto& stage : model.stages) {
+    std::vector<measure::FixedWorkRequest> batch;
+    for (int f : clocks) {
+      for (Direction d : {Direction::kForward, Direction::kBackward}) {
+        if (!workload::FixedWorkOps(model, stage.stage, d).empty()) {
+          batch.push_back({.stage = stage.stage, .direction = d, .freq_mhz = f});
         }
-        std::pair<double, double> value{0.0, 0.0};
-        if (!ops.empty()) {
-          const std::string key = signature + "|fixed|" + std::to_string(stage.stage) + "|" +
-                                  workload::ToString(ins->direction) + "|" + std::to_string(f);
-          const auto m = emulator::Measure(
-              emulator::SimulateSequential(gpu, ops, f, gpu.interconnect.library_default_sms),
-              measurement, seed, HashString(key.c_str()));
-          value = {m.value.time_s, m.value.energy_j};
-          out.gpu_seconds += m.gpu_seconds * stage.gpus;
-          ++out.measurements;
-        }
-        (ins->direction == Direction::kForward ? out.forward : out.backward)[f].push_back(value);
       }
     }
+    const std::vector<measure::Sample> samples = backend.MeasureAll(model, batch);
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      auto& table = batch[i].direction == Direction::kForward ? out.forward : out.backward;
+      table[batch[i].freq_mhz][stage.stage] = {samples[i].time_s, samples[i].energy_j};
+    }
+    out.measurements += static_cast<int64_t>(batch.size());
   }
   return out;
 }
@@ -80,8 +79,7 @@ std::vector<plan::ClockInput> ClockInputs(const workload::WorkloadModel& model, 
                                           const std::vector<TypeSamples>& samples,
                                           const FixedWork& fixed, const std::vector<int>& clocks,
                                           const std::map<int, std::pair<double, double>>& sequential) {
-  const auto& ins = direction == Direction::kForward ? model.stages[stage].forward
-                                                     : model.stages[stage].backward;
+  const auto& ins = model.Instruction(stage, direction);
   std::vector<plan::ClockInput> out;
   for (int f : clocks) {
     plan::ClockInput clock{.freq_mhz = f};

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "kareus/emulator/emulator.h"
+#include "kareus/measure/backend.h"
 #include "kareus/mobo/profiler.h"
 #include "kareus/pareto/pareto.h"
 #include "kareus/plan/compose.h"
@@ -25,9 +25,12 @@ struct TypeSamples {
 };
 
 std::vector<TypeSamples> SamplesFromProfile(const mobo::ProfileSummary& profile);
-// Every configuration of every type at every clock, noise-free (the kareus-oracle diagnostic).
+// Every configuration of every type at every clock, measured by `backend` (the
+// kareus-oracle diagnostic measures through the noise-free twin), one batch per type, in the
+// order clocks, then SMs, then slots.
 std::vector<TypeSamples> ExhaustiveSamples(const workload::WorkloadModel& model,
-                                           const std::vector<int>& clocks);
+                                           const std::vector<int>& clocks,
+                                           measure::Backend& backend);
 
 // (time_s, energy_j per GPU) of each stage's fixed work per clock and direction: the
 // non-partition kernels plus the partitions that run without a collective (the first and last
@@ -35,17 +38,18 @@ std::vector<TypeSamples> ExhaustiveSamples(const workload::WorkloadModel& model,
 // (reference/kareus-official.md §1.8).
 struct FixedWork {
   std::map<int, std::vector<std::pair<double, double>>> forward, backward;  // [clock][stage]
-  double gpu_seconds = 0.0;  // cost, all GPUs
   int64_t measurements = 0;
 };
+// One backend batch per stage (every clock, both directions); an instruction without fixed
+// work reads (0, 0) and is not measured.
 FixedWork MeasureFixedWork(const workload::WorkloadModel& model, const std::vector<int>& clocks,
-                           const emulator::MeasurementOptions& measurement, uint64_t seed);
+                           measure::Backend& backend);
 
 // Composition inputs of one instruction, one per clock at which every tunable type it uses has
 // at least one configuration (the others are skipped, as the published composition keeps only
 // clocks every partition has). `sequential[f]` is the measured sequential execution.
 std::vector<plan::ClockInput> ClockInputs(const workload::WorkloadModel& model, int stage,
-                                          workload::Direction direction,
+                                          schedule::Direction direction,
                                           const std::vector<TypeSamples>& samples,
                                           const FixedWork& fixed, const std::vector<int>& clocks,
                                           const std::map<int, std::pair<double, double>>& sequential);

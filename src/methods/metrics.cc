@@ -85,6 +85,7 @@ InterpolatedSaving CompareAtEqualTime(const std::vector<TimeEnergy>& reference,
   const auto [m_lo, m_hi] = TimeRange(method);
   out.range_begin_s = std::max(ref_lo, m_lo);
   out.range_end_s = std::max(ref_hi, m_hi);
+  out.ranges_overlap = out.range_begin_s <= std::min(ref_hi, m_hi);
   if (out.range_begin_s > out.range_end_s) return out;
   out.overlap = true;
   out.max_percent = -std::numeric_limits<double>::infinity();

@@ -13,7 +13,7 @@ std::vector<measure::Sample> Exhaustive(const SearchSpace& space,
                                         const workload::PartitionType& type,
                                         measure::Backend& oracle) {
   KAREUS_CHECK(oracle.NoiseFree());
-  std::vector<measure::Knobs> all;
+  std::vector<measure::PartitionKnobs> all;
   all.reserve(space.Size());
   for (int64_t i = 0; i < space.Size(); ++i) all.push_back(space.At(i));
   return oracle.MeasureAll(type, all);
@@ -101,7 +101,7 @@ OracleComparison CompareWithOracle(const SearchSpace& space, const workload::Par
   }
   const std::vector<int64_t> random_indices =
       RandomDesign(space, static_cast<int64_t>(result.evaluations.size()), random_seed);
-  std::vector<measure::Knobs> random_knobs;
+  std::vector<measure::PartitionKnobs> random_knobs;
   for (int64_t i : random_indices) random_knobs.push_back(space.At(i));
   // Random search gets the same frontier extraction as the optimizer.
   const std::vector<measure::Sample> random_samples =

@@ -30,6 +30,27 @@ struct Plan {
   int batch = 0;
 };
 
+}  // namespace
+}  // namespace internal
+
+std::optional<OptionError> ProfileOptions::Validate() const {
+  if (budget < 0) return OptionError{"budget", Describe(budget), "must be >= 0 (0: budget_fraction)"};
+  if (!(budget_fraction > 0.0 && budget_fraction <= 1.0)) {
+    return OptionError{"budget_fraction", Describe(budget_fraction), "must be in (0, 1]"};
+  }
+  if (initial_design < 0 || initial_design == 1) {
+    return OptionError{"initial_design", Describe(initial_design), "must be 0 (auto) or at least 2"};
+  }
+  if (!(initial_fraction > 0.0 && initial_fraction <= 1.0)) {
+    return OptionError{"initial_fraction", Describe(initial_fraction), "must be in (0, 1]"};
+  }
+  if (batch_size < 0) return OptionError{"batch_size", Describe(batch_size), "must be >= 0 (0: auto)"};
+  return std::nullopt;
+}
+
+namespace internal {
+namespace {
+
 // Validates the budget of one type before anything is measured.
 Plan PlanType(const workload::PartitionType& type, const hw::GpuSpec& gpu,
               const ProfileOptions& options) {
@@ -44,10 +65,6 @@ Plan PlanType(const workload::PartitionType& type, const hw::GpuSpec& gpu,
   if (options.budget > 0) {
     plan.budget = options.budget;
   } else {
-    if (!(options.budget_fraction > 0.0 && options.budget_fraction <= 1.0)) {
-      ThrowInput("budget-fraction", Describe(options.budget_fraction),
-                 "must be in (0, 1]");
-    }
     plan.budget = static_cast<int64_t>(std::ceil(options.budget_fraction * size - 1e-9));
   }
   if (plan.budget > size) {
@@ -57,9 +74,6 @@ Plan PlanType(const workload::PartitionType& type, const hw::GpuSpec& gpu,
   }
   if (options.initial_design > 0) {
     plan.initial = options.initial_design;
-    if (plan.initial < 2) {
-      ThrowInput("initial-design", std::to_string(plan.initial), "must be at least 2");
-    }
   } else {
     plan.initial = std::max<int>(
         kMinInitialDesign, static_cast<int>(std::lround(options.initial_fraction * plan.budget)));
@@ -189,6 +203,17 @@ class PartitionRun {
       result.hypervolume_trace.push_back(MeasuredHypervolume(result));
     }
     result.gpu_seconds = backend_.GpuSeconds() - cost_before;
+    // What the result costs whether or not the store served some of it: every batch's
+    // overhead and every measurement, on the GPUs of the collective's group.
+    const int gpus = measure::PartitionGpus(*plan_.type);
+    std::set<int> batches;
+    result.cost_gpu_seconds = 0.0;
+    for (const Evaluation& e : result.evaluations) {
+      batches.insert(e.batch);
+      result.cost_gpu_seconds += e.sample.GpuSeconds();
+    }
+    result.batches = static_cast<int>(batches.size());
+    result.cost_gpu_seconds += static_cast<double>(result.batches) * backend_.BatchOverheadSeconds() * gpus;
     result.hypervolume = result.hypervolume_trace.back();
     {
       std::vector<int64_t> indices;
@@ -220,7 +245,7 @@ class PartitionRun {
                 const std::vector<std::string>& reasons, PartitionResult* result) {
     const std::size_t first = result->evaluations.size();
     std::vector<std::size_t> missing;
-    std::vector<measure::Knobs> to_measure;
+    std::vector<measure::PartitionKnobs> to_measure;
     for (std::size_t i = 0; i < indices.size(); ++i) {
       Evaluation e;
       e.index = indices[i];
@@ -230,6 +255,7 @@ class PartitionRun {
       if (store_ != nullptr) {
         if (auto stored = store_->Find(plan_.type->name, e.knobs)) {
           e.sample = *stored;
+          e.sample.gpus = measure::PartitionGpus(*plan_.type);
           e.from_store = true;
           ++result->reused;
         }
@@ -324,7 +350,7 @@ class PartitionRun {
   std::string label_;
 };
 
-Json KnobsJson(const measure::Knobs& knobs) {
+Json KnobsJson(const measure::PartitionKnobs& knobs) {
   return Json{{"freq_mhz", knobs.freq_mhz}, {"sms", knobs.sms}, {"slot", knobs.slot}};
 }
 
@@ -341,18 +367,9 @@ Json PointJson(const FrontierPoint& p) {
 }  // namespace internal
 
 ProfileSummary ProfileWorkload(const workload::WorkloadModel& model, const ProfileOptions& options,
-                               const Context& context) {
-  auto backend = measure::MakeEmulatorBackend(
-      model.workload.gpu, {.measurement = options.measurement,
-                           .seed = context.seed,
-                           .batch_warmup_s = options.batch_warmup_s,
-                           .workload_signature = model.workload.Signature()});
-  return ProfileWorkload(model, options, *backend, context);
-}
-
-ProfileSummary ProfileWorkload(const workload::WorkloadModel& model, const ProfileOptions& options,
                                measure::Backend& backend, const Context& context) {
-  // Validate everything before the first measurement: names, budgets, the store.
+  // Validate everything before the first measurement: options, names, budgets, the store.
+  ThrowIfInvalid(options.Validate());
   std::vector<const workload::PartitionType*> types;
   if (options.partitions.empty()) {
     for (const auto& type : model.partition_types) types.push_back(&type);
@@ -415,7 +432,11 @@ ProfileSummary ProfileWorkload(const workload::WorkloadModel& model, const Profi
   // The random baseline's measurements are not the profile's: count the optimizer's only.
   summary.measurements_taken = measured_so_far;
   summary.gpu_seconds = 0.0;
-  for (const auto& r : summary.partitions) summary.gpu_seconds += r.gpu_seconds;
+  summary.cost_gpu_seconds = 0.0;
+  for (const auto& r : summary.partitions) {
+    summary.gpu_seconds += r.gpu_seconds;
+    summary.cost_gpu_seconds += r.cost_gpu_seconds;
+  }
   return summary;
 }
 
@@ -431,6 +452,8 @@ Json ProfileSummary::ToJson(bool with_evaluations) const {
   doc["seed"] = seed;
   doc["gpu_seconds"] = gpu_seconds;
   doc["gpu_hours"] = gpu_seconds / 3600.0;
+  doc["cost_gpu_hours"] = cost_gpu_seconds / 3600.0;
+  doc["gpu_hours_basis"] = kGpuHoursBasis;
   doc["measurements_taken"] = measurements_taken;
   doc["measurements_reused"] = measurements_reused;
   Json types = Json::array();
@@ -445,6 +468,8 @@ Json ProfileSummary::ToJson(bool with_evaluations) const {
     t["measured"] = r.measured;
     t["reused"] = r.reused;
     t["gpu_seconds"] = r.gpu_seconds;
+    t["cost_gpu_seconds"] = r.cost_gpu_seconds;
+    t["batches"] = r.batches;
     t["hypervolume"] = r.hypervolume;
     t["hypervolume_trace"] = r.hypervolume_trace;
     Json front = Json::array();

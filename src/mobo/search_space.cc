@@ -30,14 +30,14 @@ SearchSpace SearchSpace::For(const hw::GpuSpec& gpu, const workload::PartitionTy
   return SearchSpace(std::move(clocks), partition.sm_choices, partition.launch_slots);
 }
 
-measure::Knobs SearchSpace::At(int64_t index) const {
+measure::PartitionKnobs SearchSpace::At(int64_t index) const {
   KAREUS_CHECK(index >= 0 && index < Size()) << "index " << index << " outside the space";
-  return measure::Knobs{.freq_mhz = clocks_[ClockIndex(index)],
+  return measure::PartitionKnobs{.freq_mhz = clocks_[ClockIndex(index)],
                         .sms = sms_[SmIndex(index)],
                         .slot = slots_[SlotIndex(index)]};
 }
 
-int64_t SearchSpace::IndexOf(const measure::Knobs& knobs) const {
+int64_t SearchSpace::IndexOf(const measure::PartitionKnobs& knobs) const {
   const auto c = std::find(clocks_.begin(), clocks_.end(), knobs.freq_mhz);
   const auto s = std::find(sms_.begin(), sms_.end(), knobs.sms);
   const auto l = std::find(slots_.begin(), slots_.end(), knobs.slot);
@@ -49,7 +49,7 @@ int64_t SearchSpace::IndexOf(const measure::Knobs& knobs) const {
 std::vector<double> SearchSpace::Encode(int64_t index) const {
   const auto [min_clock, max_clock] = std::minmax_element(clocks_.begin(), clocks_.end());
   const auto [min_sm, max_sm] = std::minmax_element(sms_.begin(), sms_.end());
-  const measure::Knobs knobs = At(index);
+  const measure::PartitionKnobs knobs = At(index);
   std::vector<double> x(Dimensions(), 0.0);
   x[0] = *max_clock > *min_clock
              ? static_cast<double>(knobs.freq_mhz - *min_clock) / (*max_clock - *min_clock)

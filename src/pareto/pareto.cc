@@ -2,6 +2,7 @@
 #include "kareus/pareto/pareto.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <numeric>
 
@@ -76,8 +77,16 @@ std::vector<Point> Thin(const std::vector<Point>& front, double epsilon) {
   return kept;
 }
 
+std::optional<OptionError> SumOptions::Validate() const {
+  if (!(epsilon >= 0.0) || !std::isfinite(epsilon)) {
+    return OptionError{"epsilon", Describe(epsilon), "must be a finite number >= 0"};
+  }
+  return std::nullopt;
+}
+
 SumResult MinPlusSum(const std::vector<Point>& a, const std::vector<Point>& b,
                      const SumOptions& options) {
+  ThrowIfInvalid(options.Validate());
   std::vector<Point> all;
   all.reserve(a.size() * b.size());
   for (std::size_t i = 0; i < a.size(); ++i) {

@@ -31,6 +31,11 @@ namespace kareus::pipeline {
 namespace internal {
 namespace {
 
+using schedule::Dag;
+using schedule::DagEdge;
+using schedule::Direction;
+using schedule::Instruction;
+
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
 int64_t ToTicks(double time_s, double tick_s) {
@@ -131,30 +136,26 @@ Spec BuildSpec(const std::vector<Option>& options, int gpus, double p_static_w, 
   return spec;
 }
 
-// Evaluation over a precomputed predecessor list (node -> (pred, lag)).
-Evaluation EvaluateWith(const Problem& problem, const Dag& dag,
-                        const std::vector<std::vector<std::pair<int, double>>>& preds,
-                        const std::vector<int>& choice, double p_static_w,
-                        std::vector<double>& finish) {
-  finish.assign(dag.nodes.size(), 0.0);
+// Time (the longest path, schedule::StartTimes) and energy of `choice`.
+Evaluation EvaluateWith(const Problem& problem, const Dag& dag, const std::vector<int>& choice,
+                        double p_static_w) {
   Evaluation eval;
   double effective = 0.0;
   double gpus_total = 0.0;
   for (int s = 0; s < problem.num_stages; ++s) {
     gpus_total += problem.gpus_per_stage.empty() ? 1 : problem.gpus_per_stage[s];
   }
-  for (int v : dag.topological_order) {
+  std::vector<double> durations(dag.nodes.size());
+  for (std::size_t v = 0; v < dag.nodes.size(); ++v) {
     const Instruction& inst = dag.nodes[v];
-    const auto& list = inst.kind == InstructionKind::kForward ? problem.forward_options[inst.stage]
-                                                              : problem.backward_options[inst.stage];
+    const auto& list = inst.kind == Direction::kForward ? problem.forward_options[inst.stage]
+                                                        : problem.backward_options[inst.stage];
     const Option& o = list[static_cast<std::size_t>(choice[v])];
-    double start = 0.0;
-    for (auto [p, lag] : preds[v]) start = std::max(start, finish[p] + lag);
-    finish[v] = start + o.time_s;
-    eval.time_s = std::max(eval.time_s, finish[v]);
+    durations[v] = o.time_s;
     const int gpus = problem.gpus_per_stage.empty() ? 1 : problem.gpus_per_stage[inst.stage];
     effective += gpus * (o.energy_j - p_static_w * o.time_s);
   }
+  eval.time_s = schedule::StartTimes(dag, durations, problem.p2p_time_s).makespan;
   eval.static_energy_j = p_static_w * eval.time_s * gpus_total;
   eval.energy_j = effective + eval.static_energy_j;
   eval.dynamic_energy_j = eval.energy_j - eval.static_energy_j;
@@ -220,7 +221,7 @@ class Engine {
 
   const Spec& SpecOf(int node) const {
     const Instruction& inst = dag_.nodes[node];
-    return specs_[2 * inst.stage + (inst.kind == InstructionKind::kForward ? 0 : 1)];
+    return specs_[2 * inst.stage + (inst.kind == Direction::kForward ? 0 : 1)];
   }
   double TimeOf(int node, int option) const {
     return SpecOf(node).option_time[static_cast<std::size_t>(option)];
@@ -526,15 +527,11 @@ std::vector<int> Engine::RealizeAt(int64_t offset, const Move* move) const {
 }
 
 double Engine::RealMakespan(const std::vector<int>& choice) const {
-  std::vector<double> finish(dag_.nodes.size(), 0.0);
-  double makespan = 0.0;
-  for (int v : dag_.topological_order) {
-    double start = 0.0;
-    for (auto [p, lag] : preds_[v]) start = std::max(start, finish[p] + lag);
-    finish[v] = start + TimeOf(v, choice[v]);
-    makespan = std::max(makespan, finish[v]);
+  std::vector<double> durations(dag_.nodes.size());
+  for (std::size_t v = 0; v < durations.size(); ++v) {
+    durations[v] = TimeOf(static_cast<int>(v), choice[v]);
   }
-  return makespan;
+  return schedule::StartTimes(dag_, durations, problem_.p2p_time_s).makespan;
 }
 
 // Makes `choice` meet `deadline` (real time) by moving the instructions on late paths to their
@@ -717,8 +714,7 @@ void Engine::RecordPoint(double deadline, int64_t k, int64_t offset, const Move*
     if (k == 0) Exchange(choice, deadline);
   }
   IterationPoint point;
-  std::vector<double> finish;
-  point.cost = EvaluateWith(problem_, dag_, preds_, choice, options_.p_static_w, finish);
+  point.cost = EvaluateWith(problem_, dag_, choice, options_.p_static_w);
   point.step = steps_;
   point.quanta = k;
   point.deadline_s = deadline;
@@ -903,6 +899,7 @@ Result Engine::Run() {
 }
 
 std::string Validate(const Problem& problem, const Options& options) {
+  if (const auto error = options.Validate()) return error->Message();
   const int stages = problem.num_stages;
   if (stages < 1) return "num_stages must be >= 1";
   if (problem.num_microbatches < 1) return "num_microbatches must be >= 1";
@@ -915,15 +912,6 @@ std::string Validate(const Problem& problem, const Options& options) {
   }
   for (int g : problem.gpus_per_stage) {
     if (g < 1) return "gpus_per_stage entries must be >= 1";
-  }
-  if (!(options.unit_time_s > 0.0) || !std::isfinite(options.unit_time_s)) {
-    return "unit_time_s must be positive";
-  }
-  if (!(options.p_static_w >= 0.0) || !std::isfinite(options.p_static_w)) {
-    return "p_static_w must be >= 0";
-  }
-  if (!(options.deadline_s >= 0.0) || !std::isfinite(options.deadline_s)) {
-    return "deadline_s must be >= 0 (0: the whole frontier)";
   }
   if (!(problem.p2p_time_s >= 0.0) || !std::isfinite(problem.p2p_time_s)) {
     return "p2p_time_s must be >= 0";
@@ -969,15 +957,25 @@ const char* ToString(Status status) {
   return "unknown";
 }
 
-Evaluation Evaluate(const Problem& problem, const Dag& dag, const std::vector<int>& choice,
+std::optional<OptionError> Options::Validate() const {
+  if (!(unit_time_s > 0.0) || !std::isfinite(unit_time_s)) {
+    return OptionError{"unit_time_s", Describe(unit_time_s), "must be a finite number > 0"};
+  }
+  if (!(p_static_w >= 0.0) || !std::isfinite(p_static_w)) {
+    return OptionError{"p_static_w", Describe(p_static_w), "must be a finite number >= 0"};
+  }
+  if (max_steps < 0) return OptionError{"max_steps", Describe(max_steps), "must be >= 0 (0: no limit)"};
+  if (!(deadline_s >= 0.0) || !std::isfinite(deadline_s)) {
+    return OptionError{"deadline_s", Describe(deadline_s),
+                       "must be a finite number >= 0 (0: the whole frontier)"};
+  }
+  return std::nullopt;
+}
+
+Evaluation Evaluate(const Problem& problem, const schedule::Dag& dag, const std::vector<int>& choice,
                     double p_static_w) {
   KAREUS_CHECK(choice.size() == dag.nodes.size()) << "one option per DAG node";
-  std::vector<std::vector<std::pair<int, double>>> preds(dag.nodes.size());
-  for (const DagEdge& e : dag.edges) {
-    preds[e.to].emplace_back(e.from, e.cross_stage ? problem.p2p_time_s : 0.0);
-  }
-  std::vector<double> finish;
-  return internal::EvaluateWith(problem, dag, preds, choice, p_static_w, finish);
+  return internal::EvaluateWith(problem, dag, choice, p_static_w);
 }
 
 Result Solve(const Problem& problem, const Options& options) {
@@ -987,7 +985,7 @@ Result Solve(const Problem& problem, const Options& options) {
     result.summary.message = error;
     return result;
   }
-  Dag dag = BuildDag(problem.schedule, problem.num_stages, problem.num_microbatches);
+  schedule::Dag dag = schedule::BuildDag(problem.schedule, problem.num_stages, problem.num_microbatches);
   internal::Engine engine(problem, options, std::move(dag));
   return engine.Run();
 }

@@ -22,8 +22,19 @@ struct Partial {
 
 }  // namespace
 
+std::optional<OptionError> ComposeOptions::Validate() const {
+  if (!(p_static_w >= 0.0) || !std::isfinite(p_static_w)) {
+    return OptionError{"p_static_w", Describe(p_static_w), "must be a finite number >= 0 (W)"};
+  }
+  if (!(epsilon >= 0.0) || !std::isfinite(epsilon)) {
+    return OptionError{"epsilon", Describe(epsilon), "must be a finite number >= 0"};
+  }
+  return std::nullopt;
+}
+
 ComposeResult ComposeInstruction(const std::vector<ClockInput>& clocks,
                                  const ComposeOptions& options) {
+  ThrowIfInvalid(options.Validate());
   if (clocks.empty()) ThrowInput("clocks", "[]", "an instruction needs at least one clock");
   const double p = options.p_static_w;
   auto effective = [p](double time_s, double energy_j) { return energy_j - p * time_s; };

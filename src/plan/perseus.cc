@@ -116,23 +116,32 @@ std::vector<StageOptions> ReadPerseusProfile(const std::filesystem::path& csv, i
   return stages;
 }
 
+std::optional<OptionError> SolveProfileOptions::Validate() const {
+  if (num_stages < 1) return OptionError{"num_stages", Describe(num_stages), "must be >= 1"};
+  if (num_microbatches < 1) return OptionError{"num_microbatches", Describe(num_microbatches), "must be >= 1"};
+  if (!(p_static_w >= 0) || !std::isfinite(p_static_w)) {
+    return OptionError{"p_static_w", Describe(p_static_w), "must be a finite number >= 0 (W)"};
+  }
+  if (!(unit_time_s > 0) || !std::isfinite(unit_time_s)) {
+    return OptionError{"unit_time_s", Describe(unit_time_s), "must be a finite number > 0 (s)"};
+  }
+  if (gpus_per_stage < 1) return OptionError{"gpus_per_stage", Describe(gpus_per_stage), "must be >= 1"};
+  if (out.empty()) return OptionError{"out", "\"\"", "an output folder is required"};
+  if (!(deadline_s >= 0) || !std::isfinite(deadline_s)) {
+    return OptionError{"deadline_s", Describe(deadline_s),
+                       "must be a finite number of seconds > 0 (0: the whole frontier)"};
+  }
+  return std::nullopt;
+}
+
+std::optional<OptionError> ExportOptions::Validate() const {
+  if (plan.empty()) return OptionError{"plan", "\"\"", "a plan file or folder is required"};
+  if (out.empty()) return OptionError{"out", "\"\"", "an output folder is required"};
+  return std::nullopt;
+}
+
 SolveProfileSummary SolveProfile(const SolveProfileOptions& options) {
-  if (options.num_microbatches < 1) {
-    ThrowInput("microbatches", Describe(options.num_microbatches), "must be >= 1");
-  }
-  if (!(options.p_static_w >= 0) || !std::isfinite(options.p_static_w)) {
-    ThrowInput("static-power", Describe(options.p_static_w), "must be >= 0 (W)");
-  }
-  if (!(options.unit_time_s > 0) || !std::isfinite(options.unit_time_s)) {
-    ThrowInput("unit-time", Describe(options.unit_time_s * 1e3), "must be > 0 (ms)");
-  }
-  if (options.gpus_per_stage < 1) {
-    ThrowInput("gpus-per-stage", Describe(options.gpus_per_stage), "must be >= 1");
-  }
-  if (options.out.empty()) ThrowInput("out", "\"\"", "an output folder is required");
-  if (!(options.deadline_s >= 0) || !std::isfinite(options.deadline_s)) {
-    ThrowInput("deadline", Describe(options.deadline_s), "must be > 0 (s)");
-  }
+  ThrowIfInvalid(options.Validate());
   PlanProblem problem{.method = options.method,
                       .num_microbatches = options.num_microbatches,
                       .stages = ReadPerseusProfile(options.profile, options.num_stages)};
@@ -237,7 +246,7 @@ std::string KareusSchedsText(const Plan& plan) {
 
 ExportSummary ExportPlans(const ExportOptions& options) {
   namespace fs = std::filesystem;
-  if (options.out.empty()) ThrowInput("out", "\"\"", "an output folder is required");
+  ThrowIfInvalid(options.Validate());
   std::vector<fs::path> inputs;
   if (fs::is_directory(options.plan)) {
     for (const auto& entry : fs::directory_iterator(options.plan)) {

@@ -96,24 +96,25 @@ Json GetWorkload(const Json& object) {
   return *it;
 }
 
-// "kareus.plan/1": the same family with another version gets a message about the version, a
-// file of another kind (a frontier given as a plan) one about the kind.
-void CheckFormat(const Json& object, const char* expected) {
+// "kareus.plan/2": the same family with another version gets a message about the version, a
+// file of another kind (a frontier given as a plan) one about the kind. `also` is an older
+// version still read.
+std::string CheckFormat(const Json& object, const char* expected, const char* also = nullptr) {
   const std::string format = GetString(object, "", "format");
-  if (format == expected) return;
+  if (format == expected || (also != nullptr && format == also)) return format;
   const std::string_view wanted(expected);
   const std::string family(wanted.substr(0, wanted.find('/') + 1));
   if (format.rfind(family, 0) == 0) {
     ThrowInput("format", format,
-               fmt::format("unsupported version {}; this build reads only {}",
-                           format.substr(family.size()), expected));
+               also != nullptr
+                   ? fmt::format("unsupported version {}; this build reads {} and {}",
+                                 format.substr(family.size()), expected, also)
+                   : fmt::format("unsupported version {}; this build reads only {}",
+                                 format.substr(family.size()), expected));
   }
   ThrowInput("format", format, fmt::format("expected {} (not a file of this kind)", expected));
 }
 
-std::string InstructionName(InstructionKind kind, int microbatch) {
-  return fmt::format("{} {}", ToString(kind), microbatch);
-}
 
 PartitionKnobs ParsePartition(const Json& json, const std::string& path) {
   RequireObject(json, path);
@@ -125,14 +126,17 @@ PartitionKnobs ParsePartition(const Json& json, const std::string& path) {
 }
 
 PlannedInstruction ParseInstruction(const Json& json, const std::string& path,
-                                    int num_microbatches) {
+                                    int num_microbatches, bool has_chunks) {
   RequireObject(json, path);
   PlannedInstruction instruction;
   const std::string kind = GetString(json, path, "kind");
   try {
-    instruction.kind = InstructionKindFromString(kind);
+    instruction.kind = schedule::DirectionFromString(kind);
   } catch (const InputError&) {
     ThrowInput(Path(path, "kind"), kind, "must be \"forward\" or \"backward\"");
+  }
+  if (has_chunks && json.contains("chunk")) {
+    instruction.chunk = GetInt(json, path, "chunk", 0, "must be >= 0");
   }
   instruction.microbatch = GetInt(json, path, "microbatch", 0, "must be >= 0");
   if (instruction.microbatch >= num_microbatches) {
@@ -142,7 +146,7 @@ PlannedInstruction ParseInstruction(const Json& json, const std::string& path,
   instruction.freq_mhz = GetInt(json, path, "freq_mhz", 1, "must be a positive clock in MHz");
   const std::string mode = json.contains("mode") ? GetString(json, path, "mode") : "sequential";
   try {
-    instruction.mode = ExecutionModeFromString(mode);
+    instruction.mode = schedule::ExecutionModeFromString(mode);
   } catch (const InputError&) {
     ThrowInput(Path(path, "mode"), mode, "must be \"nanobatched\" or \"sequential\"");
   }
@@ -165,14 +169,14 @@ PlannedInstruction ParseInstruction(const Json& json, const std::string& path,
 }
 
 // The rules the header promises: exactly M forwards and M backwards, each microbatch once per
-// direction, and (for "1f1b") Megatron's exact order, reported at the first place it differs.
+// direction, and the schedule's exact order, reported at the first place it differs.
 void CheckStageOrder(const PlannedStage& stage, int num_stages, int num_microbatches,
-                     const std::string& schedule) {
+                     ScheduleKind kind) {
   const std::string path = fmt::format("stages[{}].instructions", stage.stage);
   int forwards = 0;
   int backwards = 0;
   for (const PlannedInstruction& instruction : stage.instructions) {
-    (instruction.kind == InstructionKind::kForward ? forwards : backwards) += 1;
+    (instruction.kind == Direction::kForward ? forwards : backwards) += 1;
   }
   if (forwards != num_microbatches || backwards != num_microbatches) {
     ThrowInput(path, fmt::format("{} forwards and {} backwards", forwards, backwards),
@@ -180,16 +184,15 @@ void CheckStageOrder(const PlannedStage& stage, int num_stages, int num_microbat
                            "as many backwards",
                            num_microbatches));
   }
-  if (schedule != "1f1b") return;
-  const std::vector<ScheduledInstruction> expected =
-      OneFOneBOrder(num_stages, stage.stage, num_microbatches);
+  const std::vector<schedule::Instruction> expected =
+      schedule::StageOrder(kind, num_stages, stage.stage, num_microbatches);
   for (size_t i = 0; i < expected.size(); ++i) {
-    const PlannedInstruction& got = stage.instructions[i];
-    if (got.kind != expected[i].kind || got.microbatch != expected[i].microbatch) {
-      ThrowInput(fmt::format("{}[{}]", path, i), InstructionName(got.kind, got.microbatch),
-                 fmt::format("1F1B order of stage {} of {} with {} microbatches expects {} here",
-                             stage.stage, num_stages, num_microbatches,
-                             InstructionName(expected[i].kind, expected[i].microbatch)));
+    const schedule::Instruction got = Scheduled(stage, stage.instructions[i]);
+    if (got != expected[i]) {
+      ThrowInput(fmt::format("{}[{}]", path, i), schedule::ToString(got),
+                 fmt::format("{} order of stage {} of {} with {} microbatches expects {} here",
+                             kind == ScheduleKind::k1F1B ? "1F1B" : "GPipe", stage.stage,
+                             num_stages, num_microbatches, schedule::ToString(expected[i])));
     }
   }
 }
@@ -203,55 +206,9 @@ using internal::GetNonNegative;
 using internal::GetString;
 using internal::RequireObject;
 
-const char* ToString(InstructionKind kind) {
-  switch (kind) {
-    case InstructionKind::kForward:
-      return "forward";
-    case InstructionKind::kBackward:
-      return "backward";
-  }
-  return "?";
-}
-
-InstructionKind InstructionKindFromString(const std::string& text) {
-  if (text == "forward") return InstructionKind::kForward;
-  if (text == "backward") return InstructionKind::kBackward;
-  ThrowInput("instruction kind", text, "must be \"forward\" or \"backward\"");
-}
-
-const char* ToString(ExecutionMode mode) {
-  switch (mode) {
-    case ExecutionMode::kNanobatched:
-      return "nanobatched";
-    case ExecutionMode::kSequential:
-      return "sequential";
-  }
-  return "?";
-}
-
-ExecutionMode ExecutionModeFromString(const std::string& text) {
-  if (text == "nanobatched") return ExecutionMode::kNanobatched;
-  if (text == "sequential") return ExecutionMode::kSequential;
-  ThrowInput("execution mode", text, "must be \"nanobatched\" or \"sequential\"");
-}
-
-std::vector<ScheduledInstruction> OneFOneBOrder(int num_stages, int stage, int num_microbatches) {
-  KAREUS_CHECK(num_stages >= 1 && stage >= 0 && stage < num_stages && num_microbatches >= 1)
-      << "stage " << stage << " of " << num_stages << ", " << num_microbatches << " microbatches";
-  // Megatron-LM forward_backward_pipelining_without_interleaving.
-  const int warmup = std::min(num_stages - stage - 1, num_microbatches);
-  const int steady = num_microbatches - warmup;
-  std::vector<ScheduledInstruction> order;
-  order.reserve(2 * static_cast<size_t>(num_microbatches));
-  for (int m = 0; m < warmup; ++m) order.push_back({InstructionKind::kForward, m});
-  for (int i = 0; i < steady; ++i) {
-    order.push_back({InstructionKind::kForward, warmup + i});
-    order.push_back({InstructionKind::kBackward, i});
-  }
-  for (int m = steady; m < num_microbatches; ++m) {
-    order.push_back({InstructionKind::kBackward, m});
-  }
-  return order;
+schedule::Instruction Scheduled(const PlannedStage& stage, const PlannedInstruction& instruction) {
+  return {.stage = stage.stage, .chunk = instruction.chunk, .microbatch = instruction.microbatch,
+          .kind = instruction.kind};
 }
 
 Json ToJson(const Plan& plan) {
@@ -263,10 +220,11 @@ Json ToJson(const Plan& plan) {
       for (const PartitionKnobs& knobs : instruction.partitions) {
         partitions.push_back({{"type", knobs.type}, {"sms", knobs.sms}, {"slot", knobs.slot}});
       }
-      instructions.push_back({{"kind", ToString(instruction.kind)},
+      instructions.push_back({{"kind", schedule::ToString(instruction.kind)},
+                              {"chunk", instruction.chunk},
                               {"microbatch", instruction.microbatch},
                               {"freq_mhz", instruction.freq_mhz},
-                              {"mode", ToString(instruction.mode)},
+                              {"mode", schedule::ToString(instruction.mode)},
                               {"time_s", instruction.time_s},
                               {"energy_j", instruction.energy_j},
                               {"partitions", std::move(partitions)}});
@@ -277,7 +235,7 @@ Json ToJson(const Plan& plan) {
   return Json{{"format", kPlanFormat},
               {"method", plan.method},
               {"workload", plan.workload.is_null() ? Json::object() : plan.workload},
-              {"schedule", plan.schedule},
+              {"schedule", schedule::ToString(plan.schedule)},
               {"num_microbatches", plan.num_microbatches},
               {"iteration",
                {{"time_s", plan.iteration.time_s},
@@ -289,13 +247,18 @@ Json ToJson(const Plan& plan) {
 
 Plan PlanFromJson(const Json& json) {
   RequireObject(json, "");
-  internal::CheckFormat(json, kPlanFormat);
+  const bool version1 = internal::CheckFormat(json, kPlanFormat, kPlanFormatV1) == kPlanFormatV1;
   Plan plan;
   plan.method = GetString(json, "", "method");
   plan.workload = internal::GetWorkload(json);
-  plan.schedule = json.contains("schedule") ? GetString(json, "", "schedule") : "1f1b";
-  if (plan.schedule != "1f1b") {
-    ThrowInput("schedule", plan.schedule, "must be \"1f1b\" (the only schedule supported)");
+  const std::string schedule = json.contains("schedule") ? GetString(json, "", "schedule") : "1f1b";
+  if (version1 && schedule != "1f1b") {
+    ThrowInput("schedule", schedule, "must be \"1f1b\" in a kareus.plan/1 file");
+  }
+  try {
+    plan.schedule = schedule::ScheduleKindFromString(schedule);
+  } catch (const InputError&) {
+    ThrowInput("schedule", schedule, "must be \"1f1b\" or \"gpipe\"");
   }
   plan.num_microbatches = GetInt(json, "", "num_microbatches", 1, "must be >= 1");
   if (json.contains("iteration")) {
@@ -327,7 +290,8 @@ Plan PlanFromJson(const Json& json) {
     const Json& instructions = GetArray(stages[s], path, "instructions");
     for (size_t i = 0; i < instructions.size(); ++i) {
       stage.instructions.push_back(internal::ParseInstruction(
-          instructions[i], fmt::format("{}.instructions[{}]", path, i), plan.num_microbatches));
+          instructions[i], fmt::format("{}.instructions[{}]", path, i), plan.num_microbatches,
+          /*has_chunks=*/!version1));
     }
     internal::CheckStageOrder(stage, num_stages, plan.num_microbatches, plan.schedule);
     plan.stages.push_back(std::move(stage));

@@ -41,6 +41,7 @@ PlanResult SolvePlans(const PlanProblem& problem, const pipeline::Options& optio
   result.solve = pipeline::Solve(ToPipeline(problem), options);
   result.unit_time_s = options.unit_time_s;
   result.sampled = SamplePlanIndices(result.solve.points.size());
+  result.fastest = result.solve.points.empty() ? 0 : result.solve.points.size() - 1;
   return result;
 }
 
@@ -82,26 +83,27 @@ Plan BuildPlan(const PlanProblem& problem, const pipeline::Result& result, std::
   Plan plan;
   plan.method = problem.method;
   plan.workload = problem.workload;
-  plan.schedule = pipeline::ToString(problem.schedule);
+  plan.schedule = problem.schedule;
   plan.num_microbatches = problem.num_microbatches;
   plan.iteration = {.time_s = point.cost.time_s,
                     .energy_j = point.cost.energy_j,
                     .static_energy_j = point.cost.static_energy_j,
                     .dynamic_energy_j = point.cost.dynamic_energy_j};
-  const pipeline::Dag& dag = result.dag;
+  const schedule::Dag& dag = result.dag;
   plan.stages.resize(problem.stages.size());
   for (std::size_t s = 0; s < problem.stages.size(); ++s) {
     plan.stages[s].stage = static_cast<int>(s);
     plan.stages[s].gpus = problem.stages[s].gpus;
   }
-  // Node ids are stage-major in execution order, so appending keeps the 1F1B order.
+  // Node ids are stage-major in execution order, so appending keeps the schedule's order.
   for (std::size_t v = 0; v < dag.nodes.size(); ++v) {
-    const pipeline::Instruction& inst = dag.nodes[v];
-    const bool forward = inst.kind == pipeline::InstructionKind::kForward;
+    const schedule::Instruction& inst = dag.nodes[v];
+    const bool forward = inst.kind == Direction::kForward;
     const StageOptions& stage = problem.stages[inst.stage];
     const InstructionOption& o = (forward ? stage.forward : stage.backward)[point.choice[v]];
     plan.stages[inst.stage].instructions.push_back(
-        {.kind = forward ? InstructionKind::kForward : InstructionKind::kBackward,
+        {.kind = inst.kind,
+         .chunk = inst.chunk,
          .microbatch = inst.microbatch,
          .freq_mhz = o.freq_mhz,
          .mode = o.mode,
@@ -144,7 +146,8 @@ WrittenFiles WriteSolveOutputs(const std::filesystem::path& dir, const PlanProbl
                                      ": " + result.solve.summary.message + ")");
   }
   // Build everything first so a failure leaves nothing half-written.
-  const Plan fastest = BuildPlan(problem, result.solve, points.size() - 1);
+  KAREUS_CHECK(result.fastest < points.size()) << "fastest point " << result.fastest << " out of range";
+  const Plan fastest = BuildPlan(problem, result.solve, result.fastest);
   const FrontierFile frontier = BuildFrontierFile(problem, result);
   std::vector<std::pair<std::filesystem::path, Plan>> sampled;
   for (std::size_t index : result.sampled) {

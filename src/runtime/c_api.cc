@@ -209,11 +209,11 @@ int kareus_executor_current(const KareusExecutor* executor, KareusInstruction* o
     const rt::PlanExecutor& impl = *NotNull(executor, "executor")->impl;
     const kareus::plan::PlannedInstruction* instruction = &Current(impl);
     *out = KareusInstruction{
-        .kind = instruction->kind == kareus::plan::InstructionKind::kForward ? KAREUS_FORWARD
+        .kind = instruction->kind == kareus::schedule::Direction::kForward ? KAREUS_FORWARD
                                                                              : KAREUS_BACKWARD,
         .microbatch = instruction->microbatch,
         .freq_mhz = instruction->freq_mhz,
-        .nanobatched = instruction->mode == kareus::plan::ExecutionMode::kNanobatched ? 1 : 0,
+        .nanobatched = instruction->mode == kareus::schedule::ExecutionMode::kNanobatched ? 1 : 0,
         .num_partitions = static_cast<int>(instruction->partitions.size()),
         .step = impl.step(),
         .index = impl.instruction_index()};

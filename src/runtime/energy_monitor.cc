@@ -2,18 +2,30 @@
 #include "kareus/runtime/energy_monitor.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include <fmt/format.h>
 
 namespace kareus::runtime {
 
+std::optional<OptionError> EnergyMonitorOptions::Validate() const {
+  if (!(power_poll_period_s > 0.0) || !std::isfinite(power_poll_period_s)) {
+    return OptionError{"power_poll_period_s", fmt::format("{}", power_poll_period_s),
+                       "must be a finite number > 0"};
+  }
+  for (int gpu : gpus) {
+    if (gpu < 0) return OptionError{"gpus", std::to_string(gpu), "must be >= 0"};
+    if (std::count(gpus.begin(), gpus.end(), gpu) > 1) {
+      return OptionError{"gpus", std::to_string(gpu), "each GPU may be listed once"};
+    }
+  }
+  return std::nullopt;
+}
+
 EnergyMonitor::EnergyMonitor(std::shared_ptr<Nvml> nvml, EnergyMonitorOptions options)
     : nvml_(std::move(nvml)), options_(std::move(options)) {
   KAREUS_CHECK(nvml_ != nullptr) << "EnergyMonitor needs an Nvml";
-  if (!(options_.power_poll_period_s > 0.0)) {
-    ThrowInput("power_poll_period_s", fmt::format("{}", options_.power_poll_period_s),
-               "must be > 0");
-  }
+  ThrowIfInvalid(options_.Validate());
   gpus_ = options_.gpus;
   if (gpus_.empty()) {
     for (int gpu = 0; gpu < nvml_->device_count(); ++gpu) gpus_.push_back(gpu);
@@ -21,9 +33,6 @@ EnergyMonitor::EnergyMonitor(std::shared_ptr<Nvml> nvml, EnergyMonitorOptions op
   bool any_fallback = false;
   for (int gpu : gpus_) {
     nvml_->CheckGpu(gpu);
-    if (std::count(gpus_.begin(), gpus_.end(), gpu) > 1) {
-      ThrowInput("gpus", std::to_string(gpu), "each GPU may be listed once");
-    }
     uint64_t energy_mj = 0;
     const NvmlStatus status = nvml_->TotalEnergyMj(gpu, &energy_mj);
     if (status == NvmlStatus::kSuccess) {

@@ -34,10 +34,16 @@ std::vector<int> QuerySupportedClocks(const Nvml& nvml, int gpu) {
 
 }  // namespace
 
+std::optional<OptionError> FrequencyControllerOptions::Validate() const {
+  if (gpu < 0) return OptionError{"gpu", std::to_string(gpu), "must be >= 0 (an NVML index)"};
+  return std::nullopt;
+}
+
 FrequencyController::FrequencyController(std::shared_ptr<Nvml> nvml,
                                          FrequencyControllerOptions options)
     : nvml_(std::move(nvml)), options_(std::move(options)) {
   KAREUS_CHECK(nvml_ != nullptr) << "FrequencyController needs an Nvml";
+  ThrowIfInvalid(options_.Validate());
   nvml_->CheckGpu(options_.gpu);
   supported_mhz_ = QuerySupportedClocks(*nvml_, options_.gpu);
   slot_ = internal::ClaimGuardSlot(nvml_->RawResetOf(options_.gpu),

@@ -9,14 +9,15 @@ namespace kareus::runtime {
 namespace {
 
 std::string Describe(const plan::PlannedInstruction& instruction) {
-  return fmt::format("{} (microbatch {})", plan::ToString(instruction.kind),
-                     instruction.microbatch);
+  if (instruction.chunk == 0) {
+    return fmt::format("{} (microbatch {})", schedule::ToString(instruction.kind), instruction.microbatch);
+  }
+  return fmt::format("{} (microbatch {}, chunk {})", schedule::ToString(instruction.kind),
+                     instruction.microbatch, instruction.chunk);
 }
 
-plan::InstructionKind ParseKind(std::string_view kind) {
-  if (kind == "forward") return plan::InstructionKind::kForward;
-  if (kind == "backward") return plan::InstructionKind::kBackward;
-  ThrowInput("instruction kind", std::string(kind), "must be \"forward\" or \"backward\"");
+schedule::Direction ParseKind(std::string_view kind) {
+  return schedule::DirectionFromString(std::string(kind));
 }
 
 }  // namespace
@@ -51,9 +52,15 @@ FrontierChoice ChooseFrontierPoint(const plan::FrontierFile& frontier, double ta
   return best;
 }
 
+std::optional<OptionError> PlanExecutorOptions::Validate() const {
+  if (stage < 0) return OptionError{"stage", std::to_string(stage), "must be >= 0"};
+  return std::nullopt;
+}
+
 PlanExecutor::PlanExecutor(plan::Plan plan, PlanExecutorOptions options,
                            FrequencyController* controller)
     : options_(options), controller_(controller) {
+  ThrowIfInvalid(options_.Validate());
   if (options_.stage < 0 || options_.stage >= static_cast<int>(plan.stages.size())) {
     ThrowInput("stage", std::to_string(options_.stage),
                fmt::format("this rank's pipeline stage must be in 0..{} (the plan has {} stages)",
@@ -137,10 +144,10 @@ void PlanExecutor::OnStepEnd() {
 }
 
 void PlanExecutor::OnInstructionBegin(std::string_view kind) {
-  const plan::InstructionKind got = ParseKind(kind);
+  const schedule::Direction got = ParseKind(kind);
   if (in_instruction_) {
     Mismatch(fmt::format("{} began while {} was still running (missing on_instruction_end)",
-                         plan::ToString(got),
+                         schedule::ToString(got),
                          Describe(stage_plan().instructions[current_index_])));
   }
   // Zeus's on_step_begin is a no-op, so its users may not call it: the first instruction after
@@ -151,13 +158,13 @@ void PlanExecutor::OnInstructionBegin(std::string_view kind) {
   if (next_index_ >= static_cast<int>(instructions.size())) {
     Mismatch(fmt::format("the loop began {} but the plan has only {} instructions per step for "
                          "this stage (missing on_step_end, or a plan for fewer microbatches?)",
-                         plan::ToString(got), instructions.size()));
+                         schedule::ToString(got), instructions.size()));
   }
   const plan::PlannedInstruction& expected = instructions[next_index_];
   if (got != expected.kind) {
     Mismatch(fmt::format("the training loop began {}, the plan expects {} (is the plan for this "
                          "stage, pipeline size and number of microbatches?)",
-                         plan::ToString(got), Describe(expected)));
+                         schedule::ToString(got), Describe(expected)));
   }
   current_index_ = next_index_;
   ++next_index_;
@@ -166,14 +173,14 @@ void PlanExecutor::OnInstructionBegin(std::string_view kind) {
 }
 
 void PlanExecutor::OnInstructionEnd(std::string_view kind) {
-  const plan::InstructionKind got = ParseKind(kind);
+  const schedule::Direction got = ParseKind(kind);
   if (!in_instruction_) {
     Mismatch(fmt::format("on_instruction_end({}) came with no instruction running",
-                         plan::ToString(got)));
+                         schedule::ToString(got)));
   }
   const plan::PlannedInstruction& running = stage_plan().instructions[current_index_];
   if (got != running.kind) {
-    Mismatch(fmt::format("on_instruction_end({}) came while {} was running", plan::ToString(got),
+    Mismatch(fmt::format("on_instruction_end({}) came while {} was running", schedule::ToString(got),
                          Describe(running)));
   }
   in_instruction_ = false;

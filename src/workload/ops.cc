@@ -42,10 +42,6 @@ const char* ToString(CollectiveType type) {
   return "?";
 }
 
-const char* ToString(Direction direction) {
-  return direction == Direction::kForward ? "forward" : "backward";
-}
-
 Json Op::ToJson() const {
   Json j{{"name", name}, {"module", module}, {"kind", workload::ToString(kind)}};
   if (kind == OpKind::kCollective) {

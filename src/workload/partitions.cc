@@ -11,6 +11,9 @@
 #include "workload/shapes.h"
 
 namespace kareus::workload {
+
+using schedule::Direction;
+
 namespace {
 
 using internal::Collective;
@@ -269,7 +272,7 @@ Json PartitionType::ToJson() const {
   Json ops = Json::array();
   for (const auto& op : compute_ops) ops.push_back(op.ToJson());
   Json j{{"type", name},
-         {"direction", workload::ToString(direction)},
+         {"direction", schedule::ToString(direction)},
          {"tunable", tunable},
          {"collective",
           {{"type", workload::ToString(collective.collective)},
@@ -288,6 +291,22 @@ const PartitionType& WorkloadModel::Type(const std::string& name) const {
   const int index = TypeIndex(partition_types, name);
   KAREUS_CHECK(index >= 0) << "unknown partition type " << name;
   return partition_types[index];
+}
+
+const InstructionModel& WorkloadModel::Instruction(int stage, Direction direction) const {
+  KAREUS_CHECK(stage >= 0 && stage < static_cast<int>(stages.size())) << "stage " << stage;
+  const StageModel& s = stages[static_cast<std::size_t>(stage)];
+  return direction == Direction::kForward ? s.forward : s.backward;
+}
+
+std::vector<Op> FixedWorkOps(const WorkloadModel& model, int stage, Direction direction) {
+  const InstructionModel& ins = model.Instruction(stage, direction);
+  std::vector<Op> ops = ins.non_partition_ops;
+  for (const PartitionUse& use : ins.uses) {
+    const auto& compute = model.partition_types[use.type].compute_ops;
+    for (int i = 0; i < use.without_collective; ++i) ops.insert(ops.end(), compute.begin(), compute.end());
+  }
+  return ops;
 }
 
 double WorkloadModel::IterationFlops() const {

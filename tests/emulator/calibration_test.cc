@@ -99,7 +99,7 @@ TEST(Calibration, AllReduceBandwidthSaturatesNearTheChannelCount) {
 TEST(Calibration, StaticShareOfLlamaForwardInstruction) {
   const workload::WorkloadModel& model = LlamaTp8();
   for (ExecutionMode mode : {ExecutionMode::kNanobatched, ExecutionMode::kSequential}) {
-    const SimResult r = SimulateInstruction(model, 0, workload::Direction::kForward,
+    const SimResult r = SimulateInstruction(model, 0, schedule::Direction::kForward,
                                             DefaultInstructionKnobs(model, 1410, mode));
     const double share = r.static_energy_j / r.energy_j;
     EXPECT_GE(share, 0.22);

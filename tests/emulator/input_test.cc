@@ -67,14 +67,14 @@ TEST(Input, InstructionChecksStageAndKnobs) {
   const workload::WorkloadModel& model = LlamaTp8();
   const InstructionKnobs knobs = DefaultInstructionKnobs(model, 1410, ExecutionMode::kNanobatched);
   const std::string msg = InputErrorMessage(
-      [&] { SimulateInstruction(model, 2, workload::Direction::kForward, knobs); });
+      [&] { SimulateInstruction(model, 2, schedule::Direction::kForward, knobs); });
   EXPECT_NE(msg.find("0..1"), std::string::npos) << msg;
   InstructionKnobs bad = knobs;
   bad.partitions["fwd_mlp"] = {.sms = 7, .slot = "norm_0"};
-  InputErrorMessage([&] { SimulateInstruction(model, 0, workload::Direction::kForward, bad); });
+  InputErrorMessage([&] { SimulateInstruction(model, 0, schedule::Direction::kForward, bad); });
   bad = knobs;
   bad.partitions["nope"] = {.sms = 6, .slot = "norm_0"};
-  InputErrorMessage([&] { SimulateInstruction(model, 0, workload::Direction::kForward, bad); });
+  InputErrorMessage([&] { SimulateInstruction(model, 0, schedule::Direction::kForward, bad); });
 }
 
 }  // namespace

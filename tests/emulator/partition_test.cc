@@ -84,13 +84,13 @@ TEST(Partition, BusyTimesAreConsistent) {
 TEST(Instruction, NanobatchedInstructionIsTheSumOfItsPartitions) {
   const workload::WorkloadModel& model = LlamaTp8();
   for (int stage : {0, 1}) {
-    for (workload::Direction dir : {workload::Direction::kForward, workload::Direction::kBackward}) {
+    for (schedule::Direction dir : {schedule::Direction::kForward, schedule::Direction::kBackward}) {
       InstructionKnobs knobs = DefaultInstructionKnobs(model, 1200, ExecutionMode::kNanobatched);
       knobs.partitions["fwd_attn"] = {.sms = 12, .slot = "norm_0"};
       knobs.partitions["bwd_mlp"] = {.sms = 6, .slot = "linear_0"};
       const SimResult whole = SimulateInstruction(model, stage, dir, knobs);
       const workload::InstructionModel& instr =
-          dir == workload::Direction::kForward ? model.stages[stage].forward
+          dir == schedule::Direction::kForward ? model.stages[stage].forward
                                                : model.stages[stage].backward;
       double time = SimulateSequential(model.workload.gpu, instr.non_partition_ops, 1200,
                                        model.workload.gpu.interconnect.library_default_sms)
@@ -123,7 +123,7 @@ TEST(Instruction, NanobatchedInstructionIsTheSumOfItsPartitions) {
 TEST(Instruction, OverlapAndClockTradeoffs) {
   const workload::WorkloadModel& model = LlamaTp8();
   const auto run = [&](int f, ExecutionMode mode) {
-    return SimulateInstruction(model, 0, workload::Direction::kForward,
+    return SimulateInstruction(model, 0, schedule::Direction::kForward,
                                DefaultInstructionKnobs(model, f, mode));
   };
   const SimResult nano = run(1410, ExecutionMode::kNanobatched);
@@ -143,7 +143,7 @@ TEST(Instruction, LibraryDefaultKnobsRunOnEveryGpu) {
   const workload::WorkloadModel model = workload::BuildWorkloadModel(
       workload::LoadWorkloadFile(testing::SourceDir() / "examples/llama3.1-8b-h100.yaml"));
   ASSERT_GT(model.workload.gpu.interconnect.library_default_sms, 30);
-  for (workload::Direction dir : {workload::Direction::kForward, workload::Direction::kBackward}) {
+  for (schedule::Direction dir : {schedule::Direction::kForward, schedule::Direction::kBackward}) {
     const SimResult r = SimulateInstruction(
         model, 0, dir,
         DefaultInstructionKnobs(model, model.workload.gpu.clock.max_mhz, ExecutionMode::kNanobatched));

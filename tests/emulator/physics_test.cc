@@ -124,7 +124,7 @@ TEST(Physics, EnergyIsStaticPlusDynamicExactly) {
     EXPECT_LE(p.result.avg_power_w, A100().power.cap_w + 1e-6);
   }
   for (ExecutionMode mode : {ExecutionMode::kNanobatched, ExecutionMode::kSequential}) {
-    const SimResult r = SimulateInstruction(LlamaTp8(), 1, workload::Direction::kBackward,
+    const SimResult r = SimulateInstruction(LlamaTp8(), 1, schedule::Direction::kBackward,
                                             DefaultInstructionKnobs(LlamaTp8(), 1200, mode));
     EXPECT_EQ(r.energy_j, r.static_energy_j + r.dynamic_energy_j);
     EXPECT_DOUBLE_EQ(r.static_energy_j, A100().power.static_w * r.time_s);

@@ -35,7 +35,7 @@ class StoreTest : public ::testing::Test {
 
 Sample MakeSample(double t) {
   return Sample{.time_s = t, .energy_j = 2 * t, .static_energy_j = 0.5 * t,
-                .dynamic_energy_j = 1.5 * t, .realized_freq_mhz = 1300, .gpu_seconds = 12,
+                .dynamic_energy_j = 1.5 * t, .realized_freq_mhz = 1300, .seconds = 12, .gpus = 1,
                 .noise_free = false};
 }
 
@@ -192,8 +192,8 @@ TEST_F(StoreTest, EmptyFileBecomesAStore) {
 TEST(SyntheticBackend, AccountsCostAndIsDeterministicPerConfiguration) {
   testing::SyntheticBackend a(7), b(7);
   const auto type = testing::SyntheticPartition("fwd_attn", 3);
-  const Knobs k1{.freq_mhz = 1200, .sms = 9, .slot = "linear_0"};
-  const Knobs k2{.freq_mhz = 990, .sms = 3, .slot = "norm_0"};
+  const PartitionKnobs k1{.freq_mhz = 1200, .sms = 9, .slot = "linear_0"};
+  const PartitionKnobs k2{.freq_mhz = 990, .sms = 3, .slot = "norm_0"};
   const auto first = a.MeasureAll(type, {k1, k2});
   const auto second = b.MeasureAll(type, {k2, k1});  // order does not change a reading
   EXPECT_DOUBLE_EQ(first[0].energy_j, second[1].energy_j);

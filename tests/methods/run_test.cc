@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "kareus/common/error.h"
+#include "kareus/measure/emulator_backend.h"
 #include "kareus/methods/metrics.h"
 
 namespace kareus::methods {
@@ -23,8 +24,7 @@ workload::Workload Small(int microbatch_size = 4) {
 
 RunOptions SmallOptions() {
   RunOptions options;
-  options.methods = {Method::kMegatron, Method::kNanobatching, Method::kPerseus,
-                     Method::kNanobatchingPerseus, Method::kKareus, Method::kKareusOracle};
+  options.methods = MethodTable();
   options.profile.budget_fraction = 0.12;
   options.quiet = true;
   return options;
@@ -32,20 +32,24 @@ RunOptions SmallOptions() {
 
 std::vector<TimeEnergy> Frontier(const MethodResult& m) {
   std::vector<TimeEnergy> out;
-  for (const auto& e : m.measured) out.push_back({e.time_s, e.energy_j});
+  for (const auto& e : m.evaluated) out.push_back({e.time_s, e.energy_j});
   return out;
 }
 
-const MethodResult& Get(const RunResult& run, Method method) {
+const MethodResult& Get(const RunResult& run, const std::string& method) {
   for (const auto& m : run.methods) {
-    if (m.method == method) return m;
+    if (m.method.name == method) return m;
   }
-  throw std::runtime_error("method missing");
+  throw std::runtime_error("method missing: " + method);
+}
+
+RunResult RunEmulated(const workload::Workload& w, const RunOptions& options, uint64_t seed) {
+  return RunWorkload(w, options, measure::EmulatorBackendFactory(), Context{.seed = seed});
 }
 
 class RunTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() { run_ = new RunResult(RunWorkload(Small(), SmallOptions(), Context{.seed = 7})); }
+  static void SetUpTestSuite() { run_ = new RunResult(RunEmulated(Small(), SmallOptions(), 7)); }
   static void TearDownTestSuite() { delete run_; }
   static RunResult* run_;
 };
@@ -54,43 +58,44 @@ RunResult* RunTest::run_ = nullptr;
 TEST_F(RunTest, EveryMethodHasAFrontierEndingAtItsFastestPlan) {
   ASSERT_EQ(run_->methods.size(), 6u);
   for (const auto& m : run_->methods) {
-    ASSERT_FALSE(m.measured.empty()) << ToString(m.method);
-    ASSERT_EQ(m.measured.size(), m.solved.solve.points.size());
+    ASSERT_FALSE(m.evaluated.empty()) << m.method.name;
+    ASSERT_EQ(m.evaluated.size(), m.solved.solve.points.size());
     EXPECT_FALSE(m.solved.sampled.empty());
     EXPECT_LE(m.solved.sampled.size(), 10u);
-    EXPECT_EQ(m.solved.sampled.back(), m.Fastest());
-    for (const auto& e : m.measured) {
+    // The fastest plan is the one with the lowest evaluated time.
+    for (const auto& e : m.evaluated) EXPECT_GE(e.time_s, m.evaluated[m.Fastest()].time_s);
+    for (const auto& e : m.evaluated) {
       EXPECT_GT(e.time_s, 0.0);
       EXPECT_NEAR(e.energy_j, e.static_energy_j + e.dynamic_energy_j, 1e-6);
     }
     // The emulated run of the fastest plan agrees with the planner's prediction (composition
     // from denoised measurements is nearly exact; noise is 0.3 % on time).
     const auto& predicted = m.solved.solve.points[m.Fastest()].cost;
-    EXPECT_NEAR(m.measured[m.Fastest()].time_s / predicted.time_s, 1.0, 0.03) << ToString(m.method);
+    EXPECT_NEAR(m.evaluated[m.Fastest()].time_s / predicted.time_s, 1.0, 0.03) << m.method.name;
   }
-  EXPECT_EQ(Get(*run_, Method::kMegatron).measured.size(), 1u);
-  EXPECT_GT(Get(*run_, Method::kPerseus).measured.size(), 2u);
+  EXPECT_EQ(Get(*run_, "megatron").evaluated.size(), 1u);
+  EXPECT_GT(Get(*run_, "perseus").evaluated.size(), 2u);
 }
 
 TEST_F(RunTest, PerseusSavesEnergyAtMegatronsSpeed) {
   // Perseus only slows non-critical instructions: same time, less energy (within the quantum).
-  const auto& megatron = Get(*run_, Method::kMegatron).measured.back();
-  const auto& perseus = Get(*run_, Method::kPerseus).measured.back();
+  const auto& megatron = Get(*run_, "megatron").evaluated.back();
+  const auto& perseus = Get(*run_, "perseus").evaluated.back();
   EXPECT_NEAR(perseus.time_s, megatron.time_s, 0.01 * megatron.time_s);
   EXPECT_LT(perseus.energy_j, megatron.energy_j);
 }
 
 TEST_F(RunTest, KareusIsNowhereWorseThanThePerseusMethodsBeyondNoise) {
-  const auto kareus = Frontier(Get(*run_, Method::kKareus));
-  for (Method ref : {Method::kPerseus, Method::kNanobatchingPerseus}) {
+  const auto kareus = Frontier(Get(*run_, "kareus"));
+  for (const char* ref : {"perseus", "nanobatching+perseus"}) {
     const auto cmp = CompareAtEqualTime(Frontier(Get(*run_, ref)), kareus);
     ASSERT_TRUE(cmp.overlap);
-    EXPECT_GE(cmp.min_percent, -0.5) << ToString(ref);
+    EXPECT_GE(cmp.min_percent, -0.5) << ref;
   }
   // And the oracle (exhaustive, noise-free partition frontiers) is close at iso-time.
-  const auto perseus = Frontier(Get(*run_, Method::kPerseus));
+  const auto perseus = Frontier(Get(*run_, "perseus"));
   const auto k = IsoTimeEnergyReduction(perseus, kareus);
-  const auto o = IsoTimeEnergyReduction(perseus, Frontier(Get(*run_, Method::kKareusOracle)));
+  const auto o = IsoTimeEnergyReduction(perseus, Frontier(Get(*run_, "kareus-oracle")));
   ASSERT_TRUE(k && o);
   EXPECT_LT(*o - *k, 1.5);
 }
@@ -102,12 +107,12 @@ TEST_F(RunTest, PlansRoundTripThroughTheValidatedFileFormat) {
       const plan::Plan back = plan::PlanFromJson(plan::ToJson(p));  // validates order and counts
       ASSERT_EQ(back.stages.size(), 2u);
       EXPECT_EQ(back.stages[0].instructions.size(), 8u);  // 4 forwards + 4 backwards
-      EXPECT_DOUBLE_EQ(back.iteration.time_s, m.measured[index].time_s);
+      EXPECT_DOUBLE_EQ(back.iteration.time_s, m.evaluated[index].time_s);
       for (const auto& stage : back.stages) {
         for (const auto& ins : stage.instructions) {
           EXPECT_TRUE(run_->model.workload.gpu.clock.Contains(ins.freq_mhz));
-          if (m.method == Method::kMegatron || m.method == Method::kPerseus) {
-            EXPECT_EQ(ins.mode, plan::ExecutionMode::kSequential);
+          if (m.method.execution == Execution::kSequential) {
+            EXPECT_EQ(ins.mode, schedule::ExecutionMode::kSequential);
           }
         }
       }
@@ -116,8 +121,11 @@ TEST_F(RunTest, PlansRoundTripThroughTheValidatedFileFormat) {
 }
 
 TEST_F(RunTest, SummaryCarriesTheTables) {
-  const Json& s = run_->summary;
-  EXPECT_EQ(s["format"], "kareus.summary/1");
+  const Json s = ToJson(run_->summary);
+  EXPECT_EQ(s["format"], "kareus.summary/2");
+  EXPECT_EQ(s["backend"], "emulator(time_noise=0.003,energy_noise=0.01)");
+  EXPECT_EQ(s["evaluator"], "noise-free re-run on emulator(noise_free)");
+  EXPECT_EQ(s["evaluated"], true);
   EXPECT_EQ(s["max_throughput"].size(), 6u);
   EXPECT_EQ(s["max_throughput"][0]["delta_time_pct"], 0.0);
   EXPECT_EQ(s["frontier_table"].size(), 5u);  // every method but Perseus
@@ -127,10 +135,10 @@ TEST_F(RunTest, SummaryCarriesTheTables) {
 
 TEST(Run, SameSeedSameResult) {
   RunOptions options = SmallOptions();
-  options.methods = {Method::kPerseus, Method::kKareus};
-  const auto a = RunWorkload(Small(), options, Context{.seed = 3});
-  const auto b = RunWorkload(Small(), options, Context{.seed = 3});
-  Json sa = a.summary, sb = b.summary;
+  options.methods = {FindMethod("perseus"), FindMethod("kareus")};
+  const auto a = RunEmulated(Small(), options, 3);
+  const auto b = RunEmulated(Small(), options, 3);
+  Json sa = ToJson(a.summary), sb = ToJson(b.summary);
   for (Json* s : {&sa, &sb}) {
     for (auto& m : (*s)["methods"]) m.erase("phase_wall_s");  // wall clock differs
   }
@@ -139,29 +147,31 @@ TEST(Run, SameSeedSameResult) {
 
 TEST(Run, MicrobatchOfOnePlansSequentially) {
   RunOptions options = SmallOptions();
-  options.methods = {Method::kNanobatching, Method::kKareus};
-  const auto run = RunWorkload(Small(1), options, Context{.seed = 1});
+  options.methods = {FindMethod("nanobatching"), FindMethod("kareus")};
+  const auto run = RunEmulated(Small(1), options, 1);
   for (const auto& m : run.methods) {
     EXPECT_FALSE(m.note.empty());
     for (size_t index : m.solved.sampled) {
       for (const auto& stage : MakePlan(m, index).stages) {
-        for (const auto& ins : stage.instructions) EXPECT_EQ(ins.mode, plan::ExecutionMode::kSequential);
+        for (const auto& ins : stage.instructions) EXPECT_EQ(ins.mode, schedule::ExecutionMode::kSequential);
       }
     }
   }
 }
 
 TEST(Run, MethodNamesAreValidated) {
-  EXPECT_EQ(MethodFromString("nanobatching+perseus"), Method::kNanobatchingPerseus);
+  EXPECT_EQ(FindMethod("nanobatching+perseus").label, "Nanobatching+Perseus");
   try {
-    MethodFromString("zeus");
+    FindMethod("zeus");
     FAIL();
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("kareus-oracle"), std::string::npos);
   }
   RunOptions options = SmallOptions();
   options.methods.clear();
-  EXPECT_THROW(RunWorkload(Small(), options, Context{}), InputError);
+  EXPECT_THROW(RunEmulated(Small(), options, 1), InputError);
+  options.methods = {FindMethod("kareus"), FindMethod("kareus")};
+  EXPECT_THROW(RunEmulated(Small(), options, 1), InputError);
 }
 
 }  // namespace

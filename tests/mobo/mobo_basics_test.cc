@@ -29,7 +29,7 @@ TEST(SearchSpace, PublishedGridIndexRoundTripAndEncoding) {
   EXPECT_EQ(space.Size(), 18 * 10 * 3);
   std::set<std::string> seen;
   for (int64_t i = 0; i < space.Size(); ++i) {
-    const measure::Knobs k = space.At(i);
+    const measure::PartitionKnobs k = space.At(i);
     EXPECT_EQ(space.IndexOf(k), i);
     EXPECT_EQ(k.freq_mhz, space.clocks_mhz()[space.ClockIndex(i)]);
     seen.insert(std::to_string(k.freq_mhz) + "/" + std::to_string(k.sms) + "/" + k.slot);

@@ -20,6 +20,11 @@
 namespace kareus::pipeline {
 namespace {
 
+using schedule::Dag;
+using schedule::DagEdge;
+using schedule::Instruction;
+using schedule::ScheduleKind;
+
 constexpr double kStaticW = 80.0;
 constexpr double kGrid = 4096.0;  // option times are multiples of 1/kGrid s
 
@@ -62,7 +67,7 @@ Problem RandomProblem(std::mt19937_64& rng) {
 }
 
 const std::vector<Option>& OptionsOf(const Problem& p, const Instruction& inst) {
-  return inst.kind == InstructionKind::kForward ? p.forward_options[inst.stage]
+  return inst.kind == schedule::Direction::kForward ? p.forward_options[inst.stage]
                                                 : p.backward_options[inst.stage];
 }
 

@@ -4,6 +4,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <string>
 
@@ -27,8 +28,9 @@ Plan MakePlan(int num_stages, int num_microbatches) {
   for (int s = 0; s < num_stages; ++s) {
     PlannedStage stage{.stage = s, .gpus = 8, .instructions = {}};
     int i = 0;
-    for (const ScheduledInstruction& slot : OneFOneBOrder(num_stages, s, num_microbatches)) {
-      PlannedInstruction instruction{.kind = slot.kind, .microbatch = slot.microbatch,
+    for (const schedule::Instruction& slot :
+         schedule::StageOrder(ScheduleKind::k1F1B, num_stages, s, num_microbatches)) {
+      PlannedInstruction instruction{.kind = slot.kind, .chunk = 0, .microbatch = slot.microbatch,
                                      .freq_mhz = 900 + 30 * ((i + s) % 10),
                                      .mode = ExecutionMode::kSequential, .partitions = {},
                                      .time_s = 0.01 * (i + 1), .energy_j = 2.5 * (i + 1)};
@@ -64,45 +66,6 @@ std::filesystem::path TempDir(const std::string& name) {
   return dir;
 }
 
-TEST(OneFOneBOrder, MatchesMegatronNonInterleaved) {
-  using K = InstructionKind;
-  // Stage 0 of 2 with 4 microbatches: one warm-up forward, steady 1F1B, one cool-down backward.
-  const std::vector<ScheduledInstruction> expected{{K::kForward, 0}, {K::kForward, 1},
-                                                   {K::kBackward, 0}, {K::kForward, 2},
-                                                   {K::kBackward, 1}, {K::kForward, 3},
-                                                   {K::kBackward, 2}, {K::kBackward, 3}};
-  EXPECT_EQ(OneFOneBOrder(2, 0, 4), expected);
-  // The last stage alternates from the start.
-  const auto last = OneFOneBOrder(2, 1, 4);
-  for (int i = 0; i < 8; ++i) {
-    EXPECT_EQ(last[i].kind, i % 2 == 0 ? K::kForward : K::kBackward);
-    EXPECT_EQ(last[i].microbatch, i / 2);
-  }
-}
-
-TEST(OneFOneBOrder, InvariantsHoldForManyShapes) {
-  for (int stages = 1; stages <= 6; ++stages) {
-    for (int microbatches = 1; microbatches <= 9; ++microbatches) {
-      for (int s = 0; s < stages; ++s) {
-        const auto order = OneFOneBOrder(stages, s, microbatches);
-        ASSERT_EQ(order.size(), 2u * microbatches);
-        int next_forward = 0, next_backward = 0, in_flight_max = 0;
-        for (const auto& slot : order) {
-          if (slot.kind == InstructionKind::kForward) {
-            EXPECT_EQ(slot.microbatch, next_forward++);
-          } else {
-            EXPECT_EQ(slot.microbatch, next_backward++);
-            EXPECT_LT(slot.microbatch, next_forward) << "backward before its forward";
-          }
-          in_flight_max = std::max(in_flight_max, next_forward - next_backward);
-        }
-        // 1F1B bounds the activations held by stage s to S - s microbatches.
-        EXPECT_LE(in_flight_max, std::min(stages - s, microbatches));
-      }
-    }
-  }
-}
-
 TEST(PlanFile, RoundTripThroughJsonAndFile) {
   const Plan plan = MakePlan(3, 5);
   const Json json = ToJson(plan);
@@ -121,6 +84,42 @@ TEST(PlanFile, RoundTripThroughJsonAndFile) {
   std::filesystem::remove_all(dir);
 }
 
+// Files written before chunks existed (kareus.plan/1) read as the same plan; they may only be
+// 1F1B, and a chunk field there is not part of the format (ignored).
+TEST(PlanFile, ReadsVersion1Files) {
+  Json json = ToJson(MakePlan(2, 3));
+  json["format"] = "kareus.plan/1";
+  for (Json& stage : json["stages"]) {
+    for (Json& instruction : stage["instructions"]) instruction.erase("chunk");
+  }
+  const Plan plan = PlanFromJson(json);
+  EXPECT_EQ(ToJson(plan), ToJson(MakePlan(2, 3)));
+  Json gpipe = json;
+  gpipe["schedule"] = "gpipe";
+  EXPECT_THAT(PlanError(gpipe), HasSubstr("must be \"1f1b\" in a kareus.plan/1 file"));
+}
+
+// GPipe plans (version 2) follow GPipe's order: every forward, then every backward.
+TEST(PlanFile, GPipePlansFollowTheirOrder) {
+  Plan plan = MakePlan(2, 3);
+  plan.schedule = ScheduleKind::kGPipe;
+  for (PlannedStage& stage : plan.stages) {
+    std::stable_partition(stage.instructions.begin(), stage.instructions.end(),
+                          [](const PlannedInstruction& i) { return i.kind == Direction::kForward; });
+    std::stable_sort(stage.instructions.begin(), stage.instructions.end(),
+                     [](const PlannedInstruction& a, const PlannedInstruction& b) {
+                       return a.kind == b.kind && a.microbatch < b.microbatch;
+                     });
+  }
+  const Plan parsed = PlanFromJson(ToJson(plan));
+  EXPECT_EQ(parsed.schedule, ScheduleKind::kGPipe);
+  EXPECT_EQ(ToJson(parsed)["schedule"], "gpipe");
+  // The 1F1B order is not a GPipe order.
+  Json wrong = ToJson(MakePlan(2, 3));
+  wrong["schedule"] = "gpipe";
+  EXPECT_THAT(PlanError(wrong), HasSubstr("GPipe order of stage 0 of 2 with 3 microbatches"));
+}
+
 TEST(PlanFile, OptionalFieldsTakeTheirDefaults) {
   Json json = ToJson(MakePlan(1, 2));
   json.erase("workload");
@@ -135,7 +134,7 @@ TEST(PlanFile, OptionalFieldsTakeTheirDefaults) {
   json["stages"][0].erase("gpus");
   json["future_field"] = 42;  // ignored within the same version
   const Plan plan = PlanFromJson(json);
-  EXPECT_EQ(plan.schedule, "1f1b");
+  EXPECT_EQ(plan.schedule, ScheduleKind::k1F1B);
   EXPECT_EQ(plan.stages[0].gpus, 1);
   EXPECT_EQ(plan.stages[0].instructions[0].mode, ExecutionMode::kSequential);
   EXPECT_TRUE(plan.stages[0].instructions[0].partitions.empty());
@@ -143,11 +142,11 @@ TEST(PlanFile, OptionalFieldsTakeTheirDefaults) {
 
 TEST(PlanFile, WrongFormatOrVersionIsRejectedByName) {
   Json json = ToJson(MakePlan(2, 2));
-  json["format"] = "kareus.plan/2";
-  EXPECT_THAT(PlanError(json), HasSubstr("unsupported version 2"));
-  EXPECT_THAT(PlanError(json), HasSubstr("kareus.plan/1"));
+  json["format"] = "kareus.plan/3";
+  EXPECT_THAT(PlanError(json), HasSubstr("unsupported version 3"));
+  EXPECT_THAT(PlanError(json), HasSubstr("kareus.plan/2 and kareus.plan/1"));
   json["format"] = "kareus.frontier/1";
-  EXPECT_THAT(PlanError(json), HasSubstr("expected kareus.plan/1"));
+  EXPECT_THAT(PlanError(json), HasSubstr("expected kareus.plan/2"));
   json.erase("format");
   EXPECT_THAT(PlanError(json), HasSubstr("format = (missing): required field"));
   EXPECT_THAT(PlanError(Json::array()), HasSubstr("must be a JSON object"));
@@ -163,7 +162,9 @@ TEST(PlanFile, FieldRulesAreNamed) {
   const std::vector<Case> cases{
       {"/num_microbatches", 0, "num_microbatches = 0: must be >= 1"},
       {"/num_microbatches", 2.5, "num_microbatches = 2.5: must be an integer"},
-      {"/schedule", "gpipe", "schedule = gpipe"},
+      {"/schedule", "zero-bubble", "schedule = zero-bubble: must be \"1f1b\" or \"gpipe\""},
+      {"/stages/0/instructions/1/chunk", -1, "stages[0].instructions[1].chunk = -1: must be >= 0"},
+      {"/stages/0/instructions/1/chunk", 1, "expects forward 1 here"},
       {"/stages", Json::array(), "at least one stage"},
       {"/stages/1/stage", 0, "stages[1].stage = 0: stages must be numbered 0..1"},
       {"/stages/0/gpus", 0, "stages[0].gpus = 0: must be >= 1"},

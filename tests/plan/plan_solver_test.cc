@@ -210,17 +210,26 @@ TEST(SolveProfile, WritesPlansFrontierAndSampledPlans) {
   EXPECT_EQ(scheds.files[0].filename(), "scheds_pipeline_00000.py");
 }
 
-TEST(SolvePlans, UnwritablePlanWritesNothing) {
-  // plan.json files hold 1F1B plans only: a GPipe solve is rejected before any file exists.
+TEST(SolvePlans, GPipeSolveWritesGPipePlans) {
+  // Plan files (kareus.plan/2) carry the schedule: a GPipe solve writes plans in GPipe order
+  // that read back as GPipe plans.
   const fs::path dir = TempDir("gpipe");
   WriteText(dir / "profile.csv", ProfileCsv(2));
-  PlanProblem problem{.schedule = pipeline::ScheduleKind::kGPipe,
+  PlanProblem problem{.schedule = ScheduleKind::kGPipe,
                       .num_microbatches = 4,
                       .stages = ReadPerseusProfile(dir / "profile.csv", 2)};
   const PlanResult result = SolvePlans(problem, {.p_static_w = 85.0});
   ASSERT_FALSE(result.solve.points.empty());
-  EXPECT_THROW(WriteSolveOutputs(dir / "out", problem, result), InputError);
-  EXPECT_FALSE(fs::exists(dir / "out"));
+  const WrittenFiles files = WriteSolveOutputs(dir / "out", problem, result);
+  const Plan plan = ReadPlanFile(files.plan);
+  EXPECT_EQ(plan.schedule, ScheduleKind::kGPipe);
+  for (const PlannedStage& stage : plan.stages) {
+    for (int i = 0; i < 8; ++i) {
+      EXPECT_EQ(stage.instructions[i].kind, i < 4 ? Direction::kForward : Direction::kBackward);
+      EXPECT_EQ(stage.instructions[i].microbatch, i % 4);
+    }
+  }
+  fs::remove_all(dir);
 }
 
 TEST(Export, SchedsTextUsesPublishedConfigStrings) {
@@ -229,11 +238,11 @@ TEST(Export, SchedsTextUsesPublishedConfigStrings) {
   plan.num_microbatches = 1;
   plan.stages.push_back({.stage = 0, .gpus = 8, .instructions = {}});
   plan.stages[0].instructions.push_back(
-      {.kind = InstructionKind::kForward, .microbatch = 0, .freq_mhz = 1410,
+      {.kind = schedule::Direction::kForward, .microbatch = 0, .freq_mhz = 1410,
        .mode = ExecutionMode::kNanobatched,
        .partitions = {{"fwd_attn", 12, "rope_0"}, {"fwd_mlp", 6, "norm_0"}}});
   plan.stages[0].instructions.push_back(
-      {.kind = InstructionKind::kBackward, .microbatch = 0, .freq_mhz = 1260, .partitions = {}});
+      {.kind = schedule::Direction::kBackward, .microbatch = 0, .freq_mhz = 1260, .partitions = {}});
   const std::string text = KareusSchedsText(plan);
   EXPECT_THAT(text, ::testing::HasSubstr(
                         "[('forward', 'rope_0-none-12-1024', 'norm_0-none-6-1024'), ('backward',)]"));

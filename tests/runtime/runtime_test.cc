@@ -62,8 +62,8 @@ class RuntimeTest : public ::testing::Test {
   static void RunStep(PlanExecutor& executor, int stage, int num_stages = kStages,
                       int num_microbatches = kMicrobatches) {
     executor.OnStepBegin();
-    for (const auto& slot : plan::OneFOneBOrder(num_stages, stage, num_microbatches)) {
-      const char* kind = plan::ToString(slot.kind);
+    for (const auto& slot : schedule::StageOrder(schedule::ScheduleKind::k1F1B, num_stages, stage, num_microbatches)) {
+      const char* kind = schedule::ToString(slot.kind);
       executor.OnInstructionBegin(kind);
       executor.OnInstructionEnd(kind);
     }
@@ -255,10 +255,10 @@ void KillChildAndCheckReset(const std::filesystem::path& plan_path,
       bool told = false;
       while (true) {
         executor.OnStepBegin();
-        for (const auto& slot : plan::OneFOneBOrder(kStages, 0, kMicrobatches)) {
-          executor.OnInstructionBegin(plan::ToString(slot.kind));
+        for (const auto& slot : schedule::StageOrder(schedule::ScheduleKind::k1F1B, kStages, 0, kMicrobatches)) {
+          executor.OnInstructionBegin(schedule::ToString(slot.kind));
           std::this_thread::sleep_for(std::chrono::microseconds(200));
-          executor.OnInstructionEnd(plan::ToString(slot.kind));
+          executor.OnInstructionEnd(schedule::ToString(slot.kind));
         }
         executor.OnStepEnd();
         if (!told) {
@@ -494,7 +494,7 @@ TEST_F(RuntimeTest, KnobsOfTheCurrentInstruction) {
   EXPECT_EQ(attn->sms, 9);
   EXPECT_EQ(attn->slot, "rope_0");
   EXPECT_FALSE(executor.Knobs("bwd_mlp").has_value());
-  EXPECT_EQ(executor.current_instruction().mode, plan::ExecutionMode::kNanobatched);
+  EXPECT_EQ(executor.current_instruction().mode, schedule::ExecutionMode::kNanobatched);
   executor.OnInstructionEnd("forward");
   executor.OnInstructionBegin("backward");
   EXPECT_FALSE(executor.Knobs("fwd_attn").has_value());  // sequential backward: defaults
@@ -596,11 +596,11 @@ TEST_F(RuntimeTest, StragglerSwapTakesEffectAtTheStepBoundary) {
   EXPECT_EQ(choice.point_index, 1);
   EXPECT_TRUE(executor.swap_pending());
   // The rest of this step still runs the old plan.
-  const auto order = plan::OneFOneBOrder(kStages, 0, kMicrobatches);
+  const auto order = schedule::StageOrder(schedule::ScheduleKind::k1F1B, kStages, 0, kMicrobatches);
   for (size_t i = 1; i < order.size(); ++i) {
-    executor.OnInstructionBegin(plan::ToString(order[i].kind));
+    executor.OnInstructionBegin(schedule::ToString(order[i].kind));
     EXPECT_EQ(executor.current_instruction().freq_mhz, testing::TestClockMhz(0, static_cast<int>(i)));
-    executor.OnInstructionEnd(plan::ToString(order[i].kind));
+    executor.OnInstructionEnd(schedule::ToString(order[i].kind));
   }
   executor.OnStepEnd();
   EXPECT_FALSE(executor.swap_pending());
@@ -632,6 +632,18 @@ TEST_F(RuntimeTest, StragglerSwapFindsPlansByIndexAsKareusRunWritesThem) {
   EXPECT_EQ(choice.plan_path, folder / "plans/plan_00003.json");
   executor.OnInstructionBegin("forward");
   EXPECT_EQ(executor.current_instruction().freq_mhz, testing::TestClockMhz(1, 0) - 150);
+}
+
+TEST(RuntimeOptions, ValidateNamesTheField) {
+  EXPECT_FALSE(FrequencyControllerOptions{}.Validate());
+  EXPECT_FALSE(PlanExecutorOptions{}.Validate());
+  EXPECT_FALSE(EnergyMonitorOptions{}.Validate());
+  EXPECT_EQ(FrequencyControllerOptions{.gpu = -1}.Validate()->field, "gpu");
+  EXPECT_EQ(PlanExecutorOptions{.stage = -2}.Validate()->field, "stage");
+  const EnergyMonitorOptions twice{.gpus = {0, 0}};
+  EXPECT_EQ(twice.Validate()->rule, "each GPU may be listed once");
+  const EnergyMonitorOptions never{.gpus = {}, .power_poll_period_s = 0.0};
+  EXPECT_EQ(never.Validate()->field, "power_poll_period_s");
 }
 
 TEST(NvmlIndexForCudaDevice, FollowsCudaVisibleDevices) {

@@ -36,13 +36,13 @@ inline plan::Plan MakeTestPlan(int num_stages, int num_microbatches, int offset_
   for (int s = 0; s < num_stages; ++s) {
     plan::PlannedStage stage{.stage = s, .gpus = 1, .instructions = {}};
     int i = 0;
-    for (const auto& slot : plan::OneFOneBOrder(num_stages, s, num_microbatches)) {
+    for (const auto& slot : schedule::StageOrder(schedule::ScheduleKind::k1F1B, num_stages, s, num_microbatches)) {
       plan::PlannedInstruction instruction{.kind = slot.kind, .microbatch = slot.microbatch,
                                            .freq_mhz = TestClockMhz(s, i) - offset_mhz,
-                                           .mode = plan::ExecutionMode::kSequential,
+                                           .mode = schedule::ExecutionMode::kSequential,
                                            .partitions = {}, .time_s = 0.1, .energy_j = 1.0};
-      if (slot.kind == plan::InstructionKind::kForward) {
-        instruction.mode = plan::ExecutionMode::kNanobatched;
+      if (slot.kind == schedule::Direction::kForward) {
+        instruction.mode = schedule::ExecutionMode::kNanobatched;
         instruction.partitions = {{.type = "fwd_attn", .sms = 8 + s, .slot = "rope_0"},
                                   {.type = "fwd_mlp", .sms = 4 + i % 3, .slot = "norm_0"}};
       }

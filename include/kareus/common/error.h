@@ -41,6 +41,29 @@ std::string Describe(const T& value) {
   throw InputError(field + " = " + value + ": " + rule);
 }
 
+// What an Options struct's Validate() reports (as Ceres's Solver::Options::IsValid): the field
+// (its name in the struct, dotted for nested structs: "profile.budget_fraction"), the value
+// found and the rule it breaks. Callers map field names to their own vocabulary (the CLI to its
+// flags) and raise an InputError.
+struct OptionError {
+  std::string field;
+  std::string value;
+  std::string rule;
+
+  // Prefixes the field with the name of the struct that holds it ("profile" + "budget").
+  OptionError Nested(const std::string& parent) const {
+    return {parent + "." + field, value, rule};
+  }
+  // "field = value: rule"
+  std::string Message() const { return field + " = " + value + ": " + rule; }
+};
+
+// Throws InputError for an invalid option; nothing for nullopt-like empty results.
+template <typename OptionalError>
+void ThrowIfInvalid(const OptionalError& error) {
+  if (error) throw InputError(error->Message());
+}
+
 namespace internal {
 
 // Collects the message of a failed KAREUS_CHECK and aborts when destroyed.

@@ -7,22 +7,24 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "kareus/common/error.h"
 #include "kareus/common/json.h"
 #include "kareus/hw/gpu_spec.h"
+#include "kareus/measure/types.h"
+#include "kareus/schedule/schedule.h"
 #include "kareus/workload/ops.h"
 #include "kareus/workload/workload.h"
 
 namespace kareus::emulator {
 
-// Knobs of one partition: the locked clock, the comm kernel's SMs and its launch slot.
-struct PartitionKnobs {
-  int freq_mhz = 0;
-  int sms = 0;
-  std::string slot;  // a slot name of the partition ("norm_0", ...)
-};
+// The emulator speaks the backend-neutral knob types of measure/ (kareus/measure/types.h).
+using measure::InstructionKnobs;
+using measure::PartitionKnobs;
+using schedule::ExecutionMode;
 
 // Noise-free result of one simulated execution, per GPU.
 struct SimResult {
@@ -48,27 +50,11 @@ SimResult SimulatePartition(const hw::GpuSpec& gpu, const workload::PartitionTyp
 SimResult SimulateSequential(const hw::GpuSpec& gpu, const std::vector<workload::Op>& ops,
                              int freq_mhz, int collective_sms);
 
-enum class ExecutionMode { kNanobatched, kSequential };
-
-// Knobs of a whole instruction: one clock, the execution mode, and (nanobatched) the comm
-// knobs of every tunable partition type by name. Non-tunable (trailing) partitions use their
-// fixed knobs; types missing from `partitions` use the library default (GPU's
-// interconnect.library_default_sms, launched at the first slot).
-struct InstructionKnobs {
-  int freq_mhz = 0;
-  ExecutionMode mode = ExecutionMode::kNanobatched;
-  struct Comm {
-    int sms = 0;
-    std::string slot;
-  };
-  std::map<std::string, Comm> partitions;
-};
-
 // Simulates stage `stage`'s forward or backward instruction end to end (its partitions in
 // order, or its sequential kernels, plus the non-partition work), the ground truth that
 // composition is checked against.
 SimResult SimulateInstruction(const workload::WorkloadModel& model, int stage,
-                              workload::Direction direction, const InstructionKnobs& knobs);
+                              schedule::Direction direction, const InstructionKnobs& knobs);
 
 // Measurement emulation: what a profiler would read on a real GPU under the published protocol
 // (clock settle + measurement window + cool-down), with seeded multiplicative noise.
@@ -80,6 +66,9 @@ struct MeasurementOptions {
   double window_s = 5.0;        // measurement window
   double cooldown_s = 5.0;      // thermal cool-down after the window
   bool noise_free = false;      // oracle path: return the simulation exactly
+
+  // The first invalid field, its value and the rule; nullopt when every field is usable.
+  std::optional<OptionError> Validate() const;
 };
 
 struct Measurement {
@@ -116,7 +105,6 @@ InstructionKnobs DefaultInstructionKnobs(const workload::WorkloadModel& model, i
 // {time_s, energy_j, static_energy_j, dynamic_energy_j, avg_power_w, effective_freq_mhz,
 // compute_busy_s, comm_busy_s, overlap_s}: the `kareus simulate --json` fields.
 Json ToJson(const SimResult& result);
-const char* ToString(ExecutionMode mode);  // "nanobatched", "sequential"
 
 // One point of an exhaustive sweep.
 struct SweepPoint {

@@ -1,7 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
-// Where measurements come from: the Backend interface (the emulator today, a real GPU later)
-// and the emulator backend. A backend measures a batch of configurations of one partition
-// type and accounts the cost in GPU-seconds (DESIGN.md §6, reference/kareus-official.md §3.7).
+// Where measurements come from: the Backend interface, the only source of measurements of a
+// planner (DESIGN.md §6, reference/kareus-official.md §3.7). A backend measures what planning
+// needs — batches of partition configurations (profiling), whole instructions (clock sweeps,
+// library-default runs, the evaluation of plans) and the fixed work outside the partitions —
+// and accounts its cost in GPU-seconds. The emulator is one backend
+// (kareus/measure/emulator_backend.h); a real GPU is another; tests bring their own.
 #pragma once
 
 #include <cstdint>
@@ -10,30 +13,32 @@
 #include <string>
 #include <vector>
 
-#include "kareus/emulator/emulator.h"
 #include "kareus/hw/gpu_spec.h"
+#include "kareus/measure/types.h"
+#include "kareus/schedule/schedule.h"
 #include "kareus/workload/ops.h"
 
 namespace kareus::measure {
 
-// Knobs of one partition execution: locked clock, comm-kernel SMs, launch slot.
-using Knobs = emulator::PartitionKnobs;
+// Called once per request as soon as its measurement exists, so that a caller can commit it
+// before the next one is taken (a killed run then loses at most one measurement).
+using SampleCallback = std::function<void(std::size_t index, const Sample& sample)>;
 
-// One measured execution of a partition, per GPU (published: energy is the per-GPU average of
-// the ranks, time the max; reference/kareus-official.md §3.1).
-struct Sample {
-  double time_s = 0.0;
-  double energy_j = 0.0;            // total
-  double static_energy_j = 0.0;     // P_static x time_s
-  double dynamic_energy_j = 0.0;    // energy_j - static_energy_j ("effective" energy)
-  double realized_freq_mhz = 0.0;   // time-weighted clock actually sustained
-  double gpu_seconds = 0.0;         // cost of taking this measurement on one GPU
-  bool noise_free = false;          // exact (oracle) value rather than a noisy reading
+// One whole forward or backward instruction of a stage, run with `knobs`.
+struct InstructionRequest {
+  int stage = 0;
+  schedule::Direction direction = schedule::Direction::kForward;
+  InstructionKnobs knobs;
 };
 
-// Called once per configuration as soon as its measurement exists, so that a caller can
-// commit it before the next one is taken (a killed run then loses at most one measurement).
-using SampleCallback = std::function<void(std::size_t index, const Sample& sample)>;
+// The fixed work of one instruction at one clock (workload::FixedWorkOps): the kernels outside
+// the transformer block plus the partitions that carry no collective, run back to back, as the
+// published non-partition profiles measure them (reference/kareus-official.md §1.8).
+struct FixedWorkRequest {
+  int stage = 0;
+  schedule::Direction direction = schedule::Direction::kForward;
+  int freq_mhz = 0;
+};
 
 class Backend {
  public:
@@ -46,22 +51,41 @@ class Backend {
   // Static power of the energy split (P_static): total = dynamic + P_static x time.
   virtual double StaticPowerW() const { return Gpu().power.static_w; }
   virtual bool NoiseFree() const = 0;
+  // Seconds charged once per batch (process start, communicators, a warm-up run), per GPU of
+  // the batch's group; part of GpuSeconds().
+  virtual double BatchOverheadSeconds() const { return 0.0; }
 
   // Measures `batch` of `partition`, in order, calling `on_sample` for each as it arrives.
-  // Knobs are validated (InputError). Costs are added to GpuSeconds().
+  // Knobs are validated (InputError). A sample occupies the GPUs of the partition's collective.
   virtual void MeasureBatch(const workload::PartitionType& partition,
-                            const std::vector<Knobs>& batch, const SampleCallback& on_sample) = 0;
+                            const std::vector<PartitionKnobs>& batch,
+                            const SampleCallback& on_sample) = 0;
 
-  // A noise-free twin for oracle baselines, or nullptr when the backend cannot provide one
-  // (a real GPU has no noise-free reading).
+  // Measures whole instructions of `model` (one stage replica: TP x CP GPUs).
+  virtual void MeasureInstructions(const workload::WorkloadModel& model,
+                                   const std::vector<InstructionRequest>& batch,
+                                   const SampleCallback& on_sample) = 0;
+
+  // Measures the fixed work of instructions of `model` (one stage replica). A request whose
+  // fixed work has no kernel is a caller error (check workload::FixedWorkOps first).
+  virtual void MeasureFixedWork(const workload::WorkloadModel& model,
+                                const std::vector<FixedWorkRequest>& batch,
+                                const SampleCallback& on_sample) = 0;
+
+  // A noise-free twin for the oracle and the evaluation of plans, or nullptr when the backend
+  // cannot provide one (a real GPU has no noise-free reading).
   virtual std::unique_ptr<Backend> NoiseFreeTwin() const { return nullptr; }
 
-  // Convenience: the whole batch as a vector.
+  // Convenience: a whole batch as a vector.
   std::vector<Sample> MeasureAll(const workload::PartitionType& partition,
-                                 const std::vector<Knobs>& batch);
+                                 const std::vector<PartitionKnobs>& batch);
+  std::vector<Sample> MeasureAll(const workload::WorkloadModel& model,
+                                 const std::vector<InstructionRequest>& batch);
+  std::vector<Sample> MeasureAll(const workload::WorkloadModel& model,
+                                 const std::vector<FixedWorkRequest>& batch);
 
-  double GpuSeconds() const { return gpu_seconds_; }    // all measurements + warm-ups so far
-  int64_t Measurements() const { return measurements_; }  // configurations measured so far
+  double GpuSeconds() const { return gpu_seconds_; }      // measurements + batch overheads
+  int64_t Measurements() const { return measurements_; }  // requests measured so far
 
  protected:
   void Account(double gpu_seconds, int64_t measurements) {
@@ -74,20 +98,18 @@ class Backend {
   int64_t measurements_ = 0;
 };
 
-struct EmulatorBackendOptions {
-  emulator::MeasurementOptions measurement;  // noise and protocol (noise_free for the oracle)
-  uint64_t seed = 1;           // noise stream; a configuration's reading depends on (seed, key)
-  double batch_warmup_s = 10.0;  // per batch: process start, communicator, warm-up run
-                                 // (published: one torch spawn per batch, §3.7); GPU-seconds
-  std::string workload_signature;  // part of every measurement's noise key
-};
+// Makes the backend of one workload: what the CLI's --backend chooses, what `kareus run` and
+// `kareus evaluate` call once per workload. `seed` is the run's root seed (noise streams).
+using BackendFactory = std::function<std::unique_ptr<Backend>(const workload::WorkloadModel& model,
+                                                              uint64_t seed)>;
 
-// The embedded emulator as a measurement backend (DESIGN.md §5).
-std::unique_ptr<Backend> MakeEmulatorBackend(const hw::GpuSpec& gpu,
-                                             const EmulatorBackendOptions& options);
+// GPUs one measurement of each kind occupies: a partition's collective group, an
+// instruction's stage replica (TP x CP).
+int PartitionGpus(const workload::PartitionType& partition);
+int InstructionGpus(const workload::WorkloadModel& model);
 
 // A stable 64-bit key of (workload signature, partition, knobs): the emulator's noise key.
 uint64_t ConfigurationKey(const std::string& workload_signature, const std::string& partition,
-                          const Knobs& knobs);
+                          const PartitionKnobs& knobs);
 
 }  // namespace kareus::measure

@@ -27,7 +27,7 @@ struct StoreIdentity {
 
 struct StoredMeasurement {
   std::string partition;
-  Knobs knobs;
+  PartitionKnobs knobs;
   Sample sample;
 };
 
@@ -45,10 +45,10 @@ class MeasurementStore {
   MeasurementStore(const MeasurementStore&) = delete;
   MeasurementStore& operator=(const MeasurementStore&) = delete;
 
-  std::optional<Sample> Find(const std::string& partition, const Knobs& knobs) const;
+  std::optional<Sample> Find(const std::string& partition, const PartitionKnobs& knobs) const;
   // Inserts and commits one measurement (durable when this returns). A configuration already
   // present is a caller bug (it should have been found): EnvironmentError.
-  void Insert(const std::string& partition, const Knobs& knobs, const Sample& sample);
+  void Insert(const std::string& partition, const PartitionKnobs& knobs, const Sample& sample);
 
   int64_t Count() const;                              // all rows
   int64_t Count(const std::string& partition) const;  // rows of one partition type

@@ -35,11 +35,17 @@ std::optional<double> IsoEnergyTimeReduction(const std::vector<TimeEnergy>& refe
 // Energy saving of `method` over `reference` at equal time. Each frontier is the staircase
 // "least energy of a plan no slower than t" (what a user gets by picking the best plan that
 // meets a deadline t), defined from the frontier's fastest time on; both are sampled on a fine
-// grid over the range where both are defined and at least one has a plan of its own:
-// [max(fastest times), max(slowest times)].
+// grid over the deadlines where both are defined and at least one has a plan of its own:
+// [max(fastest times), max(slowest times)] — the deadlines compared. That is not the overlap of
+// the two frontiers' time ranges, [max(fastest), min(slowest)]: past a frontier's slowest plan
+// its staircase stays at its least energy. `ranges_overlap` says whether that overlap is
+// non-empty (false: one method is entirely faster than the other; the comparison then rests on
+// the faster one's cheapest plan).
 struct InterpolatedSaving {
-  bool overlap = false;          // false when either frontier is empty
-  double range_begin_s = 0.0;
+  bool overlap = false;          // the comparison is defined (false when a frontier is empty)
+  bool ranges_overlap = false;   // the two frontiers' time ranges intersect
+  double range_begin_s = 0.0;    // the deadlines compared
+
   double range_end_s = 0.0;
   double mean_percent = 0.0;     // mean of 100 (E_ref(t) - E_m(t)) / E_ref(t)
   double max_percent = 0.0;      // largest saving

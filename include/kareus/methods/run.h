@@ -1,22 +1,18 @@
 // SPDX-License-Identifier: Apache-2.0
 // `kareus run`: one flow from a workload to plans, the time-energy frontier of every method and
-// the published comparison (DESIGN.md §1, §8). Methods are strategies over the same flow; they
-// differ only in which knobs they may choose:
+// the published comparison (DESIGN.md §1, §8). Methods are entries of a table of traits
+// (methods/method.h); the flow is the same for all:
 //
-//   method                execution                   clock               comm SMs / launch
-//   megatron              sequential                  default             library default
-//   nanobatching          2 nanobatches               default             library default, at start
-//   perseus               sequential                  per instruction     library default
-//   nanobatching+perseus  2 nanobatches               per instruction     library default, at start
-//   kareus                nanobatched or sequential   per instruction     per partition type, profiled
-//   kareus-oracle         as kareus, from exhaustive noise-free partition frontiers (diagnostic)
-//
-// Every method's plans are finally "run" on the emulated cluster: each instruction the plan
-// chose is simulated end to end (noise-free), the pipeline DAG gives the iteration time, and
-// energy is summed over all GPUs. Those are the numbers every table reports; the planner's own
-// predictions are kept beside them only as diagnostics.
+//   1. measure: through the workload's measure::Backend only (the emulator, a real GPU, a test
+//      double) — partition profiling (mobo/), the exhaustive sweep (oracle), whole-instruction
+//      clock sweeps, the fixed work outside the partitions;
+//   2. compose per-instruction options (plan/compose.h) and solve the pipeline frontier;
+//   3. evaluate every frontier plan (methods/evaluator.h): each instruction a plan uses is run
+//      with the plan's knobs and the DAG gives the iteration time; energy over all GPUs;
+//   4. summarize (methods/summary.h) and write the files.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <filesystem>
 #include <map>
@@ -25,46 +21,50 @@
 #include <vector>
 
 #include "kareus/common/context.h"
-#include "kareus/common/json.h"
-#include "kareus/emulator/emulator.h"
+#include "kareus/common/error.h"
+#include "kareus/measure/backend.h"
+#include "kareus/methods/evaluator.h"
+#include "kareus/methods/method.h"
+#include "kareus/methods/summary.h"
 #include "kareus/mobo/profiler.h"
 #include "kareus/pipeline/solver.h"
-#include "kareus/plan/plan_file.h"
 #include "kareus/plan/solve.h"
 #include "kareus/workload/ops.h"
 
 namespace kareus::methods {
 
-enum class Method { kMegatron, kNanobatching, kPerseus, kNanobatchingPerseus, kKareus, kKareusOracle };
-const char* ToString(Method method);  // "megatron", ..., "nanobatching+perseus", "kareus-oracle"
-const char* Label(Method method);     // "Megatron-LM", ..., "Kareus (oracle)"
-Method MethodFromString(const std::string& text);  // InputError listing the names
-std::vector<Method> DefaultMethods();              // the five; not the oracle
-
 struct RunOptions {
-  std::vector<Method> methods = DefaultMethods();
+  std::vector<MethodSpec> methods = DefaultMethods();  // in table order
   mobo::ProfileOptions profile;  // Kareus's partition profiler (budget, surrogate, store, ...)
-  emulator::MeasurementOptions measurement;  // instruction clock sweeps (Perseus-style profiling)
-  double unit_time_s = 1e-3;     // solver time quantum
+  double unit_time_s = 1e-3;     // solver time quantum, s (Perseus's default 1 ms)
   double compose_epsilon = 0.0;  // epsilon-thinning of composed partial sums (0 = exact)
+  EvaluationMode evaluation = EvaluationMode::kAuto;  // how finished plans are evaluated
   bool quiet = false;            // no progress on the terminal
+
+  // The first invalid field (nested: "profile.budget_fraction"), its value and the rule.
+  std::optional<OptionError> Validate() const;
 };
 
 struct MethodResult {
-  Method method = Method::kKareus;
+  MethodSpec method;
   plan::PlanProblem problem;  // every instruction's options (predicted costs) as the solver saw them
   plan::PlanResult solved;    // the solver's frontier, slowest first (predicted costs), and the
                               // published 10-plan sample (solved.sampled)
-  // Per frontier point (same order): the plan run on the emulated cluster. Tables and files
-  // report these; the solver's predictions stay in solved.solve.points[i].cost.
-  std::vector<pipeline::Evaluation> measured;
-  double profiling_gpu_seconds = 0.0;   // measurement cost of the method's profiling
-  int64_t measurements = 0;
+  // Per frontier point (same order): the plan as evaluated (or, when plans are not evaluated,
+  // as predicted). Tables and files report these; predictions stay in solved.solve.points.
+  std::vector<pipeline::Evaluation> evaluated;
+  // The evaluated duration and energy of every instruction option some frontier plan uses,
+  // per stage: [stage][0 forward | 1 backward][option index].
+  std::vector<std::array<std::map<int, measure::Sample>, 2>> option_evaluations;
+  double profiling_gpu_seconds = 0.0;   // cost of every measurement the plans rest on
+  int64_t measurements = 0;             // configurations and instructions measured
+  double evaluation_gpu_seconds = 0.0;  // cost of evaluating the plans
   std::map<std::string, double> phase_wall_s;  // "profile", "compose", "solve", "evaluate"
-  std::optional<mobo::ProfileSummary> profile;  // partition profiling (kareus)
+  std::optional<mobo::ProfileSummary> profile;  // partition profiling (profiled methods)
   std::string note;                     // e.g. why a method fell back to sequential execution
 
-  std::size_t Fastest() const { return measured.size() - 1; }
+  // The plan with the lowest evaluated time (ties: lower energy).
+  std::size_t Fastest() const;
   const std::vector<int>& Choice(std::size_t point) const { return solved.solve.points[point].choice; }
 };
 
@@ -72,22 +72,29 @@ struct RunResult {
   workload::WorkloadModel model;
   RunOptions options;
   uint64_t seed = 0;
+  std::string backend;    // measure::Backend::Description()
+  std::string evaluator;  // Evaluator::Description()
+  bool evaluated = true;  // false: tables carry predictions ("not evaluated")
   std::vector<MethodResult> methods;
-  Json summary;  // summary.json (format "kareus.summary/1")
+  RunSummary summary;     // summary.json (ToJson(summary))
 };
 
-// Runs every requested method on `workload`. Input errors (budgets, names) throw InputError
-// before anything is measured.
+// Runs every requested method on `workload`, measuring with the backend `make_backend` makes
+// for it (measure::EmulatorBackendFactory() for the built-in emulator). Options, budgets and
+// names are checked before anything is measured (InputError).
 RunResult RunWorkload(const workload::Workload& workload, const RunOptions& options,
-                      const Context& context);
+                      const measure::BackendFactory& make_backend, const Context& context);
 
-// The plan of frontier point `point` of `method` (instructions in 1F1B order with their knobs
-// and predicted costs; the iteration cost as measured on the emulated cluster).
+// The plan of frontier point `point` of `method` (instructions in schedule order with their
+// knobs and predicted costs; the iteration cost as evaluated).
 plan::Plan MakePlan(const MethodResult& method, std::size_t point);
 
-// Writes, atomically: summary.json, report.html, and for the main method (kareus if run, else
-// the last one) plan.json (fastest plan), frontier.json (every point) and plans/ (the sampled
-// plans plus the fastest); every method's files also under methods/<method>/.
+// The main method of a run: kareus when it ran, else the last method.
+const MethodResult& MainMethod(const RunResult& run);
+
+// Writes, atomically: summary.json, report.html, and for the main method plan.json (fastest
+// plan), frontier.json (every point) and plans/ (the sampled plans plus the fastest); every
+// method's files also under methods/<method>/.
 void WriteRunOutputs(const RunResult& run, const std::filesystem::path& out);
 
 // `kareus evaluate`: several workloads into out/<workload name>/ plus evaluation.json and the
@@ -97,7 +104,8 @@ struct EvaluationResult {
   std::string table; // the combined text table
 };
 EvaluationResult EvaluateWorkloads(const std::vector<std::filesystem::path>& workloads,
-                                   const RunOptions& options, const Context& context,
-                                   const std::filesystem::path& out);
+                                   const RunOptions& options,
+                                   const measure::BackendFactory& make_backend,
+                                   const Context& context, const std::filesystem::path& out);
 
 }  // namespace kareus::methods

@@ -13,7 +13,7 @@
 
 #include "kareus/common/context.h"
 #include "kareus/common/json.h"
-#include "kareus/emulator/emulator.h"
+#include "kareus/common/error.h"
 #include "kareus/measure/backend.h"
 #include "kareus/mobo/acquisition.h"
 #include "kareus/mobo/surrogate.h"
@@ -37,14 +37,17 @@ struct ProfileOptions {
                                    // measured configurations instead of the raw readings
   std::vector<std::string> partitions;  // types to profile (names); empty: all
   std::filesystem::path store;     // SQLite measurement store; empty: measurements not kept
-  emulator::MeasurementOptions measurement;  // emulator backend: noise and protocol
-  double batch_warmup_s = 10.0;    // emulator backend: GPU-seconds of setup per batch
+
+  // The first invalid field (its name here), its value and the rule; nullopt when valid.
+  // Checks the values on their own; budgets against each type's space are checked by
+  // ProfileWorkload before anything is measured.
+  std::optional<OptionError> Validate() const;
 };
 
 // One configuration the profiler evaluated.
 struct Evaluation {
   int64_t index = 0;  // in the partition's SearchSpace
-  measure::Knobs knobs;
+  measure::PartitionKnobs knobs;
   measure::Sample sample;   // as measured
   measure::Sample estimate;  // denoised: the final surrogate's mean at this configuration
                              // (== sample when denoising is off or the type is not tunable)
@@ -55,7 +58,7 @@ struct Evaluation {
 
 // A frontier point: the estimate (denoised) the frontier was selected on, and the reading.
 struct FrontierPoint {
-  measure::Knobs knobs;
+  measure::PartitionKnobs knobs;
   double time_s = 0.0;
   double energy_j = 0.0;          // total
   double dynamic_energy_j = 0.0;  // energy_j - P_static x time_s
@@ -99,13 +102,23 @@ struct PartitionResult {
   std::vector<Evaluation> evaluations;  // in evaluation order
   int64_t measured = 0;             // taken in this run
   int64_t reused = 0;               // found in the store
-  double gpu_seconds = 0.0;         // cost of the measurements taken in this run
+  int batches = 0;                  // measurement batches (the initial design is batch 0)
+  // GPU-seconds (seconds of measurement x GPUs of the collective's group, batch overheads
+  // included): of the measurements taken in this run, and of every measurement the result
+  // rests on, store reuse included (what the profile costs, resumed or not).
+  double gpu_seconds = 0.0;
+  double cost_gpu_seconds = 0.0;
   double hypervolume = 0.0;         // of the measured frontier, reference 1.1 x measured max
   std::vector<double> hypervolume_trace;  // same, after the initial design and each batch
   std::vector<FrontierPoint> frontier;    // (time, total energy), by time ascending
   std::vector<ClockFrontier> clock_frontiers;  // one per clock of the space, descending clock
   std::optional<OracleComparison> oracle;
 };
+
+// How every GPU-hour figure of Kareus is counted (profile, run, evaluate).
+inline constexpr const char* kGpuHoursBasis =
+    "seconds of measurement (settle + window + cool-down, and each batch's warm-up) x GPUs of "
+    "the measured group (a partition: its collective's group; an instruction: TP x CP)";
 
 struct ProfileSummary {
   std::string gpu;
@@ -116,6 +129,7 @@ struct ProfileSummary {
   uint64_t seed = 0;
   std::vector<PartitionResult> partitions;
   double gpu_seconds = 0.0;        // all measurements taken in this run (warm-ups included)
+  double cost_gpu_seconds = 0.0;   // every measurement the frontiers rest on (store included)
   int64_t measurements_taken = 0;
   int64_t measurements_reused = 0;  // read from the store
 
@@ -123,13 +137,10 @@ struct ProfileSummary {
   Json ToJson(bool with_evaluations = false) const;
 };
 
-// Profiles every (selected) partition type of `model` with the embedded emulator backend,
-// seeded by context.seed. Budgets and names are validated before anything is measured
-// (InputError); a store that cannot be used throws EnvironmentError and is left unchanged.
-ProfileSummary ProfileWorkload(const workload::WorkloadModel& model, const ProfileOptions& options,
-                               const Context& context);
-
-// The same with an explicit backend (a real GPU, a test double).
+// Profiles every (selected) partition type of `model` with `backend` (the emulator, a real
+// GPU, a test double), seeded by context.seed. Options and budgets are validated before
+// anything is measured (InputError); a store that cannot be used throws EnvironmentError and
+// is left unchanged. Costs are GPU-seconds: seconds of measurement x GPUs of the group.
 ProfileSummary ProfileWorkload(const workload::WorkloadModel& model, const ProfileOptions& options,
                                measure::Backend& backend, const Context& context);
 

@@ -29,8 +29,8 @@ class SearchSpace {
   const std::vector<std::string>& slots() const { return slots_; }
 
   // Index order: clock-major, then SMs, then slot.
-  measure::Knobs At(int64_t index) const;
-  int64_t IndexOf(const measure::Knobs& knobs) const;  // -1 when not in the space
+  measure::PartitionKnobs At(int64_t index) const;
+  int64_t IndexOf(const measure::PartitionKnobs& knobs) const;  // -1 when not in the space
   int ClockIndex(int64_t index) const { return static_cast<int>(index / (sms_.size() * slots_.size())); }
   int SmIndex(int64_t index) const { return static_cast<int>((index / slots_.size()) % sms_.size()); }
   int SlotIndex(int64_t index) const { return static_cast<int>(index % slots_.size()); }

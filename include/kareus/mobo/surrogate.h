@@ -6,8 +6,11 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "kareus/common/error.h"
 
 namespace kareus::mobo {
 
@@ -38,6 +41,9 @@ struct SurrogateOptions {
   double xgb_colsample = 0.8;
   // Gaussian process: log-marginal-likelihood pattern search in log-hyperparameter space.
   int gp_max_sweeps = 24;  // passes over the hyperparameters before stopping
+
+  // The first invalid field, its value and the rule; nullopt when valid.
+  std::optional<OptionError> Validate() const;
 };
 
 class Surrogate {

@@ -8,8 +8,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <utility>
 #include <vector>
+
+#include "kareus/common/error.h"
 
 namespace kareus::pareto {
 
@@ -46,6 +49,9 @@ std::vector<Point> Thin(const std::vector<Point>& front, double epsilon);
 
 struct SumOptions {
   double epsilon = 0.0;  // epsilon-thinning of the result (see Thin); 0 = exact
+
+  // The first invalid field, its value and the rule; nullopt when valid.
+  std::optional<OptionError> Validate() const;
 };
 
 // The Pareto-filtered min-plus (Minkowski) sum {a_i + b_j}. sources[k] = (i, j): the indices

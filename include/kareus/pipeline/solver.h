@@ -17,10 +17,12 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
-#include "kareus/pipeline/schedule.h"
+#include "kareus/common/error.h"
+#include "kareus/schedule/schedule.h"
 
 namespace kareus::pipeline {
 
@@ -31,7 +33,7 @@ struct Option {
 };
 
 struct Problem {
-  ScheduleKind schedule = ScheduleKind::k1F1B;
+  schedule::ScheduleKind schedule = schedule::ScheduleKind::k1F1B;
   int num_stages = 0;
   int num_microbatches = 0;
   std::vector<std::vector<Option>> forward_options = {};   // [stage] options of every forward
@@ -51,6 +53,9 @@ struct Options {
   double deadline_s = 0.0;    // > 0: only the least-energy plan with iteration time <= this
                               // deadline (one point; below the minimum time: no point and
                               // status kDeadlineInfeasible)
+
+  // The first invalid field, its value and the rule; nullopt when valid.
+  std::optional<OptionError> Validate() const;
 };
 
 inline constexpr int64_t kTicksPerUnit = 1024;
@@ -102,7 +107,7 @@ struct Summary {
 
 struct Result {
   Summary summary;
-  Dag dag;
+  schedule::Dag dag;
   // Pareto-optimal realized points in iteration order: slowest (cheapest) first, fastest last.
   // The plan for a deadline T on the grid is the cheapest point with cost.time_s <= T.
   std::vector<IterationPoint> points;
@@ -111,7 +116,7 @@ struct Result {
 Result Solve(const Problem& problem, const Options& options);
 
 // Time and energy of `choice` (per DAG node option index) on `dag`.
-Evaluation Evaluate(const Problem& problem, const Dag& dag, const std::vector<int>& choice,
+Evaluation Evaluate(const Problem& problem, const schedule::Dag& dag, const std::vector<int>& choice,
                     double p_static_w);
 
 }  // namespace kareus::pipeline

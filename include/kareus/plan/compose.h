@@ -13,9 +13,11 @@
 // transform, so filtering partial sums on effective energy is exact.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "kareus/common/error.h"
 #include "kareus/plan/plan_file.h"
 
 namespace kareus::plan {
@@ -49,6 +51,9 @@ struct ClockInput {
 struct ComposeOptions {
   double p_static_w = 0.0;  // static power per GPU, W (filters on E - P_static * t)
   double epsilon = 0.0;     // epsilon-thinning of partial sums (0 = exact)
+
+  // The first invalid field, its value and the rule; nullopt when valid.
+  std::optional<OptionError> Validate() const;
 };
 
 // One option of the instruction with the knobs that realize it.

@@ -6,9 +6,11 @@
 #pragma once
 
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "kareus/common/error.h"
 #include "kareus/plan/plan_file.h"
 #include "kareus/plan/solve.h"
 
@@ -31,6 +33,9 @@ struct SolveProfileOptions {
   std::filesystem::path out;          // output folder (plan.json, frontier.json, plans/)
   std::string method = "perseus";     // written into the plans
   double deadline_s = 0.0;            // > 0: only the plan for this deadline (plan.json)
+
+  // The first invalid field (its name here), its value and the rule; nullopt when valid.
+  std::optional<OptionError> Validate() const;
 };
 
 struct SolveProfileSummary {
@@ -62,6 +67,8 @@ struct ExportOptions {
   std::filesystem::path plan;   // a plan file, or a folder of plan_NNNNN.json files
   ExportFormat format = ExportFormat::kZeus;
   std::filesystem::path out;    // output folder
+
+  std::optional<OptionError> Validate() const;  // as SolveProfileOptions::Validate
 };
 
 struct ExportSummary {

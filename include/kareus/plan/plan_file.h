@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The plan file (plan.json): what a training job applies at run time. Written by the solver
-// (plan/, methods/), read by the runtime (runtime/). This header depends only on common/ so the
-// runtime library stays small.
+// (plan/, methods/), read by the runtime (runtime/). This header depends only on common/ and
+// the schedule vocabulary so the runtime library stays small.
 #pragma once
 
 #include <filesystem>
@@ -10,19 +10,19 @@
 #include <vector>
 
 #include "kareus/common/json.h"
+#include "kareus/schedule/schedule.h"
 
 namespace kareus::plan {
 
-inline constexpr const char* kPlanFormat = "kareus.plan/1";
+// Version 2 added each instruction's model `chunk` and the GPipe schedule; version 1 files
+// (1F1B, no chunks) are still read.
+inline constexpr const char* kPlanFormat = "kareus.plan/2";
+inline constexpr const char* kPlanFormatV1 = "kareus.plan/1";
 inline constexpr const char* kFrontierFormat = "kareus.frontier/1";
 
-enum class InstructionKind { kForward, kBackward };
-const char* ToString(InstructionKind kind);               // "forward" | "backward"
-InstructionKind InstructionKindFromString(const std::string& text);  // throws InputError
-
-enum class ExecutionMode { kNanobatched, kSequential };
-const char* ToString(ExecutionMode mode);                // "nanobatched" | "sequential"
-ExecutionMode ExecutionModeFromString(const std::string& text);      // throws InputError
+using schedule::Direction;
+using schedule::ExecutionMode;
+using schedule::ScheduleKind;
 
 // The comm-kernel knobs of one partition type inside an instruction (identical for every layer
 // and both nanobatches of that instruction, as in the published runtime).
@@ -33,7 +33,8 @@ struct PartitionKnobs {
 };
 
 struct PlannedInstruction {
-  InstructionKind kind = InstructionKind::kForward;
+  Direction kind = Direction::kForward;
+  int chunk = 0;     // model chunk (virtual stage); 0 unless the schedule interleaves chunks
   int microbatch = 0;
   int freq_mhz = 0;  // locked SM clock for the whole instruction
   ExecutionMode mode = ExecutionMode::kSequential;
@@ -46,7 +47,7 @@ struct PlannedInstruction {
 struct PlannedStage {
   int stage = 0;
   int gpus = 1;  // GPUs running this stage (TP x CP x DP)
-  std::vector<PlannedInstruction> instructions;  // in execution order (1F1B)
+  std::vector<PlannedInstruction> instructions;  // in execution order (schedule::StageOrder)
 };
 
 struct IterationCost {
@@ -59,31 +60,21 @@ struct IterationCost {
 struct Plan {
   std::string method;        // "megatron", "nanobatching", "perseus", "nanobatching+perseus", "kareus", ...
   Json workload;             // the workload this plan was made for (free-form object)
-  std::string schedule = "1f1b";
+  ScheduleKind schedule = ScheduleKind::k1F1B;
   int num_microbatches = 0;
   IterationCost iteration;
   std::vector<PlannedStage> stages;
 };
 
-// One entry of a stage's instruction order: what runs, not how.
-struct ScheduledInstruction {
-  InstructionKind kind = InstructionKind::kForward;
-  int microbatch = 0;
-  bool operator==(const ScheduledInstruction&) const = default;
-};
-
-// The synchronous 1F1B order of `stage` (0-based) among `num_stages` with `num_microbatches`,
-// identical to Megatron-LM's non-interleaved schedule: min(S - s - 1, M) warm-up forwards, then
-// alternating forward/backward, then the cool-down backwards. A plan with schedule "1f1b" must
-// list each stage's instructions in exactly this order (the runtime checks the live loop
-// against it).
-std::vector<ScheduledInstruction> OneFOneBOrder(int num_stages, int stage, int num_microbatches);
+// What runs at a position of a stage's order (not how): the schedule vocabulary's instruction.
+schedule::Instruction Scheduled(const PlannedStage& stage, const PlannedInstruction& instruction);
 
 // Serialization. ToJson writes {"format": kPlanFormat, ...}. FromJson validates everything a
-// runtime relies on and throws InputError naming the field and the rule: format/version,
-// stage numbering 0..S-1, per stage exactly num_microbatches forwards and backwards, in exactly
-// the OneFOneBOrder of the stage (schedule "1f1b", the only one supported), positive clocks,
-// sms >= 1, known kinds and modes, each partition type at most once per instruction.
+// runtime relies on and throws InputError naming the field and the rule: format/version (2, or
+// 1), stage numbering 0..S-1, per stage exactly num_microbatches forwards and backwards, in
+// exactly the schedule::StageOrder of the plan's schedule ("1f1b" or "gpipe"; version 1: 1f1b
+// only), positive clocks, sms >= 1, known kinds and modes, each partition type at most once per
+// instruction.
 // Fields added by a later writer of the same version are ignored; a missing "mode" reads as
 // sequential, missing predictions (time_s, energy_j) as 0.
 Json ToJson(const Plan& plan);

@@ -29,7 +29,7 @@ struct StageOptions {
 struct PlanProblem {
   std::string method = "kareus";        // written into every plan
   Json workload = Json::object();       // free-form description written into every file
-  pipeline::ScheduleKind schedule = pipeline::ScheduleKind::k1F1B;
+  ScheduleKind schedule = ScheduleKind::k1F1B;
   int num_microbatches = 0;
   std::vector<StageOptions> stages = {};
   double p2p_time_s = 0.0;              // transfer time on every cross-stage edge
@@ -39,6 +39,9 @@ struct PlanResult {
   pipeline::Result solve;              // frontier points in iteration order (slowest first)
   double unit_time_s = 0.0;            // the solver's deadline grid spacing
   std::vector<std::size_t> sampled;    // iteration indices of the plans written to plans/
+  std::size_t fastest = 0;             // the point written as plan.json: the lowest time (the
+                                       // last point of a solve; after re-evaluation, wherever
+                                       // the lowest evaluated time is); always in `sampled`
 };
 
 // Solves the frontier; statuses are in solve.summary (an invalid problem gives no points).

@@ -10,10 +10,12 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "kareus/common/error.h"
 #include "kareus/runtime/nvml.h"
 
 namespace kareus::runtime {
@@ -21,6 +23,10 @@ namespace kareus::runtime {
 struct EnergyMonitorOptions {
   std::vector<int> gpus;              // NVML indices to measure; empty: every GPU
   double power_poll_period_s = 0.01;  // power sampling period of the fallback (no counter)
+
+  // The first invalid field, its value and the rule; nullopt when valid (GPU indices are
+  // checked against the machine when the monitor opens them).
+  std::optional<OptionError> Validate() const;
 };
 
 struct EnergyMeasurement {

@@ -10,10 +10,12 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "kareus/common/error.h"
 #include "kareus/runtime/nvml.h"
 
 namespace kareus::runtime {
@@ -28,6 +30,10 @@ struct FrequencyControllerOptions {
   bool coalesce = true;                 // a setter that fell behind applies only the newest clock
   // Receives warnings (permission refused, failed calls), from any thread; default: stderr.
   std::function<void(const std::string&)> warn = nullptr;
+
+  // The first invalid field, its value and the rule; nullopt when valid (the GPU index is
+  // checked against NVML's device count when the controller opens it).
+  std::optional<OptionError> Validate() const;
 };
 
 struct FrequencyControllerStats {

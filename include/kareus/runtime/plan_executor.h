@@ -23,6 +23,10 @@ struct PlanExecutorOptions {
   // Refuse a plan with a clock outside the GPU's supported range (needs a controller whose
   // GPU lists its clocks); in-range clocks are snapped to the nearest supported one anyway.
   bool check_supported_clocks = true;
+
+  // The first invalid field, its value and the rule; nullopt when valid (the stage is checked
+  // against the plan when the executor loads it).
+  std::optional<OptionError> Validate() const;
 };
 
 // The frontier point chosen for a target iteration time (straggler mode).

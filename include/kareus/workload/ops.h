@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kareus/common/json.h"
+#include "kareus/schedule/schedule.h"
 #include "kareus/workload/workload.h"
 
 namespace kareus::workload {
@@ -50,14 +51,11 @@ struct Slot {
   int op_index = 0;  // index into the partition's compute ops
 };
 
-enum class Direction { kForward, kBackward };
-const char* ToString(Direction direction);
-
 // A partition type: the compute of one nanobatch overlapped with the other nanobatch's
 // collective. Shapes are identical for every layer and stage, so one type serves them all.
 struct PartitionType {
   std::string name;                 // "fwd_attn", "bwd_qkv_rs", "fwd_trail", ...
-  Direction direction = Direction::kForward;
+  schedule::Direction direction = schedule::Direction::kForward;
   std::vector<Op> compute_ops;      // one nanobatch (microbatch/2 sequences)
   Op collective;                    // kind == kCollective
   std::vector<Slot> slots;          // every slot of the compute ops, in order
@@ -87,7 +85,7 @@ struct PartitionUse {
 
 // One forward or backward pipeline instruction of a stage.
 struct InstructionModel {
-  Direction direction = Direction::kForward;
+  schedule::Direction direction = schedule::Direction::kForward;
   // Nanobatched execution: the partitions in execution order (indices into partition_types),
   // with a flag telling whether that occurrence carries its collective.
   struct Step {
@@ -123,6 +121,7 @@ struct WorkloadModel {
   std::vector<StageModel> stages;
 
   const PartitionType& Type(const std::string& name) const;  // KAREUS_CHECKs that it exists
+  const InstructionModel& Instruction(int stage, schedule::Direction direction) const;
   double IterationFlops() const;  // all GPUs of one pipeline replica x dp, one iteration
   Json ToJson() const;            // the `kareus partitions --json` document
 };
@@ -133,5 +132,10 @@ std::vector<Op> LayerBackwardOps(const Workload& workload, int batch);
 
 // Builds the whole model: op sequences, collectives, partitions and their counts per stage.
 WorkloadModel BuildWorkloadModel(const Workload& workload);
+
+// The fixed work of one instruction in nanobatched execution: the kernels outside the
+// transformer block (non_partition_ops) followed by the compute of every partition occurrence
+// that carries no collective, run back to back. Empty when there is none.
+std::vector<Op> FixedWorkOps(const WorkloadModel& model, int stage, schedule::Direction direction);
 
 }  // namespace kareus::workload

@@ -23,12 +23,12 @@ def test_optimize_returns_the_summary_and_writes_the_files(tmp_path):
     workload.write_text(SMALL)
     out = tmp_path / "out"
     summary = kareus.optimize(str(workload), out=str(out), methods=["megatron", "perseus", "kareus"])
-    assert summary["format"] == "kareus.summary/1"
+    assert summary["format"] == "kareus.summary/2"
     assert [m["method"] for m in summary["methods"]] == ["megatron", "perseus", "kareus"]
     kareus_row = next(r for r in summary["max_throughput"] if r["method"] == "kareus")
     assert kareus_row["time_s"] > 0
     plan = json.loads((out / "plan.json").read_text())
-    assert plan["format"] == "kareus.plan/1"
+    assert plan["format"] == "kareus.plan/2"
     assert os.path.exists(out / "report.html")
 
 

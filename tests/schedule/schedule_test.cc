@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "kareus/pipeline/schedule.h"
+#include "kareus/schedule/schedule.h"
 
 #include <set>
 #include <string>
@@ -8,7 +8,9 @@
 
 #include <gtest/gtest.h>
 
-namespace kareus::pipeline {
+#include "kareus/common/error.h"
+
+namespace kareus::schedule {
 namespace {
 
 std::string Token(char kind, int microbatch) {
@@ -39,7 +41,7 @@ std::vector<std::string> MegatronOrder(int pipeline_size, int rank, int num_micr
 std::vector<std::string> Tokens(const std::vector<Instruction>& list) {
   std::vector<std::string> out;
   for (const Instruction& inst : list) {
-    out.push_back(Token(inst.kind == InstructionKind::kForward ? 'F' : 'B', inst.microbatch));
+    out.push_back(Token(inst.kind == Direction::kForward ? 'F' : 'B', inst.microbatch));
   }
   return out;
 }
@@ -96,11 +98,80 @@ TEST(Schedule, DagEdgesAndTopologicalOrder) {
         if (e.cross_stage) {
           EXPECT_EQ(a.microbatch, b.microbatch);
           EXPECT_EQ(a.kind, b.kind);
-          EXPECT_EQ(b.stage - a.stage, a.kind == InstructionKind::kForward ? 1 : -1);
+          EXPECT_EQ(b.stage - a.stage, a.kind == Direction::kForward ? 1 : -1);
         } else {
           EXPECT_EQ(a.stage, b.stage);
         }
       }
+    }
+  }
+}
+
+TEST(Schedule, StageOrderInvariantsHoldForManyShapes) {
+  for (int stages = 1; stages <= 6; ++stages) {
+    for (int microbatches = 1; microbatches <= 9; ++microbatches) {
+      for (int s = 0; s < stages; ++s) {
+        const auto order = StageOrder(ScheduleKind::k1F1B, stages, s, microbatches);
+        ASSERT_EQ(order.size(), 2u * microbatches);
+        int next_forward = 0, next_backward = 0, in_flight_max = 0;
+        for (const Instruction& slot : order) {
+          EXPECT_EQ(slot.stage, s);
+          EXPECT_EQ(slot.chunk, 0);
+          if (slot.kind == Direction::kForward) {
+            EXPECT_EQ(slot.microbatch, next_forward++);
+          } else {
+            EXPECT_EQ(slot.microbatch, next_backward++);
+            EXPECT_LT(slot.microbatch, next_forward) << "backward before its forward";
+          }
+          in_flight_max = std::max(in_flight_max, next_forward - next_backward);
+        }
+        // 1F1B bounds the activations held by stage s to S - s microbatches.
+        EXPECT_LE(in_flight_max, std::min(stages - s, microbatches));
+      }
+    }
+  }
+}
+
+TEST(Schedule, NamesAndParsing) {
+  EXPECT_EQ(ToString(Instruction{.stage = 1, .microbatch = 3, .kind = Direction::kBackward}),
+            "backward 3");
+  EXPECT_EQ(ToString(Instruction{.stage = 1, .chunk = 2, .microbatch = 3}), "forward 3 (chunk 2)");
+  EXPECT_EQ(DirectionFromString("backward"), Direction::kBackward);
+  EXPECT_EQ(ExecutionModeFromString("nanobatched"), ExecutionMode::kNanobatched);
+  EXPECT_STREQ(ToString(ExecutionMode::kSequential), "sequential");
+  EXPECT_THROW(DirectionFromString("recompute"), InputError);
+  EXPECT_THROW(ExecutionModeFromString("overlap"), InputError);
+  EXPECT_THROW(StageOrder(ScheduleKind::k1F1B, 2, 2, 4), InputError);
+}
+
+// The longest path against an independent relaxation (Bellman-Ford style, |V| rounds over the
+// edge list) on random durations: start times, finishes and the makespan.
+TEST(Schedule, StartTimesAreTheLongestPath) {
+  uint64_t state = 12345;
+  auto next = [&state] {
+    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return static_cast<double>(state >> 11) / static_cast<double>(1ULL << 53);
+  };
+  for (ScheduleKind kind : {ScheduleKind::k1F1B, ScheduleKind::kGPipe}) {
+    for (auto [stages, microbatches] : std::vector<std::pair<int, int>>{{1, 1}, {2, 8}, {4, 6}}) {
+      const Dag dag = BuildDag(kind, stages, microbatches);
+      std::vector<double> durations(dag.nodes.size());
+      for (double& d : durations) d = 0.1 + next();
+      const double p2p = 0.05;
+      const Timing timing = StartTimes(dag, durations, p2p);
+      std::vector<double> start(dag.nodes.size(), 0.0);
+      for (std::size_t round = 0; round < dag.nodes.size(); ++round) {
+        for (const DagEdge& e : dag.edges) {
+          start[e.to] = std::max(start[e.to], start[e.from] + durations[e.from] + (e.cross_stage ? p2p : 0.0));
+        }
+      }
+      double makespan = 0.0;
+      for (std::size_t v = 0; v < start.size(); ++v) {
+        EXPECT_NEAR(timing.start[v], start[v], 1e-12);
+        EXPECT_NEAR(timing.finish[v], start[v] + durations[v], 1e-12);
+        makespan = std::max(makespan, start[v] + durations[v]);
+      }
+      EXPECT_NEAR(timing.makespan, makespan, 1e-12);
     }
   }
 }
@@ -113,4 +184,4 @@ TEST(Schedule, RejectsBadSizes) {
 }
 
 }  // namespace
-}  // namespace kareus::pipeline
+}  // namespace kareus::schedule

@@ -1,0 +1,97 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "flags.h"
+
+#include <cstdlib>
+
+#include <fmt/format.h>
+
+#include "kareus/common/json.h"
+#include "kareus/measure/emulator_backend.h"
+
+namespace kareus::cli {
+
+namespace {
+
+void Throw(const OptionError& error, const FlagName* name) {
+  if (name == nullptr) throw InputError(error.Message());
+  std::string value = error.value;
+  if (name->scale != 1.0) {
+    char* end = nullptr;
+    const double number = std::strtod(error.value.c_str(), &end);
+    if (end != error.value.c_str() && *end == '\0') value = fmt::format("{}", number * name->scale);
+  }
+  ThrowInput(name->flag, value, error.rule);
+}
+
+}  // namespace
+
+void ThrowAsFlag(const std::optional<OptionError>& error, const std::vector<FlagName>& names) {
+  if (!error) return;
+  for (const FlagName& name : names) {
+    if (error->field == name.field) Throw(*error, &name);
+  }
+  Throw(*error, nullptr);
+}
+
+std::vector<FlagName> ProfilerFlagNames(const std::string& prefix) {
+  return {{prefix + "budget", "--budget"},
+          {prefix + "budget_fraction", "--budget-fraction"},
+          {prefix + "initial_design", "--initial"},
+          {prefix + "batch_size", "--batch"}};
+}
+
+void AddProfilerFlags(CLI::App* cmd, ProfilerFlags& flags, const std::string& store_help) {
+  auto* budget = cmd->add_option("--budget", flags.budget,
+                                 "Evaluations per tunable partition type; 0: use --budget-fraction")
+                     ->capture_default_str();
+  cmd->add_option("--budget-fraction", flags.budget_fraction,
+                  "Share of each partition type's search space the profiler measures")
+      ->capture_default_str()
+      ->excludes(budget);
+  cmd->add_option("--surrogate", flags.surrogate, "Profiler surrogate: gp | xgb")->capture_default_str();
+  cmd->add_option("--strategy", flags.strategy,
+                  "Profiler batch acquisition: per-clock | published | believer")
+      ->capture_default_str();
+  cmd->add_option("--initial", flags.initial, "Initial design size per type; 0: automatic")
+      ->capture_default_str();
+  cmd->add_option("--batch", flags.batch, "Acquisition batch size; 0: automatic")->capture_default_str();
+  cmd->add_flag("--full-grid", flags.full_grid,
+                "Search and plan over every supported clock instead of the profiling sub-grid");
+  cmd->add_flag("--raw-frontier", flags.raw_frontier,
+                "Select partition frontiers on the raw readings instead of the surrogate's "
+                "denoised means");
+  cmd->add_option("--store", flags.store, store_help);
+}
+
+mobo::ProfileOptions ToProfileOptions(const ProfilerFlags& flags) {
+  mobo::ProfileOptions options;
+  options.budget = flags.budget;
+  options.budget_fraction = flags.budget_fraction;
+  options.surrogate = mobo::SurrogateKindFromString(flags.surrogate);
+  options.strategy = mobo::StrategyFromString(flags.strategy);
+  options.initial_design = flags.initial;
+  options.batch_size = flags.batch;
+  options.full_grid = flags.full_grid;
+  options.denoise = !flags.raw_frontier;
+  options.store = flags.store;
+  ThrowAsFlag(options.Validate(), ProfilerFlagNames(""));
+  return options;
+}
+
+std::vector<std::string> BackendNames() { return {"emulator"}; }
+
+void AddBackendFlags(CLI::App* cmd, BackendFlags& flags) {
+  std::string names;
+  for (const std::string& name : BackendNames()) names += (names.empty() ? "" : " | ") + name;
+  cmd->add_option("--backend", flags.backend, "Where measurements come from: " + names)
+      ->capture_default_str();
+}
+
+measure::BackendFactory MakeBackendFactory(const BackendFlags& flags) {
+  if (flags.backend == "emulator") return measure::EmulatorBackendFactory();
+  std::string names;
+  for (const std::string& name : BackendNames()) names += (names.empty() ? "" : ", ") + name;
+  ThrowInput("--backend", flags.backend, "unknown backend (valid in this build: " + names + ")");
+}
+
+}  // namespace kareus::cli

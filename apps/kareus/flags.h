@@ -1,0 +1,65 @@
+// SPDX-License-Identifier: Apache-2.0
+// Flags several commands share, declared once: the profiler's (profile, run, evaluate) and the
+// measurement backend's. Every default they print is read from the library's Options structs,
+// and an invalid value is reported under the flag's name (the structs' Validate() names their
+// own fields; FlagName maps one to the other).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "kareus/common/error.h"
+#include "kareus/measure/backend.h"
+#include "kareus/mobo/profiler.h"
+
+namespace kareus::cli {
+
+// A struct field and the flag that sets it; `scale` converts the struct's unit to the flag's
+// (e.g. 1e3 for a field in seconds set by a flag in milliseconds).
+struct FlagName {
+  std::string field;
+  std::string flag;
+  double scale = 1.0;
+};
+
+// Throws the InputError of `error` (if any), named after its flag when `names` has it.
+void ThrowAsFlag(const std::optional<OptionError>& error, const std::vector<FlagName>& names);
+
+struct ProfilerFlags {
+  int64_t budget = mobo::ProfileOptions{}.budget;
+  double budget_fraction = mobo::ProfileOptions{}.budget_fraction;
+  std::string surrogate = mobo::ToString(mobo::ProfileOptions{}.surrogate);
+  std::string strategy = mobo::ToString(mobo::ProfileOptions{}.strategy);
+  int initial = mobo::ProfileOptions{}.initial_design;
+  int batch = mobo::ProfileOptions{}.batch_size;
+  bool full_grid = mobo::ProfileOptions{}.full_grid;
+  bool raw_frontier = !mobo::ProfileOptions{}.denoise;
+  std::string store;
+};
+
+// --budget, --budget-fraction, --surrogate, --strategy, --initial, --batch, --full-grid,
+// --raw-frontier, --store (`store_help` says what the default store is for the command).
+void AddProfilerFlags(CLI::App* cmd, ProfilerFlags& flags, const std::string& store_help);
+
+// The profiler's options from the flags, validated (InputError naming the flag).
+mobo::ProfileOptions ToProfileOptions(const ProfilerFlags& flags);
+// The flags of mobo::ProfileOptions's fields; `prefix` is "" for the struct itself and
+// "profile." for the one inside methods::RunOptions.
+std::vector<FlagName> ProfilerFlagNames(const std::string& prefix);
+
+struct BackendFlags {
+  std::string backend = "emulator";
+};
+
+// --backend NAME: where measurements come from (the emulator; a real GPU when built with it).
+void AddBackendFlags(CLI::App* cmd, BackendFlags& flags);
+// The factory --backend names; InputError for an unknown or unavailable backend.
+measure::BackendFactory MakeBackendFactory(const BackendFlags& flags);
+// The backends this build offers, e.g. "emulator".
+std::vector<std::string> BackendNames();
+
+}  // namespace kareus::cli

@@ -1,0 +1,156 @@
+// SPDX-License-Identifier: Apache-2.0
+// The summary of a `kareus run` as a typed value (what summary.json holds, the tables and the
+// report are rendered from), converted to JSON in one place (ToJson below).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kareus/common/json.h"
+
+namespace kareus::methods {
+
+inline constexpr const char* kSummaryFormat = "kareus.summary/2";
+
+// The methods the published comparison is made against (reference/kareus-official.md §6.2):
+// the max-throughput table is relative to the baseline, the frontier tables to the reference.
+inline constexpr const char* kBaselineMethod = "megatron";
+inline constexpr const char* kFrontierReference = "perseus";
+
+struct PointSummary {
+  double time_s = 0.0;
+  double energy_j = 0.0;
+  double static_energy_j = 0.0;
+  double dynamic_energy_j = 0.0;
+};
+
+struct FrontierPointSummary {
+  PointSummary point;  // evaluated (or predicted when the run is not evaluated)
+  int plan_index = 0;  // the solver's iteration index (0 = slowest)
+  double predicted_time_s = 0.0;
+  double predicted_energy_j = 0.0;
+};
+
+struct SolverSummary {
+  std::string status;
+  std::string message;
+  int64_t steps = 0;
+};
+
+struct MethodSummary {
+  std::string method;
+  std::string label;
+  std::map<std::string, std::string> traits;  // execution, clock, comm (method.h)
+  PointSummary fastest;        // lowest evaluated time
+  PointSummary lowest_energy;
+  std::vector<FrontierPointSummary> frontier;  // solver order, slowest first
+  std::vector<std::size_t> sampled_plans;
+  double profiling_gpu_hours = 0.0;   // seconds of measurement x GPUs of the group
+  int64_t measurements = 0;
+  double evaluation_gpu_hours = 0.0;
+  std::map<std::string, double> phase_wall_s;
+  std::size_t forward_options = 0;    // options of stage 0's forward / backward
+  std::size_t backward_options = 0;
+  SolverSummary solver;
+  std::string note;
+};
+
+struct MaxThroughputRow {
+  std::string method;
+  double time_s = 0.0;
+  double energy_j = 0.0;
+  std::optional<double> delta_time_pct;    // vs the baseline; nullopt without it
+  std::optional<double> delta_energy_pct;
+};
+
+struct FrontierTableRow {
+  std::string method;
+  std::optional<double> iso_time_energy_reduction_pct;  // the published definition (sampled)
+  std::optional<double> iso_energy_time_reduction_pct;
+  std::optional<double> iso_time_energy_reduction_full_pct;  // the same on whole frontiers
+  std::optional<double> iso_energy_time_reduction_full_pct;
+};
+
+// Energy saving at equal time at every deadline both frontiers can meet, from the later
+// fastest plan to the later slowest one (methods/metrics.h CompareAtEqualTime); overlap false
+// when the comparison is undefined, ranges_overlap false when the two frontiers' time ranges do
+// not intersect.
+struct InterpolatedRow {
+  std::string method;
+  std::string reference;
+  bool overlap = false;
+  bool ranges_overlap = false;
+  double range_begin_s = 0.0;
+  double range_end_s = 0.0;
+  double mean_saving_pct = 0.0;
+  double max_saving_pct = 0.0;
+  double min_saving_pct = 0.0;
+};
+
+struct TimelineInstruction {
+  std::string kind;
+  int chunk = 0;
+  int microbatch = 0;
+  double start_s = 0.0;
+  double end_s = 0.0;
+  int freq_mhz = 0;
+  std::string mode;
+};
+
+struct Timeline {
+  std::string method;
+  std::string label;
+  std::vector<std::vector<TimelineInstruction>> stages;  // [stage] in execution order
+};
+
+struct PartitionFrontierPoint {
+  double time_s = 0.0;
+  double energy_j = 0.0;
+  int sms = 0;
+  std::string slot;
+};
+
+struct PartitionFrontier {
+  std::string type;
+  std::vector<std::pair<int, std::vector<PartitionFrontierPoint>>> clocks;  // (MHz, points)
+};
+
+struct RunSettings {
+  uint64_t seed = 0;
+  std::vector<std::string> methods;
+  double unit_time_s = 0.0;
+  double static_power_w = 0.0;
+  std::vector<int> planning_clocks_mhz;
+  int64_t budget = 0;
+  double budget_fraction = 0.0;
+  std::string surrogate;
+  std::string strategy;
+  std::string store;
+  std::string evaluation;  // EvaluationMode asked for
+};
+
+struct RunSummary {
+  Json workload;
+  std::string backend;      // measure::Backend::Description()
+  std::string evaluator;    // Evaluator::Description()
+  bool evaluated = true;    // false: every figure is the planner's prediction
+  std::string gpu_hours_basis;
+  std::string source_note;  // where the numbers come from, in words
+  RunSettings settings;
+  std::vector<MethodSummary> methods;
+  std::vector<MaxThroughputRow> max_throughput;
+  std::vector<FrontierTableRow> frontier_table;
+  std::vector<InterpolatedRow> interpolated;
+  std::map<std::string, std::optional<double>> checks;  // project acceptance checks
+  Timeline timeline;        // the main method's fastest plan
+  std::vector<PartitionFrontier> partition_frontiers;
+};
+
+// summary.json ({"format": kSummaryFormat, ...}).
+Json ToJson(const RunSummary& summary);
+
+}  // namespace kareus::methods

@@ -1,0 +1,92 @@
+// SPDX-License-Identifier: Apache-2.0
+// Every default `kareus run|evaluate|profile|solve --help` prints is the library's: read here
+// from the same Options structs, formatted as CLI11 prints them.
+#include <gtest/gtest.h>
+
+#include <sstream>
+#include <string>
+
+#include "integration/cli_util.h"
+#include "kareus/common/context.h"
+#include "kareus/methods/run.h"
+#include "kareus/mobo/profiler.h"
+#include "kareus/plan/perseus.h"
+
+namespace kareus {
+namespace {
+
+using testing::RunKareus;
+
+// CLI11 (Debian's 2.3) prints a captured default as "TYPE=value" after the flag.
+std::string Shown(double value) {
+  std::ostringstream out;
+  out << value;
+  return out.str();
+}
+
+// The help line of `flag` (text up to the next flag).
+std::string HelpOf(const std::string& help, const std::string& flag) {
+  const auto at = help.find(flag + " ");
+  if (at == std::string::npos) return "";
+  const auto end = help.find("\n  -", at + 1);
+  return help.substr(at, end == std::string::npos ? std::string::npos : end - at);
+}
+
+void ExpectDefault(const std::string& help, const std::string& flag, const std::string& value) {
+  const std::string line = HelpOf(help, flag);
+  ASSERT_FALSE(line.empty()) << flag << " missing from\n" << help;
+  const std::string shown = "=" + value;
+  const auto at = line.find(shown);
+  ASSERT_NE(at, std::string::npos) << flag << ": " << line;
+  const char next = at + shown.size() < line.size() ? line[at + shown.size()] : ' ';
+  EXPECT_TRUE(next == ' ' || next == '\n') << flag << ": " << line;
+}
+
+TEST(CliHelp, ProfilerDefaultsComeFromProfileOptions) {
+  const mobo::ProfileOptions defaults;
+  for (const char* command : {"run", "evaluate", "profile"}) {
+    const auto r = RunKareus(std::string(command) + " --help");
+    ASSERT_EQ(r.exit_code, 0) << command;
+    ExpectDefault(r.out, "--budget-fraction", Shown(defaults.budget_fraction));
+    ExpectDefault(r.out, "--budget", std::to_string(defaults.budget));
+    ExpectDefault(r.out, "--surrogate", mobo::ToString(defaults.surrogate));
+    ExpectDefault(r.out, "--strategy", mobo::ToString(defaults.strategy));
+    ExpectDefault(r.out, "--initial", std::to_string(defaults.initial_design));
+    ExpectDefault(r.out, "--batch", std::to_string(defaults.batch_size));
+    ExpectDefault(r.out, "--seed", std::to_string(Context{}.seed));
+    ExpectDefault(r.out, "--backend", "emulator");
+    // The old help text promised 0.12 while the library used 0.15: no number but the
+    // struct's may appear on the budget line.
+    EXPECT_EQ(HelpOf(r.out, "--budget-fraction").find("0.12"), std::string::npos) << command;
+  }
+}
+
+TEST(CliHelp, RunDefaultsComeFromRunOptions) {
+  const methods::RunOptions defaults;
+  const auto r = RunKareus("run --help");
+  ASSERT_EQ(r.exit_code, 0);
+  ExpectDefault(r.out, "--unit-time", Shown(defaults.unit_time_s * 1e3));
+  ExpectDefault(r.out, "--evaluation", methods::ToString(defaults.evaluation));
+  std::string names;
+  for (const auto& m : methods::DefaultMethods()) names += (names.empty() ? "" : ",") + m.name;
+  EXPECT_NE(HelpOf(r.out, "--methods").find("default: " + names), std::string::npos) << r.out;
+}
+
+TEST(CliHelp, SolveDefaultsComeFromSolveProfileOptions) {
+  const plan::SolveProfileOptions defaults;
+  const auto r = RunKareus("solve --help");
+  ASSERT_EQ(r.exit_code, 0);
+  ExpectDefault(r.out, "--unit-time", Shown(defaults.unit_time_s * 1e3));
+  ExpectDefault(r.out, "--gpus-per-stage", std::to_string(defaults.gpus_per_stage));
+}
+
+TEST(CliHelp, UnknownBackendExitsTwo) {
+  const auto r = RunKareus("profile " + (testing::SourceDir() / "examples/paper/01-llama3.2-3b-tp8-mbs8-seq4096.yaml").string() +
+                           " --backend tpu --quiet");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("--backend = tpu"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("emulator"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace kareus
