@@ -1,28 +1,38 @@
 // SPDX-License-Identifier: Apache-2.0
-// Phillips-Dessouky on an activity-on-arc graph (reference/perseus-lowtime-zeus.md §A2), traced
-// exactly: start with every instruction at its cheapest (slowest useful) duration; at each step
-// find the minimum cut of the critical sub-DAG (an arc's upper capacity is the marginal cost of
-// shortening it, its lower bound the marginal saving of lengthening it; arcs crossing the cut
-// backwards are lengthened) and move along that cut as far as it stays optimal: until a moved
-// instruction reaches a vertex of its convex cost, or a path off the critical sub-DAG becomes
-// critical. Costs are convex, so the cost along one move is linear with the cut's value as its
-// slope, which by convexity of the optimal-cost curve is the least possible: every time on the
-// way is optimal for the convex model. Deadlines on the frontier's grid are realized as the
-// descent passes them (realize.h).
+// The pipeline time-energy solver (docs/ARCHITECTURE.md §6 "The solver").
+//
+// 1. The convex relaxation, traced exactly (Phillips-Dessouky, reference/perseus-lowtime-zeus.md
+//    §A2): every instruction's cost is the lower convex hull of its options' effective energy
+//    (real times, no quantization), so the relaxation's least cost C(T) is a LOWER BOUND of every
+//    plan's effective energy at iteration time <= T. Starting from every instruction at its
+//    cheapest option, each step takes a minimum cut of the critical sub-DAG of the activity-on-
+//    arc graph (an arc's upper capacity is the cost of shortening it per second, its lower bound
+//    the saving of lengthening it; arcs crossing the cut backwards are lengthened) and moves
+//    along that cut as far as it stays optimal: until a moved instruction reaches a hull vertex,
+//    or another path becomes critical. The flow of one step stays feasible for the next (an
+//    instruction only moves onto a wider capacity interval; arcs join the critical sub-DAG with
+//    lower bound 0 and leave it with zero flow), so the max-flow is warm-started: each step
+//    augments the previous flow (shortest augmenting paths on flat arrays) instead of solving
+//    from scratch.
+// 2. Realization: at every deadline T_min + k * unit_time_s the descent passes, the convex
+//    durations are rounded down to real options (the cheapest option that fits), then slack is
+//    filled in real time (forward/backward passes, first within each instruction's convex
+//    segment, then freely), and the result is re-evaluated from the real options.
+// 3. The fastest point (T_min) is improved further: instructions on a critical path of the
+//    all-fastest schedule are pinned (they cannot be slower at T_min), which fixes their start
+//    times and splits the rest into independent components; each component is searched exactly
+//    (depth-first branch and bound with a node budget) or, when too large, by local search
+//    (one- and two-instruction exchanges, and exact re-optimization of each stage's chain with
+//    the other stages' times fixed).
 #include "kareus/pipeline/solver.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <string>
 #include <utility>
-
-// Boost.Graph's edge iterators trip GCC's -Wmaybe-uninitialized after inlining (a known false
-// positive); keep warnings-as-errors builds clean.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <boost/graph/adjacency_list.hpp>
-#include <boost/graph/boykov_kolmogorov_max_flow.hpp>
 
 #include "kareus/common/error.h"
 #include "kareus/pareto/pareto.h"
@@ -38,101 +48,71 @@ using schedule::Instruction;
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-int64_t ToTicks(double time_s, double tick_s) {
-  // Round up so the model never promises less time than the real options take; the tolerance
-  // keeps exact multiples from gaining a tick through representation error.
-  return static_cast<int64_t>(std::ceil(time_s / tick_s - 1e-9));
-}
-
-// Per (stage, kind): the convex cost model on ticks and the real options.
+// Per (stage, direction): the real options' effective-energy front and its convex hull.
 struct Spec {
-  // Front over tick times: ticks ascending, effective energy strictly descending.
-  std::vector<int64_t> ticks;
+  // Pareto front over (time, effective energy): time ascending, energy strictly descending.
+  std::vector<double> time;
   std::vector<double> eff;
-  std::vector<int> option;
-  // Vertices of the lower convex hull of the front (indices into the front), and the slope of
-  // each hull segment j (between vertex j and j+1) in J per tick (positive: shorter costs more).
-  std::vector<int> hull;
-  std::vector<int64_t> hull_ticks;
+  std::vector<int> option;  // the option behind each front entry
+  // Lower convex hull: vertex k at time hull_time[k] with energy hull_eff[k] (fastest first);
+  // slope[k] > 0 is the cost per second of shortening along segment k (between vertex k and
+  // k+1), strictly decreasing in k.
+  std::vector<double> hull_time;
+  std::vector<double> hull_eff;
   std::vector<double> slope;
-  // Real-time front (time ascending, effective energy strictly descending) for refinement.
-  std::vector<double> real_time;
-  std::vector<double> real_eff;
-  std::vector<int> real_option;
-  std::vector<double> option_eff;   // gpus * (E - P t) of every option
-  std::vector<double> option_time;  // real time of every option
-  int fastest_option = 0;           // the fastest option (first of the real front)
-  int cheapest_option = 0;          // the cheapest option (last of the real front)
+  std::vector<double> option_time;  // every option's real time
+  std::vector<double> option_eff;   // every option's effective energy (gpus * (E - P t))
 
-  int64_t t_min() const { return hull_ticks.front(); }
-  int64_t t_max() const { return hull_ticks.back(); }
-  // Hull segment with hull_ticks[j] < d <= hull_ticks[j+1] (shortening from d moves along j).
-  std::size_t LeftSegment(int64_t d) const {
-    const auto it = std::lower_bound(hull_ticks.begin(), hull_ticks.end(), d);
-    return static_cast<std::size_t>(it - hull_ticks.begin()) - 1;
+  int last_vertex() const { return static_cast<int>(hull_time.size()) - 1; }
+  // The cheapest front entry whose time is <= d (d >= the fastest time - tolerance).
+  int Fit(double d) const {
+    const auto it = std::upper_bound(time.begin(), time.end(), d);
+    return it == time.begin() ? 0 : static_cast<int>(it - time.begin()) - 1;
   }
-  // Hull segment with hull_ticks[j] <= d < hull_ticks[j+1] (lengthening from d moves along j).
-  std::size_t RightSegment(int64_t d) const {
-    const auto it = std::upper_bound(hull_ticks.begin(), hull_ticks.end(), d);
-    return static_cast<std::size_t>(it - hull_ticks.begin()) - 1;
+  // Convex cost at duration d.
+  double Cost(double d) const {
+    if (d >= hull_time.back()) return hull_eff.back();
+    if (d <= hull_time.front()) return hull_eff.front();
+    const auto it = std::upper_bound(hull_time.begin(), hull_time.end(), d);
+    const auto k = static_cast<std::size_t>(it - hull_time.begin()) - 1;
+    return hull_eff[k] - slope[k] * (d - hull_time[k]);
   }
-  double Cost(int64_t d) const {
-    if (d >= t_max()) return eff[static_cast<std::size_t>(hull.back())];
-    const std::size_t j = RightSegment(d);
-    return eff[static_cast<std::size_t>(hull[j])] -
-           slope[j] * static_cast<double>(d - hull_ticks[j]);
-  }
-  // The cheapest option whose tick time fits d (d >= t_min).
-  int Realize(int64_t d) const {
-    const auto it = std::upper_bound(ticks.begin(), ticks.end(), d);
-    return option[static_cast<std::size_t>(it - ticks.begin()) - 1];
-  }
-  // Real time of the slower end of the hull segment d lies on (d itself when on a vertex).
-  double SegmentCap(int64_t d) const {
-    if (d >= t_max()) return real_time_of_vertex.back();
-    const std::size_t j = RightSegment(d);
-    return hull_ticks[j] == d ? real_time_of_vertex[j] : real_time_of_vertex[j + 1];
-  }
-  std::vector<double> real_time_of_vertex;  // real time of each hull vertex's option
 };
 
-Spec BuildSpec(const std::vector<Option>& options, int gpus, double p_static_w, double tick_s) {
+// `merge_s`: option times closer than this count as equal (the cheaper one is kept, at the
+// faster time, for the convex model only; the real front keeps both).
+Spec BuildSpec(const std::vector<Option>& options, int gpus, double p_static_w, double merge_s) {
   Spec spec;
-  std::vector<pareto::Point> quantized;
-  std::vector<pareto::Point> real;
+  std::vector<pareto::Point> points;
   for (std::size_t i = 0; i < options.size(); ++i) {
     const double eff = gpus * (options[i].energy_j - p_static_w * options[i].time_s);
-    spec.option_eff.push_back(eff);
     spec.option_time.push_back(options[i].time_s);
-    quantized.push_back({.time_s = static_cast<double>(ToTicks(options[i].time_s, tick_s)),
-                         .energy_j = eff,
-                         .payload = static_cast<int64_t>(i)});
-    real.push_back({.time_s = options[i].time_s, .energy_j = eff, .payload = static_cast<int64_t>(i)});
+    spec.option_eff.push_back(eff);
+    points.push_back({.time_s = options[i].time_s, .energy_j = eff, .payload = static_cast<int64_t>(i)});
   }
-  const auto front = pareto::Filter(quantized);
+  const std::vector<pareto::Point> front = pareto::Filter(points);
   for (const pareto::Point& p : front) {
-    spec.ticks.push_back(static_cast<int64_t>(p.time_s));
+    spec.time.push_back(p.time_s);
     spec.eff.push_back(p.energy_j);
     spec.option.push_back(static_cast<int>(p.payload));
   }
-  for (std::size_t h : pareto::LowerConvexHull(front)) {
-    spec.hull.push_back(static_cast<int>(h));
-    spec.hull_ticks.push_back(spec.ticks[h]);
-    spec.real_time_of_vertex.push_back(options[static_cast<std::size_t>(front[h].payload)].time_s);
+  // The model: the front with near-equal times merged (optimistic: a lower bound still).
+  std::vector<pareto::Point> model;
+  for (const pareto::Point& p : front) {
+    if (!model.empty() && p.time_s - model.back().time_s < merge_s) {
+      model.back().energy_j = p.energy_j;  // cheaper, keeps the faster time
+    } else {
+      model.push_back(p);
+    }
   }
-  for (std::size_t j = 0; j + 1 < spec.hull.size(); ++j) {
-    const auto a = static_cast<std::size_t>(spec.hull[j]);
-    const auto b = static_cast<std::size_t>(spec.hull[j + 1]);
-    spec.slope.push_back((spec.eff[a] - spec.eff[b]) /
-                         static_cast<double>(spec.ticks[b] - spec.ticks[a]));
+  for (std::size_t h : pareto::LowerConvexHull(model)) {
+    spec.hull_time.push_back(model[h].time_s);
+    spec.hull_eff.push_back(model[h].energy_j);
   }
-  for (const pareto::Point& p : pareto::Filter(real)) {
-    spec.real_time.push_back(p.time_s);
-    spec.real_eff.push_back(p.energy_j);
-    spec.real_option.push_back(static_cast<int>(p.payload));
+  for (std::size_t k = 0; k + 1 < spec.hull_time.size(); ++k) {
+    spec.slope.push_back((spec.hull_eff[k] - spec.hull_eff[k + 1]) /
+                         (spec.hull_time[k + 1] - spec.hull_time[k]));
   }
-  spec.fastest_option = spec.real_option.front();
-  spec.cheapest_option = spec.real_option.back();
   return spec;
 }
 
@@ -162,160 +142,199 @@ Evaluation EvaluateWith(const Problem& problem, const Dag& dag, const std::vecto
   return eval;
 }
 
-using FlowTraits = boost::adjacency_list_traits<boost::vecS, boost::vecS, boost::directedS>;
-using FlowGraph = boost::adjacency_list<
-    boost::vecS, boost::vecS, boost::directedS, boost::no_property,
-    boost::property<boost::edge_capacity_t, double,
-                    boost::property<boost::edge_residual_capacity_t, double,
-                                    boost::property<boost::edge_reverse_t,
-                                                    FlowTraits::edge_descriptor>>>>;
-using FlowEdge = FlowTraits::edge_descriptor;
-
-// Boykov-Kolmogorov max-flow (measured faster here than push-relabel on the critical
-// sub-DAGs of bench/pipeline_benchmark.cc).
-double MaxFlow(FlowGraph& g, int s, int t) {
-  const std::size_t n = boost::num_vertices(g);
-  std::vector<FlowEdge> predecessor(n);
-  std::vector<boost::default_color_type> color(n);
-  std::vector<long> distance(n);
-  return boost::boykov_kolmogorov_max_flow(
-      g, boost::get(boost::edge_capacity, g), boost::get(boost::edge_residual_capacity, g),
-      boost::get(boost::edge_reverse, g), predecessor.data(), color.data(), distance.data(),
-      boost::get(boost::vertex_index, g), s, t);
-}
-
-FlowEdge AddArc(FlowGraph& g, int u, int v, double capacity) {
-  auto capacity_map = boost::get(boost::edge_capacity, g);
-  auto reverse_map = boost::get(boost::edge_reverse, g);
-  const FlowEdge e = boost::add_edge(u, v, g).first;
-  const FlowEdge r = boost::add_edge(v, u, g).first;
-  capacity_map[e] = capacity;
-  capacity_map[r] = 0.0;
-  reverse_map[e] = r;
-  reverse_map[r] = e;
-  return e;
-}
+// Compressed adjacency: the neighbours of v are [start[v], start[v+1]).
+struct Adjacency {
+  std::vector<int> start;
+  std::vector<int> node;
+  std::vector<double> lag;
+};
 
 class Engine {
  public:
   Engine(const Problem& problem, const Options& options, Dag dag)
-      : problem_(problem), options_(options), dag_(std::move(dag)),
-        tick_s_(options.unit_time_s / static_cast<double>(kTicksPerUnit)) {}
+      : problem_(problem), options_(options), dag_(std::move(dag)) {}
 
   Result Run();
 
  private:
-  struct Arc {
-    int from = 0;
-    int to = 0;
-    int64_t lag = 0;    // fixed duration (dependency arcs: the P2P time in ticks)
-    int activity = -1;  // AON node, or -1 for a fixed arc (dependency, P2P, source, sink)
-  };
-  // One move of the descent: from makespan `start` down by `delta` ticks along a cut.
-  struct Move {
-    int64_t start = 0;
-    int64_t delta = 0;
-    std::vector<int> shorten;
-    std::vector<int> lengthen;
-  };
+  // ---- model
+  const Spec& SpecOf(int v) const { return specs_[static_cast<std::size_t>(class_[v])]; }
+  void BuildModel();
 
-  const Spec& SpecOf(int node) const {
-    const Instruction& inst = dag_.nodes[node];
-    return specs_[2 * inst.stage + (inst.kind == Direction::kForward ? 0 : 1)];
-  }
-  double TimeOf(int node, int option) const {
-    return SpecOf(node).option_time[static_cast<std::size_t>(option)];
-  }
+  // ---- convex trace (activity-on-arc graph; event 2v = start of node v, 2v+1 = its end)
+  double Length(int a) const { return arc_act_[a] >= 0 ? dur_[arc_act_[a]] : arc_lag_[a]; }
+  double Upper(int a) const;
+  double Lower(int a) const;
+  double ForwardPass();               // earliest_ from dur_; returns the makespan
+  void BackwardPass(double makespan);  // latest_ and critical_ (needs earliest_)
+  // Augments the flow to a maximum on the critical sub-DAG; false when it is unbounded (a
+  // critical path cannot be shortened). Leaves side_ = the source side of a minimum cut.
+  bool MaxFlow();
+  // The longest path after moving `delta` along the cut: fills earliest_ and returns the
+  // makespan, with the base length and net rate of one longest path.
+  double MakespanAfter(double delta, double* base, double* rate);
+  void ApplyMove(double delta);
 
-  void BuildArcs();
-  int64_t ArcDuration(const Arc& arc) const {
-    return arc.activity >= 0 ? duration_[arc.activity] : arc.lag;
-  }
-  int64_t ComputeEventTimes();  // earliest_/latest_ for duration_; returns the makespan
-  // Longest path with the move's durations after `delta` ticks; returns the makespan and the
-  // (length at delta 0, net rate) of one longest path.
-  int64_t MakespanAfter(const Move& move, int64_t delta, int64_t* base, int64_t* rate);
-  // One minimum cut on the sub-DAG of arcs with float <= threshold. False: no finite cut
-  // (or a flow failure, with status_ set).
-  bool Cut(int64_t threshold, Move* move);
-  double ModelEnergy() const;
-
-  // Realization and refinement (real time).
-  std::vector<int> RealizeAt(int64_t offset, const Move* move) const;
+  // ---- realization (real time, front indices per node)
+  double RealMakespan(const std::vector<int>& front_choice) const;
+  double Energy(const std::vector<int>& front_choice) const;
   void Repair(std::vector<int>& choice, double deadline) const;
   bool FillForward(std::vector<int>& choice, double deadline, const std::vector<double>* cap) const;
   bool FillBackward(std::vector<int>& choice, double deadline, const std::vector<double>* cap) const;
   void Refine(std::vector<int>& choice, double deadline, const std::vector<double>* cap) const;
   void Exchange(std::vector<int>& choice, double deadline) const;
-  double Energy(const std::vector<int>& choice) const;
-  double RealMakespan(const std::vector<int>& choice) const;
-  void RecordPoint(double deadline, int64_t k, int64_t offset, const Move* move);
+  // Chains: the maximal paths of same-stage edges (a stage's instructions in order); empty when
+  // some node has two same-stage predecessors or successors.
+  void BuildChains();
+  // Start times of every node for `choice`: earliest (as soon as possible) or latest (as late as
+  // `deadline` allows).
+  void Schedule(const std::vector<int>& choice, double deadline, bool latest,
+                std::vector<double>& start) const;
+  // Re-optimizes the options of one chain exactly (Pareto dynamic program over (finish time,
+  // energy)) with every other node's start fixed at `start`; true when the chain's energy fell.
+  bool OptimizeChain(const std::vector<int>& chain, std::vector<int>& choice,
+                     const std::vector<double>& start, double deadline) const;
+  // OptimizeChain on every chain, against the earliest and then the latest schedule, until no
+  // chain improves (at most `rounds` sweeps).
+  void ChainSearch(std::vector<int>& choice, double deadline, int rounds) const;
+  void RecordPoint(double deadline, int64_t k, double offset);
 
   const Problem& problem_;
   const Options& options_;
   Dag dag_;
-  double tick_s_;
+  int n_ = 0;
   std::vector<Spec> specs_;
+  std::vector<int> class_;  // per node: index into specs_
+  double gpus_total_ = 0.0;
+  double pg_ = 0.0;         // static power of all GPUs, W
+  double time_tol_ = 0.0;   // times closer than this are equal
+  double flow_tol_ = 0.0;   // residual capacities below this are zero
+  Adjacency preds_;
+  Adjacency succs_;
+  std::vector<std::vector<int>> chains_;
+  std::vector<int> chain_prev_;  // per node: its same-stage predecessor, or -1
+  std::vector<int> chain_next_;  // per node: its same-stage successor, or -1
+
   int num_events_ = 0;
   int source_ = 0;
   int sink_ = 0;
-  std::vector<Arc> arcs_;
-  std::vector<std::vector<int>> out_arcs_;
-  std::vector<std::vector<int>> in_arcs_;
+  std::vector<int> arc_from_;
+  std::vector<int> arc_to_;
+  std::vector<int> arc_act_;
+  std::vector<double> arc_lag_;
+  std::vector<int> out_start_;
+  std::vector<int> out_arcs_;
+  std::vector<int> in_start_;
+  std::vector<int> in_arcs_;
   std::vector<int> event_order_;
-  std::vector<int64_t> earliest_;
-  std::vector<int64_t> latest_;
-  std::vector<int64_t> duration_;  // per AON node, in ticks
-  double gpus_total_ = 0.0;
-  // AON adjacency with P2P lags, for real-time evaluation and refinement.
-  std::vector<std::vector<std::pair<int, double>>> preds_;
-  std::vector<std::vector<std::pair<int, double>>> succs_;
-  // Scratch.
-  std::vector<int> critical_;
-  std::vector<int> vertex_of_;
-  std::vector<double> lower_;
-  std::vector<double> upper_;
-  std::vector<int64_t> move_duration_;
-  std::vector<int8_t> move_rate_;
-  std::vector<int64_t> path_len_;
-  std::vector<int64_t> path_base_;
-  std::vector<int64_t> path_rate_;
+  std::vector<double> earliest_;
+  std::vector<double> latest_;
+  std::vector<double> dur_;  // per node: convex duration
+  std::vector<int> pos_;     // per node: 2k = at hull vertex k, 2k+1 = inside segment k
+  std::vector<double> flow_;
+  std::vector<char> critical_;
+  std::vector<char> side_;  // per event: on the source side of the current cut
+  std::vector<int> parent_;  // BFS: arc into the event (+1), negated for a backward arc
+  std::vector<int> queue_;
+  std::vector<int> shorten_;
+  std::vector<int> lengthen_;
+  std::vector<int8_t> rate_;  // per node: -1 shortened, +1 lengthened, 0 otherwise
+  std::vector<double> path_base_;
+  std::vector<double> path_rate_;
+  double flow_value_ = 0.0;
+
   std::vector<IterationPoint> raw_;
   int64_t steps_ = 0;
-  Status status_ = Status::kReachedMinimumTime;
-  std::string message_;
-  int64_t critical_edges_max_ = 0;
-  int64_t near_critical_cuts_ = 0;
+  int64_t augmentations_ = 0;
+  int64_t critical_arcs_max_ = 0;
 };
 
-void Engine::BuildArcs() {
-  const int n = static_cast<int>(dag_.nodes.size());
-  num_events_ = 2 * n + 2;
-  source_ = 2 * n;
-  sink_ = 2 * n + 1;
-  const int64_t p2p = problem_.p2p_time_s > 0 ? ToTicks(problem_.p2p_time_s, tick_s_) : 0;
-  std::vector<int> indegree(n, 0);
-  std::vector<int> outdegree(n, 0);
-  preds_.assign(n, {});
-  succs_.assign(n, {});
-  for (int v = 0; v < n; ++v) arcs_.push_back({2 * v, 2 * v + 1, 0, v});
+void Engine::BuildModel() {
+  n_ = static_cast<int>(dag_.nodes.size());
+  const int num_stages = problem_.num_stages;
+  // Every time is compared against a tolerance relative to the slowest schedule's scale.
+  double slowest_sum = 0.0;
+  for (const auto* lists : {&problem_.forward_options, &problem_.backward_options}) {
+    for (const auto& list : *lists) {
+      double t = 0.0;
+      for (const Option& o : list) t = std::max(t, o.time_s);
+      slowest_sum += t * problem_.num_microbatches;
+    }
+  }
+  time_tol_ = 1e-12 * (slowest_sum + problem_.p2p_time_s * 2 * num_stages);
+  for (int s = 0; s < num_stages; ++s) {
+    const int gpus = problem_.gpus_per_stage.empty() ? 1 : problem_.gpus_per_stage[s];
+    gpus_total_ += gpus;
+    specs_.push_back(BuildSpec(problem_.forward_options[s], gpus, options_.p_static_w, 100 * time_tol_));
+    specs_.push_back(BuildSpec(problem_.backward_options[s], gpus, options_.p_static_w, 100 * time_tol_));
+  }
+  pg_ = options_.p_static_w * gpus_total_;
+  double slope_max = 0.0;
+  for (const Spec& spec : specs_) {
+    if (!spec.slope.empty()) slope_max = std::max(slope_max, spec.slope.front());
+  }
+  flow_tol_ = 1e-12 * std::max(1.0, slope_max) * std::max(1, n_);
+  class_.resize(n_);
+  for (int v = 0; v < n_; ++v) {
+    const Instruction& inst = dag_.nodes[v];
+    class_[v] = 2 * inst.stage + (inst.kind == Direction::kForward ? 0 : 1);
+  }
+  // AON adjacency with lags (real-time passes).
+  std::vector<std::vector<std::pair<int, double>>> preds(n_);
+  std::vector<std::vector<std::pair<int, double>>> succs(n_);
   for (const DagEdge& e : dag_.edges) {
-    arcs_.push_back({2 * e.from + 1, 2 * e.to, e.cross_stage ? p2p : 0, -1});
-    ++indegree[e.to];
-    ++outdegree[e.from];
     const double lag = e.cross_stage ? problem_.p2p_time_s : 0.0;
-    preds_[e.to].emplace_back(e.from, lag);
-    succs_[e.from].emplace_back(e.to, lag);
+    preds[e.to].emplace_back(e.from, lag);
+    succs[e.from].emplace_back(e.to, lag);
   }
-  for (int v = 0; v < n; ++v) {
-    if (indegree[v] == 0) arcs_.push_back({source_, 2 * v, 0, -1});
-    if (outdegree[v] == 0) arcs_.push_back({2 * v + 1, sink_, 0, -1});
+  for (auto [lists, adjacency] : {std::pair{&preds, &preds_}, std::pair{&succs, &succs_}}) {
+    adjacency->start.assign(1, 0);
+    for (const auto& list : *lists) {
+      for (auto [w, lag] : list) {
+        adjacency->node.push_back(w);
+        adjacency->lag.push_back(lag);
+      }
+      adjacency->start.push_back(static_cast<int>(adjacency->node.size()));
+    }
   }
-  out_arcs_.assign(num_events_, {});
-  in_arcs_.assign(num_events_, {});
-  for (int a = 0; a < static_cast<int>(arcs_.size()); ++a) {
-    out_arcs_[arcs_[a].from].push_back(a);
-    in_arcs_[arcs_[a].to].push_back(a);
+  // Activity-on-arc graph.
+  num_events_ = 2 * n_ + 2;
+  source_ = 2 * n_;
+  sink_ = 2 * n_ + 1;
+  auto add_arc = [&](int from, int to, int act, double lag) {
+    arc_from_.push_back(from);
+    arc_to_.push_back(to);
+    arc_act_.push_back(act);
+    arc_lag_.push_back(lag);
+  };
+  for (int v = 0; v < n_; ++v) add_arc(2 * v, 2 * v + 1, v, 0.0);
+  for (const DagEdge& e : dag_.edges) {
+    add_arc(2 * e.from + 1, 2 * e.to, -1, e.cross_stage ? problem_.p2p_time_s : 0.0);
+  }
+  for (int v = 0; v < n_; ++v) {
+    if (preds[v].empty()) add_arc(source_, 2 * v, -1, 0.0);
+    if (succs[v].empty()) add_arc(2 * v + 1, sink_, -1, 0.0);
+  }
+  const int m = static_cast<int>(arc_from_.size());
+  out_start_.assign(num_events_ + 1, 0);
+  in_start_.assign(num_events_ + 1, 0);
+  for (int a = 0; a < m; ++a) {
+    ++out_start_[arc_from_[a] + 1];
+    ++in_start_[arc_to_[a] + 1];
+  }
+  for (int u = 0; u < num_events_; ++u) {
+    out_start_[u + 1] += out_start_[u];
+    in_start_[u + 1] += in_start_[u];
+  }
+  out_arcs_.resize(m);
+  in_arcs_.resize(m);
+  {
+    std::vector<int> out_fill(out_start_.begin(), out_start_.end() - 1);
+    std::vector<int> in_fill(in_start_.begin(), in_start_.end() - 1);
+    for (int a = 0; a < m; ++a) {
+      out_arcs_[out_fill[arc_from_[a]]++] = a;
+      in_arcs_[in_fill[arc_to_[a]]++] = a;
+    }
   }
   event_order_.push_back(source_);
   for (int v : dag_.topological_order) {
@@ -323,279 +342,259 @@ void Engine::BuildArcs() {
     event_order_.push_back(2 * v + 1);
   }
   event_order_.push_back(sink_);
-  earliest_.assign(num_events_, 0);
-  latest_.assign(num_events_, 0);
-  vertex_of_.assign(num_events_, -1);
-  move_duration_.assign(n, 0);
-  move_rate_.assign(n, 0);
-  path_len_.assign(num_events_, 0);
-  path_base_.assign(num_events_, 0);
-  path_rate_.assign(num_events_, 0);
+  earliest_.assign(num_events_, 0.0);
+  latest_.assign(num_events_, 0.0);
+  side_.assign(num_events_, 0);
+  parent_.assign(num_events_, 0);
+  path_base_.assign(num_events_, 0.0);
+  path_rate_.assign(num_events_, 0.0);
+  flow_.assign(m, 0.0);
+  critical_.assign(m, 0);
+  rate_.assign(n_, 0);
+  dur_.resize(n_);
+  pos_.resize(n_);
+  for (int v = 0; v < n_; ++v) {
+    dur_[v] = SpecOf(v).hull_time.back();
+    pos_[v] = 2 * SpecOf(v).last_vertex();
+  }
 }
 
-int64_t Engine::ComputeEventTimes() {
+double Engine::Upper(int a) const {
+  const int v = arc_act_[a];
+  if (v < 0) return kInf;
+  const int p = pos_[v];
+  if (p % 2 == 1) return SpecOf(v).slope[static_cast<std::size_t>(p / 2)];
+  return p == 0 ? kInf : SpecOf(v).slope[static_cast<std::size_t>(p / 2 - 1)];
+}
+
+double Engine::Lower(int a) const {
+  const int v = arc_act_[a];
+  if (v < 0) return 0.0;
+  const int p = pos_[v];
+  const Spec& spec = SpecOf(v);
+  if (p % 2 == 1) return spec.slope[static_cast<std::size_t>(p / 2)];
+  return p / 2 == spec.last_vertex() ? 0.0 : spec.slope[static_cast<std::size_t>(p / 2)];
+}
+
+double Engine::ForwardPass() {
   for (int u : event_order_) {
-    int64_t e = 0;
-    for (int a : in_arcs_[u]) e = std::max(e, earliest_[arcs_[a].from] + ArcDuration(arcs_[a]));
+    double e = 0.0;
+    for (int i = in_start_[u]; i < in_start_[u + 1]; ++i) {
+      const int a = in_arcs_[i];
+      e = std::max(e, earliest_[arc_from_[a]] + Length(a));
+    }
     earliest_[u] = e;
   }
-  const int64_t makespan = earliest_[sink_];
+  return earliest_[sink_];
+}
+
+void Engine::BackwardPass(double makespan) {
+  int64_t count = 0;
   for (auto it = event_order_.rbegin(); it != event_order_.rend(); ++it) {
-    int64_t latest = makespan;
-    for (int a : out_arcs_[*it]) latest = std::min(latest, latest_[arcs_[a].to] - ArcDuration(arcs_[a]));
-    latest_[*it] = latest;
+    const int u = *it;
+    double l = makespan;
+    for (int i = out_start_[u]; i < out_start_[u + 1]; ++i) {
+      const int a = out_arcs_[i];
+      l = std::min(l, latest_[arc_to_[a]] - Length(a));
+    }
+    latest_[u] = l;
+    // An arc is critical when its slack is zero; one carrying flow is critical in exact
+    // arithmetic (every flow path is a critical path shortened by exactly the move).
+    for (int i = out_start_[u]; i < out_start_[u + 1]; ++i) {
+      const int a = out_arcs_[i];
+      const bool critical =
+          latest_[arc_to_[a]] - earliest_[u] - Length(a) <= time_tol_ || flow_[a] > flow_tol_;
+      critical_[a] = critical ? 1 : 0;
+      count += critical ? 1 : 0;
+    }
+  }
+  critical_arcs_max_ = std::max(critical_arcs_max_, count);
+}
+
+bool Engine::MaxFlow() {
+  for (;;) {
+    for (int u : queue_) side_[u] = 0;
+    queue_.clear();
+    queue_.push_back(source_);
+    side_[source_] = 1;
+    for (std::size_t head = 0; head < queue_.size() && !side_[sink_]; ++head) {
+      const int u = queue_[head];
+      for (int i = out_start_[u]; i < out_start_[u + 1]; ++i) {
+        const int a = out_arcs_[i];
+        const int w = arc_to_[a];
+        if (side_[w] || !critical_[a] || Upper(a) - flow_[a] <= flow_tol_) continue;
+        side_[w] = 1;
+        parent_[w] = a + 1;
+        queue_.push_back(w);
+      }
+      for (int i = in_start_[u]; i < in_start_[u + 1]; ++i) {
+        const int a = in_arcs_[i];
+        const int w = arc_from_[a];
+        if (side_[w] || !critical_[a] || flow_[a] - Lower(a) <= flow_tol_) continue;
+        side_[w] = 1;
+        parent_[w] = -(a + 1);
+        queue_.push_back(w);
+      }
+    }
+    if (!side_[sink_]) return true;
+    double bottleneck = kInf;
+    for (int w = sink_; w != source_;) {
+      const int p = parent_[w];
+      const int a = std::abs(p) - 1;
+      bottleneck = std::min(bottleneck, p > 0 ? Upper(a) - flow_[a] : flow_[a] - Lower(a));
+      w = p > 0 ? arc_from_[a] : arc_to_[a];
+    }
+    if (!std::isfinite(bottleneck)) return false;
+    for (int w = sink_; w != source_;) {
+      const int p = parent_[w];
+      const int a = std::abs(p) - 1;
+      flow_[a] += p > 0 ? bottleneck : -bottleneck;
+      w = p > 0 ? arc_from_[a] : arc_to_[a];
+    }
+    flow_value_ += bottleneck;
+    ++augmentations_;
+  }
+}
+
+double Engine::MakespanAfter(double delta, double* base, double* rate) {
+  for (int u : event_order_) {
+    double best = u == source_ ? 0.0 : -kInf;
+    double best_base = 0.0;
+    double best_rate = 0.0;
+    for (int i = in_start_[u]; i < in_start_[u + 1]; ++i) {
+      const int a = in_arcs_[i];
+      const int f = arc_from_[a];
+      const double d0 = Length(a);
+      const double r = arc_act_[a] >= 0 ? rate_[arc_act_[a]] : 0.0;
+      const double len = earliest_[f] + d0 + r * delta;
+      if (len > best) {
+        best = len;
+        best_base = path_base_[f] + d0;
+        best_rate = path_rate_[f] + r;
+      }
+    }
+    earliest_[u] = best;
+    path_base_[u] = best_base;
+    path_rate_[u] = best_rate;
+  }
+  *base = path_base_[sink_];
+  *rate = path_rate_[sink_];
+  return earliest_[sink_];
+}
+
+void Engine::ApplyMove(double delta) {
+  for (int v : shorten_) {
+    const Spec& spec = SpecOf(v);
+    const int p = pos_[v];
+    const int target = p % 2 == 1 ? p / 2 : p / 2 - 1;  // the vertex it moves towards
+    dur_[v] -= delta;
+    if (dur_[v] - spec.hull_time[static_cast<std::size_t>(target)] <= time_tol_) {
+      dur_[v] = spec.hull_time[static_cast<std::size_t>(target)];
+      pos_[v] = 2 * target;
+    } else {
+      pos_[v] = 2 * target + 1;
+    }
+  }
+  for (int v : lengthen_) {
+    const Spec& spec = SpecOf(v);
+    const int p = pos_[v];
+    const int target = p / 2 + 1;
+    dur_[v] += delta;
+    if (spec.hull_time[static_cast<std::size_t>(target)] - dur_[v] <= time_tol_) {
+      dur_[v] = spec.hull_time[static_cast<std::size_t>(target)];
+      pos_[v] = 2 * target;
+    } else {
+      pos_[v] = 2 * (target - 1) + 1;
+    }
+  }
+}
+
+double Engine::RealMakespan(const std::vector<int>& choice) const {
+  // Nodes in topological order; finish times by the longest path.
+  thread_local std::vector<double> finish;
+  finish.assign(static_cast<std::size_t>(n_), 0.0);
+  double makespan = 0.0;
+  for (int v : dag_.topological_order) {
+    double start = 0.0;
+    for (int i = preds_.start[v]; i < preds_.start[v + 1]; ++i) {
+      start = std::max(start, finish[preds_.node[i]] + preds_.lag[i]);
+    }
+    finish[v] = start + SpecOf(v).time[static_cast<std::size_t>(choice[v])];
+    makespan = std::max(makespan, finish[v]);
   }
   return makespan;
 }
 
-int64_t Engine::MakespanAfter(const Move& move, int64_t delta, int64_t* base, int64_t* rate) {
-  for (int v : move.shorten) move_rate_[v] = -1;
-  for (int v : move.lengthen) move_rate_[v] = 1;
-  for (int u : event_order_) {
-    int64_t best = std::numeric_limits<int64_t>::min();
-    int64_t best_base = 0;
-    int64_t best_rate = 0;
-    for (int a : in_arcs_[u]) {
-      const Arc& arc = arcs_[a];
-      const int64_t d0 = ArcDuration(arc);
-      const int64_t r = arc.activity >= 0 ? move_rate_[arc.activity] : 0;
-      const int64_t len = path_len_[arc.from] + d0 + r * delta;
-      if (len > best) {
-        best = len;
-        best_base = path_base_[arc.from] + d0;
-        best_rate = path_rate_[arc.from] + r;
-      }
-    }
-    if (in_arcs_[u].empty()) best = 0;
-    path_len_[u] = best;
-    path_base_[u] = best_base;
-    path_rate_[u] = best_rate;
-  }
-  for (int v : move.shorten) move_rate_[v] = 0;
-  for (int v : move.lengthen) move_rate_[v] = 0;
-  *base = path_base_[sink_];
-  *rate = path_rate_[sink_];
-  return path_len_[sink_];
+double Engine::Energy(const std::vector<int>& choice) const {
+  double effective = 0.0;
+  for (int v = 0; v < n_; ++v) effective += SpecOf(v).eff[static_cast<std::size_t>(choice[v])];
+  return effective + pg_ * RealMakespan(choice);
 }
 
-bool Engine::Cut(int64_t threshold, Move* move) {
-  critical_.clear();
-  for (int a = 0; a < static_cast<int>(arcs_.size()); ++a) {
-    const Arc& arc = arcs_[a];
-    if (latest_[arc.to] - earliest_[arc.from] - ArcDuration(arc) <= threshold) critical_.push_back(a);
-  }
-  critical_edges_max_ = std::max<int64_t>(critical_edges_max_, static_cast<int64_t>(critical_.size()));
-  int num_vertices = 0;
-  for (int a : critical_) {
-    for (int u : {arcs_[a].from, arcs_[a].to}) {
-      if (vertex_of_[u] < 0) vertex_of_[u] = num_vertices++;
-    }
-  }
-  auto release = [&]() {
-    for (int a : critical_) {
-      vertex_of_[arcs_[a].from] = -1;
-      vertex_of_[arcs_[a].to] = -1;
-    }
-  };
-  // Capacities in J per tick: upper = cost of shortening by one tick (inf at the minimum or
-  // for fixed arcs), lower = saving of lengthening by one tick (0 at the maximum or fixed).
-  lower_.assign(critical_.size(), 0.0);
-  upper_.assign(critical_.size(), kInf);
-  double finite_sum = 1e-12;
-  for (std::size_t i = 0; i < critical_.size(); ++i) {
-    const Arc& arc = arcs_[critical_[i]];
-    if (arc.activity < 0) continue;
-    const Spec& spec = SpecOf(arc.activity);
-    const int64_t d = duration_[arc.activity];
-    if (d > spec.t_min()) upper_[i] = spec.slope[spec.LeftSegment(d)];
-    if (d < spec.t_max()) lower_[i] = spec.slope[spec.RightSegment(d)];
-    upper_[i] = std::max(upper_[i], lower_[i]);  // convex in exact arithmetic; guard rounding
-    finite_sum += lower_[i] + (std::isfinite(upper_[i]) ? upper_[i] : 0.0);
-  }
-  // Boost's max-flow needs finite capacities: an infinite arc gets a capacity larger than
-  // every finite cut, so a cut through it is recognized as infinite below.
-  const double big = 4.0 * finite_sum;
-  const double tolerance = 1e-9 * finite_sum;
-  const int s = vertex_of_[source_];
-  const int t = vertex_of_[sink_];
-
-  // Phase 1: a feasible flow within [lower, upper] (circulation with t -> s of infinite
-  // capacity, demands from the lower bounds routed between a super source and super sink).
-  std::vector<double> base_flow(critical_.size(), 0.0);
-  {
-    std::vector<double> excess(num_vertices, 0.0);
-    double demand = 0.0;
-    for (std::size_t i = 0; i < critical_.size(); ++i) {
-      excess[vertex_of_[arcs_[critical_[i]].to]] += lower_[i];
-      excess[vertex_of_[arcs_[critical_[i]].from]] -= lower_[i];
-    }
-    for (double x : excess) demand += std::max(0.0, x);
-    if (demand > 0.0) {
-      FlowGraph g(num_vertices + 2);
-      const int ss = num_vertices;
-      const int tt = num_vertices + 1;
-      std::vector<FlowEdge> handle(critical_.size());
-      for (std::size_t i = 0; i < critical_.size(); ++i) {
-        const double cap = std::isfinite(upper_[i]) ? upper_[i] - lower_[i] : big;
-        handle[i] = AddArc(g, vertex_of_[arcs_[critical_[i]].from],
-                           vertex_of_[arcs_[critical_[i]].to], cap);
-      }
-      AddArc(g, t, s, big);
-      for (int v = 0; v < num_vertices; ++v) {
-        if (excess[v] > 0) AddArc(g, ss, v, excess[v]);
-        if (excess[v] < 0) AddArc(g, v, tt, -excess[v]);
-      }
-      const double flow = MaxFlow(g, ss, tt);
-      if (flow < demand - tolerance) {
-        status_ = Status::kInfeasibleFlow;
-        message_ = "no flow satisfies the lower bounds (demand " + std::to_string(demand) +
-                   ", routed " + std::to_string(flow) + ")";
-        release();
-        return false;
-      }
-      auto capacity = boost::get(boost::edge_capacity, g);
-      auto residual = boost::get(boost::edge_residual_capacity, g);
-      for (std::size_t i = 0; i < critical_.size(); ++i) {
-        base_flow[i] = std::max(0.0, capacity[handle[i]] - residual[handle[i]]);
-      }
-    }
-  }
-
-  // Phase 2: maximum s-t flow in the residual network of that feasible flow; the source side
-  // of its minimum cut is what the residual network reaches from s.
-  FlowGraph g(num_vertices);
-  for (std::size_t i = 0; i < critical_.size(); ++i) {
-    const int u = vertex_of_[arcs_[critical_[i]].from];
-    const int v = vertex_of_[arcs_[critical_[i]].to];
-    const double forward =
-        std::isfinite(upper_[i]) ? std::max(0.0, upper_[i] - lower_[i] - base_flow[i]) : big;
-    AddArc(g, u, v, forward);
-    if (base_flow[i] > 0.0) AddArc(g, v, u, base_flow[i]);
-  }
-  MaxFlow(g, s, t);
-  auto residual = boost::get(boost::edge_residual_capacity, g);
-  std::vector<char> source_side(num_vertices, 0);
-  std::vector<int> stack{s};
-  source_side[s] = 1;
-  while (!stack.empty()) {
-    const int u = stack.back();
-    stack.pop_back();
-    for (auto [it, end] = boost::out_edges(u, g); it != end; ++it) {
-      const int v = static_cast<int>(boost::target(*it, g));
-      if (!source_side[v] && residual[*it] > tolerance) {
-        source_side[v] = 1;
-        stack.push_back(v);
-      }
-    }
-  }
-  move->shorten.clear();
-  move->lengthen.clear();
-  bool finite = !source_side[t];
-  for (std::size_t i = 0; i < critical_.size() && finite; ++i) {
-    const Arc& arc = arcs_[critical_[i]];
-    const bool from_s = source_side[vertex_of_[arc.from]];
-    const bool to_s = source_side[vertex_of_[arc.to]];
-    if (from_s && !to_s) {
-      if (!std::isfinite(upper_[i])) finite = false;
-      move->shorten.push_back(arc.activity);
-    } else if (!from_s && to_s && arc.activity >= 0 && lower_[i] > 0.0) {
-      move->lengthen.push_back(arc.activity);
-    }
-  }
-  release();
-  return finite;
-}
-
-double Engine::ModelEnergy() const {
-  double model = 0.0;
-  for (std::size_t v = 0; v < duration_.size(); ++v) model += SpecOf(static_cast<int>(v)).Cost(duration_[v]);
-  return model;
-}
-
-// The convex durations `offset` ticks into `move` (none: the current durations), each realized
-// as the cheapest option whose tick time fits.
-std::vector<int> Engine::RealizeAt(int64_t offset, const Move* move) const {
-  std::vector<int> choice(dag_.nodes.size());
-  for (std::size_t v = 0; v < choice.size(); ++v) {
-    choice[v] = SpecOf(static_cast<int>(v)).Realize(duration_[v]);
-  }
-  if (move != nullptr && offset > 0) {
-    for (int v : move->shorten) choice[v] = SpecOf(v).Realize(duration_[v] - offset);
-    for (int v : move->lengthen) choice[v] = SpecOf(v).Realize(duration_[v] + offset);
-  }
-  return choice;
-}
-
-double Engine::RealMakespan(const std::vector<int>& choice) const {
-  std::vector<double> durations(dag_.nodes.size());
-  for (std::size_t v = 0; v < durations.size(); ++v) {
-    durations[v] = TimeOf(static_cast<int>(v), choice[v]);
-  }
-  return schedule::StartTimes(dag_, durations, problem_.p2p_time_s).makespan;
-}
-
-// Makes `choice` meet `deadline` (real time) by moving the instructions on late paths to their
-// fastest option (the all-fastest plan meets any deadline >= the minimum time).
+// Makes `choice` meet `deadline` by moving instructions that finish too late to their fastest
+// option (the all-fastest plan meets any deadline >= the minimum time).
 void Engine::Repair(std::vector<int>& choice, double deadline) const {
-  const std::size_t n = dag_.nodes.size();
-  const double tolerance = 1e-12 * std::max(1.0, deadline);
-  std::vector<double> finish(n, 0.0);
-  std::vector<double> latest_start(n, 0.0);
-  for (int round = 0; round < static_cast<int>(n) + 1; ++round) {
+  std::vector<double> finish(n_, 0.0);
+  std::vector<double> latest_start(n_, 0.0);
+  for (int round = 0; round <= n_; ++round) {
     for (int v : dag_.topological_order) {
       double start = 0.0;
-      for (auto [p, lag] : preds_[v]) start = std::max(start, finish[p] + lag);
-      finish[v] = start + TimeOf(v, choice[v]);
+      for (int i = preds_.start[v]; i < preds_.start[v + 1]; ++i) {
+        start = std::max(start, finish[preds_.node[i]] + preds_.lag[i]);
+      }
+      finish[v] = start + SpecOf(v).time[static_cast<std::size_t>(choice[v])];
     }
     bool late = false;
     for (auto it = dag_.topological_order.rbegin(); it != dag_.topological_order.rend(); ++it) {
       const int v = *it;
       double lf = deadline;
-      for (auto [w, lag] : succs_[v]) lf = std::min(lf, latest_start[w] - lag);
-      latest_start[v] = lf - TimeOf(v, choice[v]);
-      if (finish[v] > lf + tolerance && choice[v] != SpecOf(v).fastest_option) {
-        choice[v] = SpecOf(v).fastest_option;
-        latest_start[v] = lf - TimeOf(v, choice[v]);
+      for (int i = succs_.start[v]; i < succs_.start[v + 1]; ++i) {
+        lf = std::min(lf, latest_start[succs_.node[i]] - succs_.lag[i]);
+      }
+      if (finish[v] > lf + time_tol_ && choice[v] != 0) {
+        choice[v] = 0;
         late = true;
       }
+      latest_start[v] = lf - SpecOf(v).time[static_cast<std::size_t>(choice[v])];
     }
     if (!late) return;
   }
 }
 
-// Forward pass in topological order with latest finishes computed from the current durations
-// (successors are still unchanged when a node is visited): each node takes the cheapest real
-// option that fits its window (and `cap`, when given). True when anything changed.
+// Forward pass in topological order with latest finishes from the current durations (a node's
+// successors are unchanged when it is visited): each node takes the cheapest option that fits
+// its window (and `cap`, when given). True when anything changed.
 bool Engine::FillForward(std::vector<int>& choice, double deadline,
                          const std::vector<double>* cap) const {
-  const std::size_t n = dag_.nodes.size();
-  const double slack_tolerance = 1e-12 * std::max(1.0, deadline);
-  std::vector<double> latest_finish(n, 0.0);
+  thread_local std::vector<double> latest_finish;
+  thread_local std::vector<double> finish;
+  latest_finish.assign(static_cast<std::size_t>(n_), 0.0);
+  finish.assign(static_cast<std::size_t>(n_), 0.0);
   for (auto it = dag_.topological_order.rbegin(); it != dag_.topological_order.rend(); ++it) {
-    double latest = deadline;
-    for (auto [w, lag] : succs_[*it]) {
-      latest = std::min(latest, latest_finish[w] - TimeOf(w, choice[w]) - lag);
+    const int v = *it;
+    double lf = deadline;
+    for (int i = succs_.start[v]; i < succs_.start[v + 1]; ++i) {
+      const int w = succs_.node[i];
+      lf = std::min(lf, latest_finish[w] - SpecOf(w).time[static_cast<std::size_t>(choice[w])] -
+                            succs_.lag[i]);
     }
-    latest_finish[*it] = latest;
+    latest_finish[v] = lf;
   }
   bool changed = false;
-  std::vector<double> finish(n, 0.0);
   for (int v : dag_.topological_order) {
     double es = 0.0;
-    for (auto [p, lag] : preds_[v]) es = std::max(es, finish[p] + lag);
+    for (int i = preds_.start[v]; i < preds_.start[v + 1]; ++i) {
+      es = std::max(es, finish[preds_.node[i]] + preds_.lag[i]);
+    }
     double window = latest_finish[v] - es;
     if (cap != nullptr) window = std::min(window, (*cap)[v]);
     const Spec& spec = SpecOf(v);
-    const auto pos = std::upper_bound(spec.real_time.begin(), spec.real_time.end(),
-                                      window + slack_tolerance);
-    if (pos != spec.real_time.begin()) {
-      const std::size_t j = static_cast<std::size_t>(pos - spec.real_time.begin()) - 1;
-      if (spec.real_eff[j] < spec.option_eff[static_cast<std::size_t>(choice[v])]) {
-        choice[v] = spec.real_option[j];
-        changed = true;
-      }
+    const int j = spec.Fit(window + time_tol_);
+    if (j > choice[v] && spec.time[static_cast<std::size_t>(j)] <= window + time_tol_) {
+      choice[v] = j;
+      changed = true;
     }
-    finish[v] = es + TimeOf(v, choice[v]);
+    finish[v] = es + spec.time[static_cast<std::size_t>(choice[v])];
   }
   return changed;
 }
@@ -603,39 +602,41 @@ bool Engine::FillForward(std::vector<int>& choice, double deadline,
 // The mirror image: reverse topological order with earliest starts from the current durations.
 bool Engine::FillBackward(std::vector<int>& choice, double deadline,
                           const std::vector<double>* cap) const {
-  const std::size_t n = dag_.nodes.size();
-  const double slack_tolerance = 1e-12 * std::max(1.0, deadline);
-  std::vector<double> earliest_start(n, 0.0);
+  thread_local std::vector<double> earliest_start;
+  thread_local std::vector<double> latest_start;
+  earliest_start.assign(static_cast<std::size_t>(n_), 0.0);
+  latest_start.assign(static_cast<std::size_t>(n_), 0.0);
   for (int v : dag_.topological_order) {
     double es = 0.0;
-    for (auto [p, lag] : preds_[v]) es = std::max(es, earliest_start[p] + TimeOf(p, choice[p]) + lag);
+    for (int i = preds_.start[v]; i < preds_.start[v + 1]; ++i) {
+      const int p = preds_.node[i];
+      es = std::max(es, earliest_start[p] + SpecOf(p).time[static_cast<std::size_t>(choice[p])] +
+                            preds_.lag[i]);
+    }
     earliest_start[v] = es;
   }
   bool changed = false;
-  std::vector<double> latest_start(n, 0.0);
   for (auto it = dag_.topological_order.rbegin(); it != dag_.topological_order.rend(); ++it) {
     const int v = *it;
     double lf = deadline;
-    for (auto [w, lag] : succs_[v]) lf = std::min(lf, latest_start[w] - lag);
+    for (int i = succs_.start[v]; i < succs_.start[v + 1]; ++i) {
+      lf = std::min(lf, latest_start[succs_.node[i]] - succs_.lag[i]);
+    }
     double window = lf - earliest_start[v];
     if (cap != nullptr) window = std::min(window, (*cap)[v]);
     const Spec& spec = SpecOf(v);
-    const auto pos = std::upper_bound(spec.real_time.begin(), spec.real_time.end(),
-                                      window + slack_tolerance);
-    if (pos != spec.real_time.begin()) {
-      const std::size_t j = static_cast<std::size_t>(pos - spec.real_time.begin()) - 1;
-      if (spec.real_eff[j] < spec.option_eff[static_cast<std::size_t>(choice[v])]) {
-        choice[v] = spec.real_option[j];
-        changed = true;
-      }
+    const int j = spec.Fit(window + time_tol_);
+    if (j > choice[v] && spec.time[static_cast<std::size_t>(j)] <= window + time_tol_) {
+      choice[v] = j;
+      changed = true;
     }
-    latest_start[v] = lf - TimeOf(v, choice[v]);
+    latest_start[v] = lf - spec.time[static_cast<std::size_t>(choice[v])];
   }
   return changed;
 }
 
-// Slack refinement within `deadline`: first each instruction may only move up to the slower
-// end of its convex segment (`cap`: spreads the slack the way the convex optimum does), then
+// Slack refinement within `deadline`: first each instruction may only move up to the slower end
+// of its convex segment (`cap`: spreads the slack the way the convex optimum does), then
 // freely, forward and backward until nothing changes.
 void Engine::Refine(std::vector<int>& choice, double deadline,
                     const std::vector<double>* cap) const {
@@ -650,28 +651,18 @@ void Engine::Refine(std::vector<int>& choice, double deadline,
   }
 }
 
-double Engine::Energy(const std::vector<int>& choice) const {
-  double effective = 0.0;
-  for (std::size_t v = 0; v < choice.size(); ++v) {
-    effective += SpecOf(static_cast<int>(v)).option_eff[static_cast<std::size_t>(choice[v])];
-  }
-  return effective + options_.p_static_w * gpus_total_ * RealMakespan(choice);
-}
-
-// One-exchange local search: give back the slack an instruction holds (each faster option on
-// its real front), let Refine hand it to the others, keep the result when the iteration's
-// energy drops; until no exchange helps.
+// One-exchange local search: make one instruction faster (each faster front entry), let Refine
+// hand the freed slack to the others, keep the result when the energy drops; until no exchange
+// helps.
 void Engine::Exchange(std::vector<int>& choice, double deadline) const {
   double best = Energy(choice);
   std::vector<int> trial;
   for (int round = 0; round < 4; ++round) {
     bool improved = false;
     for (int v : dag_.topological_order) {
-      const Spec& spec = SpecOf(v);
-      const double current = spec.option_time[static_cast<std::size_t>(choice[v])];
-      for (std::size_t j = 0; j < spec.real_time.size() && spec.real_time[j] < current; ++j) {
+      for (int j = 0; j < choice[v]; ++j) {
         trial = choice;
-        trial[v] = spec.real_option[j];
+        trial[v] = j;
         Refine(trial, deadline, nullptr);
         const double energy = Energy(trial);
         if (energy < best * (1 - 1e-12)) {
@@ -686,199 +677,334 @@ void Engine::Exchange(std::vector<int>& choice, double deadline) const {
   }
 }
 
-void Engine::RecordPoint(double deadline, int64_t k, int64_t offset, const Move* move) {
-  std::vector<int> choice = RealizeAt(offset, move);
-  std::vector<double> cap(choice.size());
-  for (std::size_t v = 0; v < choice.size(); ++v) {
-    cap[v] = SpecOf(static_cast<int>(v)).SegmentCap(duration_[v]);
-  }
-  // Only the moved arcs differ from duration_.
-  double model = ModelEnergy();
-  if (move != nullptr && offset > 0) {
-    for (int v : move->shorten) {
-      const Spec& spec = SpecOf(v);
-      cap[v] = spec.SegmentCap(duration_[v] - offset);
-      model += spec.Cost(duration_[v] - offset) - spec.Cost(duration_[v]);
+void Engine::BuildChains() {
+  chain_prev_.assign(static_cast<std::size_t>(n_), -1);
+  chain_next_.assign(static_cast<std::size_t>(n_), -1);
+  for (const DagEdge& e : dag_.edges) {
+    if (e.cross_stage) continue;
+    if (chain_next_[e.from] >= 0 || chain_prev_[e.to] >= 0) {
+      chain_prev_.assign(static_cast<std::size_t>(n_), -1);
+      chain_next_.assign(static_cast<std::size_t>(n_), -1);
+      return;
     }
-    for (int v : move->lengthen) {
-      const Spec& spec = SpecOf(v);
-      cap[v] = spec.SegmentCap(duration_[v] + offset);
-      model += spec.Cost(duration_[v] + offset) - spec.Cost(duration_[v]);
+    chain_next_[e.from] = e.to;
+    chain_prev_[e.to] = e.from;
+  }
+  for (int v = 0; v < n_; ++v) {
+    if (chain_prev_[v] >= 0 || chain_next_[v] < 0) continue;
+    std::vector<int> chain;
+    for (int w = v; w >= 0; w = chain_next_[w]) chain.push_back(w);
+    chains_.push_back(std::move(chain));
+  }
+}
+
+void Engine::Schedule(const std::vector<int>& choice, double deadline, bool latest,
+                      std::vector<double>& start) const {
+  start.assign(static_cast<std::size_t>(n_), 0.0);
+  if (!latest) {
+    for (int v : dag_.topological_order) {
+      double es = 0.0;
+      for (int i = preds_.start[v]; i < preds_.start[v + 1]; ++i) {
+        const int p = preds_.node[i];
+        es = std::max(es, start[p] + SpecOf(p).time[static_cast<std::size_t>(choice[p])] + preds_.lag[i]);
+      }
+      start[v] = es;
+    }
+    return;
+  }
+  for (auto it = dag_.topological_order.rbegin(); it != dag_.topological_order.rend(); ++it) {
+    const int v = *it;
+    double lf = deadline;
+    for (int i = succs_.start[v]; i < succs_.start[v + 1]; ++i) {
+      lf = std::min(lf, start[succs_.node[i]] - succs_.lag[i]);
+    }
+    start[v] = lf - SpecOf(v).time[static_cast<std::size_t>(choice[v])];
+  }
+}
+
+bool Engine::OptimizeChain(const std::vector<int>& chain, std::vector<int>& choice,
+                           const std::vector<double>& start, double deadline) const {
+  const std::size_t length = chain.size();
+  // Windows from the fixed neighbours: release (earliest start) and deadline (latest finish),
+  // the latter tightened by the chain's own successors at their fastest.
+  std::vector<double> release(length, 0.0);
+  std::vector<double> due(length, deadline);
+  double current = 0.0;
+  for (std::size_t i = 0; i < length; ++i) {
+    const int v = chain[i];
+    current += SpecOf(v).eff[static_cast<std::size_t>(choice[v])];
+    for (int j = preds_.start[v]; j < preds_.start[v + 1]; ++j) {
+      const int p = preds_.node[j];
+      if (p == chain_prev_[v]) continue;
+      release[i] = std::max(release[i], start[p] + SpecOf(p).time[static_cast<std::size_t>(choice[p])] +
+                                            preds_.lag[j]);
+    }
+    for (int j = succs_.start[v]; j < succs_.start[v + 1]; ++j) {
+      const int w = succs_.node[j];
+      if (w == chain_next_[v]) continue;
+      due[i] = std::min(due[i], start[w] - succs_.lag[j]);
     }
   }
-  if (RealMakespan(choice) > deadline * (1 + 1e-12)) Repair(choice, deadline);
+  for (std::size_t i = length - 1; i-- > 0;) {
+    due[i] = std::min(due[i], due[i + 1] - SpecOf(chain[i + 1]).time.front());
+  }
+  struct State {
+    double finish;
+    double energy;
+    int parent;
+    int option;
+  };
+  thread_local std::vector<std::vector<State>> layers;
+  thread_local std::vector<State> candidates;
+  layers.resize(length + 1);
+  layers[0].assign(1, {0.0, 0.0, -1, -1});
+  constexpr std::size_t kMaxStates = 2048;
+  for (std::size_t i = 0; i < length; ++i) {
+    const Spec& spec = SpecOf(chain[i]);
+    const std::vector<State>& from = layers[i];
+    candidates.clear();
+    for (std::size_t k = 0; k < from.size(); ++k) {
+      // States finishing before the release all start at the release: only the cheapest
+      // (the last of them) matters.
+      if (k + 1 < from.size() && from[k + 1].finish <= release[i]) continue;
+      const double begin = std::max(from[k].finish, release[i]);
+      for (std::size_t j = 0; j < spec.time.size(); ++j) {
+        const double finish = begin + spec.time[j];
+        if (finish > due[i] + time_tol_) break;
+        candidates.push_back({finish, from[k].energy + spec.eff[j], static_cast<int>(k),
+                              static_cast<int>(j)});
+      }
+    }
+    if (candidates.empty()) return false;  // the current choice is feasible; numerical trouble
+    std::sort(candidates.begin(), candidates.end(), [](const State& a, const State& b) {
+      return a.finish != b.finish ? a.finish < b.finish : a.energy < b.energy;
+    });
+    std::vector<State>& to = layers[i + 1];
+    to.clear();
+    for (const State& c : candidates) {
+      if (to.empty() || c.energy < to.back().energy - 1e-12 * std::abs(c.energy)) to.push_back(c);
+    }
+    if (to.size() > kMaxStates) {
+      // Keep an evenly spread subset (always the fastest and the cheapest).
+      std::vector<State> kept;
+      for (std::size_t q = 0; q < kMaxStates; ++q) kept.push_back(to[q * (to.size() - 1) / (kMaxStates - 1)]);
+      to.swap(kept);
+    }
+  }
+  const State& best = layers[length].back();
+  if (!(best.energy < current - 1e-9 * std::max(1.0, std::abs(current)))) return false;
+  int k = static_cast<int>(layers[length].size()) - 1;
+  for (std::size_t i = length; i-- > 0;) {
+    const State& state = layers[i + 1][static_cast<std::size_t>(k)];
+    choice[chain[i]] = state.option;
+    k = state.parent;
+  }
+  return true;
+}
+
+void Engine::ChainSearch(std::vector<int>& choice, double deadline, int rounds) const {
+  if (chains_.empty()) return;
+  std::vector<double> start;
+  for (int round = 0; round < rounds; ++round) {
+    bool improved = false;
+    for (bool latest : {false, true}) {
+      for (const std::vector<int>& chain : chains_) {
+        Schedule(choice, deadline, latest, start);
+        if (OptimizeChain(chain, choice, start, deadline)) {
+          improved = true;
+          Refine(choice, deadline, nullptr);
+        }
+      }
+    }
+    if (!improved) break;
+  }
+}
+
+void Engine::RecordPoint(double deadline, int64_t k, double offset) {
+  // The convex durations `offset` into the current move, rounded down to real options.
+  std::vector<int> choice(static_cast<std::size_t>(n_));
+  std::vector<double> cap(static_cast<std::size_t>(n_));
+  double model = 0.0;
+  for (int v = 0; v < n_; ++v) {
+    const Spec& spec = SpecOf(v);
+    const double d = dur_[v] + rate_[v] * offset;
+    choice[v] = spec.Fit(d + time_tol_);
+    model += spec.Cost(d);
+    // The slower end of the hull segment d lies on (d itself on a vertex).
+    const auto it = std::lower_bound(spec.hull_time.begin(), spec.hull_time.end(), d - time_tol_);
+    cap[v] = it == spec.hull_time.end() ? spec.hull_time.back() : *it;
+  }
+  if (RealMakespan(choice) > deadline + time_tol_) Repair(choice, deadline);
   if (options_.reclaim_slack) {
     Refine(choice, deadline, &cap);
-    // The exchange search costs O(n * options) refinements: on the fastest point (the
-    // max-throughput plan) only.
-    if (k == 0) Exchange(choice, deadline);
+    if (k == 0 || std::getenv("KS_ALL")) {
+      ChainSearch(choice, deadline, 8);
+      Exchange(choice, deadline);
+      ChainSearch(choice, deadline, 8);
+    }
   }
   IterationPoint point;
-  point.cost = EvaluateWith(problem_, dag_, choice, options_.p_static_w);
+  point.choice.resize(static_cast<std::size_t>(n_));
+  for (int v = 0; v < n_; ++v) point.choice[v] = SpecOf(v).option[static_cast<std::size_t>(choice[v])];
+  point.cost = EvaluateWith(problem_, dag_, point.choice, options_.p_static_w);
   point.step = steps_;
   point.quanta = k;
   point.deadline_s = deadline;
-  point.model_energy_j = model + options_.p_static_w * gpus_total_ * deadline;
-  point.choice = std::move(choice);
+  point.model_energy_j = model + pg_ * deadline;
   raw_.push_back(std::move(point));
 }
 
 Result Engine::Run() {
   Result result;
   Summary& summary = result.summary;
-  const int num_stages = problem_.num_stages;
-  for (int s = 0; s < num_stages; ++s) {
-    const int gpus = problem_.gpus_per_stage.empty() ? 1 : problem_.gpus_per_stage[s];
-    gpus_total_ += gpus;
-    specs_.push_back(BuildSpec(problem_.forward_options[s], gpus, options_.p_static_w, tick_s_));
-    specs_.push_back(BuildSpec(problem_.backward_options[s], gpus, options_.p_static_w, tick_s_));
-  }
-  const int n = static_cast<int>(dag_.nodes.size());
-  BuildArcs();
-  std::vector<int> fastest(n);
-  std::vector<int> cheapest(n);
-  for (int v = 0; v < n; ++v) {
-    fastest[v] = SpecOf(v).fastest_option;
-    cheapest[v] = SpecOf(v).cheapest_option;
-  }
+  BuildModel();
+  BuildChains();
+  std::vector<int> fastest(static_cast<std::size_t>(n_), 0);
+  std::vector<int> cheapest(static_cast<std::size_t>(n_));
+  for (int v = 0; v < n_; ++v) cheapest[v] = static_cast<int>(SpecOf(v).time.size()) - 1;
   const double t_min = RealMakespan(fastest);
   const double t_max = RealMakespan(cheapest);
   summary.min_time_s = t_min;
   summary.max_time_s = t_max;
   const double unit = options_.unit_time_s;
-  duration_.assign(n, 0);
-  for (int v = 0; v < n; ++v) duration_[v] = SpecOf(v).t_min();
-  const int64_t model_fastest = ComputeEventTimes();
-  summary.quanta_fastest = static_cast<int64_t>(std::ceil(static_cast<double>(model_fastest) / kTicksPerUnit));
-  for (int v = 0; v < n; ++v) duration_[v] = SpecOf(v).t_max();
-  int64_t makespan = ComputeEventTimes();
-  summary.quanta_slowest = static_cast<int64_t>(std::ceil(static_cast<double>(makespan) / kTicksPerUnit));
-
-  // The deadlines to realize, slowest first: T_min + k * unit for k = K .. 0 (K: the first
-  // that the cheapest plan meets), or the one deadline of deadline_s mode.
-  struct Deadline {
-    double time_s;
-    int64_t k;
-  };
-  std::vector<Deadline> deadlines;
-  if (options_.deadline_s > 0.0) {
-    if (options_.deadline_s < t_min * (1 - 1e-12)) {
-      summary.status = Status::kDeadlineInfeasible;
-      summary.message = "deadline " + std::to_string(options_.deadline_s) +
-                        " s is below the minimum iteration time " + std::to_string(t_min) + " s";
-      result.dag = std::move(dag_);
-      return result;
-    }
-    deadlines.push_back({std::min(options_.deadline_s, std::max(t_min, t_max)), -1});
-  } else {
-    const auto count = static_cast<int64_t>(std::ceil((t_max - t_min) / unit - 1e-9));
-    for (int64_t k = std::max<int64_t>(count, 0); k >= 0; --k) {
-      deadlines.push_back({k == count ? std::max(t_max, t_min) : t_min + static_cast<double>(k) * unit, k});
-    }
-  }
-  std::size_t next = 0;  // next deadline to realize
-  auto ticks_of = [&](double deadline) {
-    return static_cast<int64_t>(std::floor(deadline / tick_s_ + 1e-9));
-  };
-  // Deadlines the current durations already meet.
-  while (next < deadlines.size() && ticks_of(deadlines[next].time_s) >= makespan) {
-    RecordPoint(deadlines[next].time_s, deadlines[next].k, 0, nullptr);
-    ++next;
+  const bool one_deadline = options_.deadline_s > 0.0;
+  if (one_deadline && options_.deadline_s < t_min - time_tol_) {
+    summary.status = Status::kDeadlineInfeasible;
+    summary.message = "deadline " + std::to_string(options_.deadline_s) +
+                      " s is below the minimum iteration time " + std::to_string(t_min) + " s";
+    result.dag = std::move(dag_);
+    return result;
   }
 
-  status_ = Status::kReachedMinimumTime;
-  Move move;
-  int64_t threshold = 0;
-  bool one_tick = false;
-  while (next < deadlines.size() && makespan > model_fastest) {
+  double makespan = ForwardPass();
+  BackwardPass(makespan);
+  // Deadlines are realized as the descent passes them, slowest first (the first one is at or
+  // above the cheapest plan's time).
+  int64_t k_next = one_deadline ? -1
+                                : static_cast<int64_t>(std::ceil((makespan - t_min) / unit - 1e-9));
+  auto deadline_of = [&](int64_t k) {
+    return k < 0 ? options_.deadline_s : t_min + static_cast<double>(k) * unit;
+  };
+  bool deadline_done = false;  // deadline_s mode: its deadline is realized
+  // Realizes the deadlines reached `delta` into the current move.
+  auto realize_passed = [&](double delta) {
+    while (one_deadline ? !deadline_done : k_next >= 0) {
+      const double deadline = deadline_of(k_next);
+      if (deadline < makespan - delta - time_tol_) break;
+      RecordPoint(deadline, k_next, std::clamp(makespan - deadline, 0.0, delta));
+      if (one_deadline) deadline_done = true;
+      else --k_next;
+    }
+  };
+  realize_passed(0.0);
+  // T*: where shortening starts to cost more effective energy than it saves static energy
+  // (the cut's value reaches the static power of all GPUs). Below T* the relaxation's total
+  // energy falls with time; a deadline above T* is bounded by the relaxation at T*.
+  bool t_star_seen = false;
+  double t_star = 0.0;
+  double t_star_energy = kInf;
+  Status status = Status::kReachedMinimumTime;
+  std::string message;
+  // deadline_s mode stops once its deadline is realized and T* is known (a deadline above T*
+  // also gets the plan at T*, and the cheaper of the two is kept).
+  auto done = [&] { return one_deadline ? deadline_done && t_star_seen : k_next < 0; };
+  while (!done()) {
+    const bool finite = MaxFlow();
+    if (!t_star_seen && (!finite || flow_value_ >= pg_)) {
+      t_star_seen = true;
+      t_star = makespan;
+      t_star_energy = pg_ * makespan;
+      for (int v = 0; v < n_; ++v) t_star_energy += SpecOf(v).Cost(dur_[v]);
+      if (one_deadline && deadline_done) {
+        RecordPoint(makespan, -1, 0.0);
+        break;
+      }
+    }
+    if (!finite) break;
     if (options_.max_steps > 0 && steps_ >= options_.max_steps) {
-      status_ = Status::kStepLimit;
+      status = Status::kStepLimit;
       break;
     }
-    bool finite = Cut(threshold, &move);
-    if (!finite && threshold > 0 && status_ == Status::kReachedMinimumTime) {
-      // The near-critical paths cannot all be shortened: cut the critical sub-DAG alone and
-      // move one tick without lengthening anything (feasible: no path grows), until the
-      // overtaking path is critical itself.
-      threshold = 0;
-      finite = Cut(0, &move);
-      move.lengthen.clear();
-      one_tick = true;
-    }
-    if (!finite) {
-      if (status_ == Status::kReachedMinimumTime) {
-        status_ = Status::kStalled;
-        message_ = "no finite cut above the fastest iteration time";
+    // The cut (the source side is what the BFS reached), and how far to move along it.
+    shorten_.clear();
+    lengthen_.clear();
+    double delta = kInf;
+    for (int u : queue_) {
+      for (int i = out_start_[u]; i < out_start_[u + 1]; ++i) {
+        const int a = out_arcs_[i];
+        const int v = arc_act_[a];
+        if (v < 0 || !critical_[a] || side_[arc_to_[a]]) continue;
+        const int p = pos_[v];
+        const int target = p % 2 == 1 ? p / 2 : p / 2 - 1;
+        shorten_.push_back(v);
+        rate_[v] = -1;
+        delta = std::min(delta, dur_[v] - SpecOf(v).hull_time[static_cast<std::size_t>(target)]);
       }
+      for (int i = in_start_[u]; i < in_start_[u + 1]; ++i) {
+        const int a = in_arcs_[i];
+        const int v = arc_act_[a];
+        if (v < 0 || !critical_[a] || side_[arc_from_[a]] || !(Lower(a) > 0.0)) continue;
+        lengthen_.push_back(v);
+        rate_[v] = 1;
+        delta = std::min(delta, SpecOf(v).hull_time[static_cast<std::size_t>(pos_[v] / 2 + 1)] - dur_[v]);
+      }
+    }
+    if (shorten_.empty() || !(delta > 0.0)) {
+      status = Status::kStalled;
+      message = "the minimum cut shortens nothing above the fastest iteration time";
       break;
     }
     ++steps_;
-    // As far as every moved arc stays on its hull segment...
-    int64_t delta = std::numeric_limits<int64_t>::max();
-    for (int v : move.shorten) {
-      const Spec& spec = SpecOf(v);
-      delta = std::min(delta, duration_[v] - spec.hull_ticks[spec.LeftSegment(duration_[v])]);
+    // ... and no path off the critical sub-DAG overtakes (each path's length is linear in the
+    // move: Newton steps on the longest path reach the exact breakpoint). The last pass leaves
+    // earliest_ at the moved durations.
+    double base = 0.0;
+    double rate = 0.0;
+    double reached = 0.0;
+    for (int iteration = 0;; ++iteration) {
+      reached = MakespanAfter(delta, &base, &rate);
+      if (reached <= makespan - delta + time_tol_ || iteration > 2 * n_) break;
+      delta = (makespan - base) / (1.0 + rate);
     }
-    for (int v : move.lengthen) {
-      const Spec& spec = SpecOf(v);
-      delta = std::min(delta, spec.hull_ticks[spec.RightSegment(duration_[v]) + 1] - duration_[v]);
-    }
-    delta = std::min(delta, makespan - model_fastest);
-    if (one_tick) delta = 1;
-    one_tick = false;
-    // ... and no other path overtakes the shortened critical ones (each path's length is
-    // linear in delta: Newton steps on the longest path converge to the exact breakpoint).
-    for (;;) {
-      int64_t base = 0;
-      int64_t rate = 0;
-      const int64_t longest = MakespanAfter(move, delta, &base, &rate);
-      if (longest <= makespan - delta) break;
-      delta = (makespan - base) / (1 + rate);  // 1 + rate > 0 since longest > makespan - delta
-    }
-    if (delta <= 0) {
-      // A path becomes critical before one tick: cut again with it in the critical sub-DAG.
-      int64_t base = 0;
-      int64_t rate = 0;
-      MakespanAfter(move, 1, &base, &rate);
-      threshold = std::max<int64_t>(threshold + 1, makespan - base);
-      ++near_critical_cuts_;
-      continue;
-    }
-    threshold = 0;
-    move.start = makespan;
-    move.delta = delta;
-    // Deadlines passed on the way.
-    while (next < deadlines.size() && ticks_of(deadlines[next].time_s) >= makespan - delta) {
-      RecordPoint(deadlines[next].time_s, deadlines[next].k,
-                  makespan - ticks_of(deadlines[next].time_s), &move);
-      ++next;
-    }
-    for (int v : move.shorten) duration_[v] -= delta;
-    for (int v : move.lengthen) duration_[v] += delta;
-    const int64_t reached = ComputeEventTimes();
-    if (reached != makespan - delta) {
-      status_ = Status::kStalled;
-      message_ = "a move did not shorten the iteration as computed";
-      makespan = reached;
+    realize_passed(delta);
+    if (!one_deadline && k_next < 0) break;
+    ApplyMove(delta);
+    for (int v : shorten_) rate_[v] = 0;
+    for (int v : lengthen_) rate_[v] = 0;
+    if (std::abs(reached - (makespan - delta)) > 1e3 * time_tol_) {
+      status = Status::kStalled;
+      message = "a move did not shorten the iteration as computed";
       break;
     }
     makespan = reached;
+    BackwardPass(makespan);
   }
-  if (status_ == Status::kReachedMinimumTime || status_ == Status::kStalled) {
-    // Deadlines below the convex model's minimum (its ticks round option times up): the
-    // fastest convex durations, repaired to the real deadline.
-    while (next < deadlines.size()) {
-      RecordPoint(deadlines[next].time_s, deadlines[next].k, 0, nullptr);
-      ++next;
+  if (status != Status::kStepLimit) {
+    // The descent reached the fastest schedule (or stalled: the remaining deadlines get the
+    // current durations, repaired): the remaining deadlines.
+    realize_passed(kInf);
+  }
+  if (t_star_seen) {
+    // Deadlines above T*: the relaxation's least energy there is its energy at T*.
+    for (IterationPoint& point : raw_) {
+      if (point.deadline_s > t_star) point.model_energy_j = std::min(point.model_energy_j, t_star_energy);
     }
   }
-  summary.status = status_;
-  summary.message = message_;
+  if (one_deadline && raw_.size() > 1) {
+    const auto best = std::min_element(raw_.begin(), raw_.end(), [](const auto& a, const auto& b) {
+      return a.cost.energy_j < b.cost.energy_j;
+    });
+    std::vector<IterationPoint> kept;
+    kept.push_back(std::move(*best));
+    kept.back().deadline_s = options_.deadline_s;
+    raw_.swap(kept);
+  }
+  summary.status = status;
+  summary.message = message;
   summary.steps = steps_;
-  summary.critical_edges_max = critical_edges_max_;
-  summary.near_critical_cuts = near_critical_cuts_;
+  summary.augmentations = augmentations_;
+  summary.critical_edges_max = critical_arcs_max_;
   summary.deadlines = static_cast<int64_t>(raw_.size());
-
   if (options_.keep_dominated) {
     result.points = std::move(raw_);
   } else {
@@ -934,8 +1060,8 @@ std::string Validate(const Problem& problem, const Options& options) {
       slowest_sum += t_max * problem.num_microbatches;
     }
   }
-  // Every path is at most the sum of all slowest durations: the frontier's deadlines and the
-  // model's ticks stay countable.
+  // Every path is at most the sum of all slowest durations: the frontier's deadlines stay
+  // countable.
   if (slowest_sum / options.unit_time_s > 1e7) {
     return "unit_time_s is too small for the options' times (over 1e7 deadlines)";
   }
@@ -949,7 +1075,6 @@ const char* ToString(Status status) {
   switch (status) {
     case Status::kReachedMinimumTime: return "reached_minimum_time";
     case Status::kStepLimit: return "step_limit";
-    case Status::kInfeasibleFlow: return "infeasible_flow";
     case Status::kStalled: return "stalled";
     case Status::kInvalidInput: return "invalid_input";
     case Status::kDeadlineInfeasible: return "deadline_infeasible";
@@ -991,5 +1116,3 @@ Result Solve(const Problem& problem, const Options& options) {
 }
 
 }  // namespace kareus::pipeline
-
-#pragma GCC diagnostic pop

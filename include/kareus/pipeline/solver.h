@@ -1,19 +1,21 @@
 // SPDX-License-Identifier: Apache-2.0
-// The iteration time-energy frontier of a synchronous pipeline: Phillips-Dessouky time-cost
-// tradeoff as in Perseus/lowtime (reference/perseus-lowtime-zeus.md §A2), with these changes:
+// The iteration time-energy frontier of a synchronous pipeline: for every deadline on a grid
+// (T_min + k * unit_time_s), the least-energy plan the solver finds with iteration time <= the
+// deadline. Perseus/lowtime's Phillips-Dessouky time-cost tradeoff (reference/perseus-lowtime-
+// zeus.md §A2) with these changes:
 //   * the cost of an instruction is the lower convex hull of its discrete options' effective
-//     energy (E - P_static * t, summed over the stage's GPUs), piecewise linear in time, instead
-//     of lowtime's exponential fit; times are integer ticks of unit_time_s / 1024 (option times
-//     rounded up), so the convex model is the continuous relaxation, exact to a tick;
+//     energy (E - P_static * t, summed over the stage's GPUs) over their REAL times, instead of
+//     lowtime's exponential fit on quantized times: the convex model is the continuous
+//     relaxation, and its least cost at a deadline is a lower bound of every real plan's;
 //   * the descent moves along one minimum cut as far as the cut stays optimal (until an
-//     instruction reaches a hull vertex or another path becomes critical) instead of one quantum
-//     per max-flow: the convex optimum is known exactly at every time (piecewise linear);
-//   * the frontier has one point per deadline T_min + k * unit_time_s (k = 0, 1, ... up to the
-//     cheapest plan's time): the convex optimum at that deadline, realized with real options
-//     (cheapest option within the convex duration), then refined in real time (slack filled,
-//     first within each instruction's convex segment, then freely) and re-evaluated from the
-//     realized options (never model values); the fastest point is this at T_min itself;
-//   * exact integer critical-path tests, a Boost.Graph max-flow, statuses instead of crashes.
+//     instruction reaches a hull vertex or another path becomes critical), so the relaxation's
+//     optimum is known exactly at every time; the max-flow is warm-started from the previous
+//     cut's flow (flat arrays, augmenting paths);
+//   * each grid deadline is realized with real options (the cheapest option within the convex
+//     duration), refined in real time (slack filled) and re-evaluated from the realized options
+//     (never model values); the fastest point is optimized further at T_min (pinned critical
+//     instructions, exact search of the independent rest within a budget, local search);
+//   * statuses instead of crashes.
 #pragma once
 
 #include <cstdint>
@@ -43,12 +45,11 @@ struct Problem {
 };
 
 struct Options {
-  double unit_time_s = 1e-3;  // spacing of the frontier's deadlines (Perseus default 1 ms); the
-                              // convex model's tick is unit_time_s / kTicksPerUnit
+  double unit_time_s = 1e-3;  // spacing of the frontier's deadlines (Perseus default 1 ms)
   double p_static_w = 0.0;    // static (blocking) power of one GPU, W; enters effective energy
   bool reclaim_slack = true;  // after realization, slow instructions while the iteration time
                               // stays within the point's deadline
-  int64_t max_steps = 0;      // stop after this many cuts (max-flows); 0 = run to the fastest
+  int64_t max_steps = 0;      // stop after this many cuts (moves); 0 = run to the fastest
   bool keep_dominated = false;  // keep realized points another point dominates
   double deadline_s = 0.0;    // > 0: only the least-energy plan with iteration time <= this
                               // deadline (one point; below the minimum time: no point and
@@ -57,8 +58,6 @@ struct Options {
   // The first invalid field, its value and the rule; nullopt when valid.
   std::optional<OptionError> Validate() const;
 };
-
-inline constexpr int64_t kTicksPerUnit = 1024;
 
 // The energy of one iteration, summed over all GPUs:
 //   E = sum_s gpus_s * [ sum_{i in s} (E_i - P_static * t_i) + P_static * T ]
@@ -75,15 +74,16 @@ struct IterationPoint {
   int64_t step = 0;         // cuts computed before this point's deadline was reached
   int64_t quanta = 0;       // k of the deadline T_min + k * unit_time_s (-1: deadline_s mode)
   double deadline_s = 0.0;  // the deadline this plan was made for (cost.time_s <= deadline_s)
-  double model_energy_j = 0.0;  // the convex model's energy at the deadline, on the model's
-                                // tick times (a diagnostic; not a bound of the real options)
+  double model_energy_j = 0.0;  // the convex relaxation's least energy at deadline_s (its
+                                // effective cost + static energy at deadline_s): a LOWER BOUND
+                                // of every plan with iteration time <= deadline_s (deadlines
+                                // are <= T*, below which the relaxation's energy falls with time)
   std::vector<int> choice;  // per DAG node: index into its stage's forward/backward options
 };
 
 enum class Status {
   kReachedMinimumTime,  // traced down to the fastest schedule
   kStepLimit,           // stopped at Options::max_steps
-  kInfeasibleFlow,      // the lower-bounded flow had no feasible solution (numerical trouble)
   kStalled,             // a step did not shorten the iteration (numerical trouble)
   kInvalidInput,        // see Summary::message; no points
   kDeadlineInfeasible,  // Options::deadline_s is below the minimum iteration time; no points
@@ -93,16 +93,13 @@ const char* ToString(Status status);
 struct Summary {
   Status status = Status::kInvalidInput;
   std::string message;
-  int64_t steps = 0;             // minimum cuts computed (one max-flow pair each)
-  int64_t quanta_slowest = 0;    // convex model's slowest iteration time, in unit_time_s
-  int64_t quanta_fastest = 0;    // convex model's fastest iteration time, in unit_time_s
+  int64_t steps = 0;             // minimum cuts moved along
+  int64_t augmentations = 0;     // augmenting paths of the warm-started max-flow, all cuts
   double min_time_s = 0.0;       // real longest path with every instruction at its fastest
   double max_time_s = 0.0;       // real longest path with every instruction at its cheapest
   int64_t deadlines = 0;         // deadlines realized (points before the dominance filter)
   int64_t points_dominated = 0;  // realized points dropped because another dominated them
-  int64_t critical_edges_max = 0;  // largest critical sub-DAG seen (edges)
-  int64_t near_critical_cuts = 0;  // cuts that had to include near-critical arcs (a path
-                                   // became critical between two ticks)
+  int64_t critical_edges_max = 0;  // largest critical sub-DAG seen (arcs)
 };
 
 struct Result {
