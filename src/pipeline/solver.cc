@@ -27,10 +27,12 @@
 #include "kareus/pipeline/solver.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <unordered_set>
 #include <string>
 #include <utility>
 
@@ -47,6 +49,13 @@ using schedule::Direction;
 using schedule::Instruction;
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
+// The exact dynamic program (ExactAt) runs at the fastest point with this budget (state
+// comparisons), and at every other deadline of problems with at most kSmallOptions node-options
+// (sum over nodes of their real front's size) with kSmallBudget; past its budget it gives up
+// and the heuristic plan stands.
+constexpr int64_t kFastestBudget = 50'000'000;
+constexpr int64_t kSmallOptions = 160;
+constexpr int64_t kSmallBudget = 5'000'000;
 
 // Per (stage, direction): the real options' effective-energy front and its convex hull.
 struct Spec {
@@ -198,6 +207,13 @@ class Engine {
   // chain improves (at most `rounds` sweeps).
   void ChainSearch(std::vector<int>& choice, double deadline, int rounds) const;
   void RecordPoint(double deadline, int64_t k, double offset);
+  // The least-energy plan with time <= deadline by dynamic programming over a topological
+  // order (branch and bound): a state is the finish times of the placed instructions that still
+  // have unplaced successors, the makespan so far and the effective energy; dominated states
+  // and states whose completion bound reaches `choice`'s energy are dropped. Replaces `choice`
+  // when a cheaper plan exists; false (choice kept, not proven) when the state comparisons
+  // exceed `budget`.
+  bool ExactAt(int64_t budget, double deadline, std::vector<int>& choice) const;
 
   const Problem& problem_;
   const Options& options_;
@@ -205,6 +221,7 @@ class Engine {
   int n_ = 0;
   std::vector<Spec> specs_;
   std::vector<int> class_;  // per node: index into specs_
+  bool small_ = false;      // few node-options: exact search at every deadline
   double gpus_total_ = 0.0;
   double pg_ = 0.0;         // static power of all GPUs, W
   double time_tol_ = 0.0;   // times closer than this are equal
@@ -835,12 +852,14 @@ void Engine::RecordPoint(double deadline, int64_t k, double offset) {
     cap[v] = it == spec.hull_time.end() ? spec.hull_time.back() : *it;
   }
   if (RealMakespan(choice) > deadline + time_tol_) Repair(choice, deadline);
+  bool exact = false;
   if (options_.reclaim_slack) {
     Refine(choice, deadline, &cap);
-    if (k == 0 || std::getenv("KS_ALL")) {
+    if (k <= 0 || small_) {
       ChainSearch(choice, deadline, 8);
       Exchange(choice, deadline);
       ChainSearch(choice, deadline, 8);
+      exact = ExactAt(k <= 0 ? kFastestBudget : (std::getenv("KS_B") ? std::atoll(std::getenv("KS_B")) : kSmallBudget), deadline, choice);
     }
   }
   IterationPoint point;
@@ -850,8 +869,227 @@ void Engine::RecordPoint(double deadline, int64_t k, double offset) {
   point.step = steps_;
   point.quanta = k;
   point.deadline_s = deadline;
-  point.model_energy_j = model + pg_ * deadline;
+  point.model_energy_j = exact ? point.cost.energy_j : model + pg_ * deadline;
+  point.exact = exact;
   raw_.push_back(std::move(point));
+}
+
+bool Engine::ExactAt(int64_t budget, double deadline, std::vector<int>& choice) const {
+  const double incumbent = Energy(choice);
+  int64_t work = 0;
+  // Order: by earliest start with every instruction at its fastest (topological, since every
+  // duration is positive), which keeps the set of open instructions narrow.
+  std::vector<double> head(static_cast<std::size_t>(n_), 0.0);
+  for (int v : dag_.topological_order) {
+    for (int i = preds_.start[v]; i < preds_.start[v + 1]; ++i) {
+      const int p = preds_.node[i];
+      head[v] = std::max(head[v], head[p] + SpecOf(p).time.front() + preds_.lag[i]);
+    }
+  }
+  std::vector<double> tail(static_cast<std::size_t>(n_), 0.0);  // after the node, at fastest
+  for (auto it = dag_.topological_order.rbegin(); it != dag_.topological_order.rend(); ++it) {
+    const int v = *it;
+    for (int i = succs_.start[v]; i < succs_.start[v + 1]; ++i) {
+      const int w = succs_.node[i];
+      tail[v] = std::max(tail[v], succs_.lag[i] + SpecOf(w).time.front() + tail[w]);
+    }
+  }
+  std::vector<int> order(static_cast<std::size_t>(n_));
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return head[a] < head[b]; });
+  std::vector<int> position(static_cast<std::size_t>(n_));
+  for (int k = 0; k < n_; ++k) position[order[k]] = k;
+  std::vector<int> last_use(static_cast<std::size_t>(n_), -1);  // last successor's position
+  for (int v = 0; v < n_; ++v) {
+    for (int i = succs_.start[v]; i < succs_.start[v + 1]; ++i) {
+      last_use[v] = std::max(last_use[v], position[succs_.node[i]]);
+    }
+  }
+  // Completion bound, per chain (a stage's instructions in order): the least effective energy
+  // of the chain's unplaced suffix when its durations must fit, one after another, between the
+  // last placed one's finish and the deadline less the last one's tail -- a knapsack over
+  // durations rounded down to a grid of `grid` seconds (a relaxation). Instructions in no
+  // chain: each at its cheapest option that fits between its fastest head and tail.
+  const std::size_t cells = 2049;
+  const double grid = deadline / static_cast<double>(cells - 1);
+  std::vector<int> chain_of(static_cast<std::size_t>(n_), -1);
+  std::vector<int> index_in_chain(static_cast<std::size_t>(n_), -1);
+  std::vector<std::vector<std::vector<double>>> table(chains_.size());
+  for (std::size_t c = 0; c < chains_.size(); ++c) {
+    const std::vector<int>& chain = chains_[c];
+    auto& t = table[c];
+    t.assign(chain.size() + 1, std::vector<double>(cells, 0.0));
+    for (std::size_t i = chain.size(); i-- > 0;) {
+      const int v = chain[i];
+      chain_of[v] = static_cast<int>(c);
+      index_in_chain[v] = static_cast<int>(i);
+      const Spec& spec = SpecOf(v);
+      std::vector<std::size_t> units(spec.time.size());
+      for (std::size_t j = 0; j < spec.time.size(); ++j) {
+        units[j] = static_cast<std::size_t>(std::floor(spec.time[j] / grid));
+      }
+      for (std::size_t b = 0; b < cells; ++b) {
+        double best = kInf;
+        for (std::size_t j = 0; j < spec.time.size(); ++j) {
+          if (units[j] <= b) best = std::min(best, spec.eff[j] + t[i + 1][b - units[j]]);
+        }
+        t[i][b] = best;
+      }
+    }
+  }
+  double loose = 0.0;  // instructions in no chain, at their cheapest fitting option
+  for (int v = 0; v < n_; ++v) {
+    if (chain_of[v] >= 0) continue;
+    const Spec& spec = SpecOf(v);
+    loose += spec.eff[static_cast<std::size_t>(spec.Fit(deadline - head[v] - tail[v] + time_tol_))];
+  }
+  auto chain_bound = [&](std::size_t c, int next, double free_from) {
+    const std::vector<int>& chain = chains_[c];
+    const double span = deadline - tail[chain.back()] - free_from;
+    if (span < -time_tol_) return kInf;
+    const double units = std::floor(std::max(0.0, span) / grid + 1e-9);
+    const std::size_t b = units >= static_cast<double>(cells - 1) ? cells - 1 : static_cast<std::size_t>(units);
+    return table[c][static_cast<std::size_t>(next)][b];
+  };
+
+  struct Layer {
+    std::vector<int> open;        // instructions whose finish a state records
+    std::vector<double> finish;   // states x open
+    std::vector<double> makespan;
+    std::vector<double> energy;
+    std::vector<int> parent;
+    std::vector<int> option;      // front index of the placed instruction
+  };
+  std::vector<Layer> layers(static_cast<std::size_t>(n_) + 1);
+  layers[0].makespan = {0.0};
+  layers[0].energy = {0.0};
+  layers[0].parent = {-1};
+  layers[0].option = {-1};
+  struct Candidate {
+    double energy;
+    int parent;
+    int option;
+    double makespan;
+    double finish;  // of the placed instruction
+  };
+  std::vector<Candidate> candidates;
+  std::vector<double> vec;
+  std::vector<int> next(chains_.size(), 0);  // per chain: its first unplaced position
+  for (int k = 0; k < n_; ++k) {
+    const int v = order[k];
+    const Layer& from = layers[k];
+    Layer& to = layers[k + 1];
+    // The new open set: the old one less the instructions whose last successor is v, plus v.
+    std::vector<int> source;  // per slot of to.open: slot in from.open, or -1 for v
+    for (std::size_t i = 0; i < from.open.size(); ++i) {
+      if (last_use[from.open[i]] > k) {
+        to.open.push_back(from.open[i]);
+        source.push_back(static_cast<int>(i));
+      }
+    }
+    if (last_use[v] > k) {
+      to.open.push_back(v);
+      source.push_back(-1);
+    }
+    std::vector<std::pair<int, double>> pred_slots;  // (slot in from.open, lag)
+    for (int i = preds_.start[v]; i < preds_.start[v + 1]; ++i) {
+      const auto it = std::find(from.open.begin(), from.open.end(), preds_.node[i]);
+      pred_slots.emplace_back(static_cast<int>(it - from.open.begin()), preds_.lag[i]);
+    }
+    if (chain_of[v] >= 0) next[static_cast<std::size_t>(chain_of[v])] = index_in_chain[v] + 1;
+    // Per chain with an unplaced suffix: where its last placed instruction's finish comes from
+    // (-2: none placed yet, the suffix starts at its first instruction's fastest head; -1: v
+    // itself; else a slot of from.open).
+    std::vector<std::pair<std::size_t, int>> chain_sources;
+    for (std::size_t c = 0; c < chains_.size(); ++c) {
+      if (next[c] >= static_cast<int>(chains_[c].size())) continue;
+      int src = -2;
+      if (next[c] > 0) {
+        const int last = chains_[c][static_cast<std::size_t>(next[c] - 1)];
+        src = last == v ? -1
+                        : static_cast<int>(std::find(from.open.begin(), from.open.end(), last) -
+                                           from.open.begin());
+      }
+      chain_sources.emplace_back(c, src);
+    }
+    const std::size_t d_from = from.open.size();
+    const std::size_t d_to = to.open.size();
+    const std::size_t count = from.energy.size();
+    const Spec& spec = SpecOf(v);
+    candidates.clear();
+    for (std::size_t s = 0; s < count; ++s) {
+      double start = 0.0;
+      for (auto [slot, lag] : pred_slots) start = std::max(start, from.finish[s * d_from + slot] + lag);
+      double open_low = 0.0;  // the makespan is at least each open finish plus its tail
+      for (std::size_t i = 0; i < d_from; ++i) {
+        const int u = from.open[i];
+        if (last_use[u] > k) open_low = std::max(open_low, from.finish[s * d_from + i] + tail[u]);
+      }
+      for (std::size_t j = 0; j < spec.time.size(); ++j) {
+        const double finish = start + spec.time[j];
+        const double makespan = last_use[v] < 0 ? std::max(from.makespan[s], finish) : from.makespan[s];
+        const double makespan_low = std::max({makespan, finish + tail[v], open_low});
+        if (makespan_low > deadline + time_tol_) continue;
+        double low = from.energy[s] + spec.eff[j] + pg_ * makespan_low + loose;
+        for (auto [c, src] : chain_sources) {
+          const double free_from =
+              src == -2 ? head[chains_[c][static_cast<std::size_t>(next[c])]]
+                        : (src == -1 ? finish : from.finish[s * d_from + static_cast<std::size_t>(src)]);
+          low += chain_bound(c, next[c], free_from);
+        }
+        if (low >= incumbent * (1 - 1e-12)) continue;
+        candidates.push_back({from.energy[s] + spec.eff[j], static_cast<int>(s), static_cast<int>(j),
+                              makespan, finish});
+      }
+    }
+    std::sort(candidates.begin(), candidates.end(),
+              [](const Candidate& a, const Candidate& b) { return a.energy < b.energy; });
+    vec.resize(d_to);
+    for (const Candidate& c : candidates) {
+      for (std::size_t i = 0; i < d_to; ++i) {
+        vec[i] = source[i] < 0 ? c.finish
+                               : from.finish[static_cast<std::size_t>(c.parent) * d_from +
+                                             static_cast<std::size_t>(source[i])];
+      }
+      // Kept states are no more energetic: c is dominated when one is also no later anywhere.
+      bool dominated = false;
+      work += static_cast<int64_t>(to.energy.size()) + 1;
+      if (work > budget) return false;
+      for (std::size_t q = 0; q < to.energy.size() && !dominated; ++q) {
+        if (to.makespan[q] > c.makespan + time_tol_) continue;
+        bool no_later = true;
+        for (std::size_t i = 0; i < d_to && no_later; ++i) {
+          no_later = to.finish[q * d_to + i] <= vec[i] + time_tol_;
+        }
+        dominated = no_later;
+      }
+      if (dominated) continue;
+      to.finish.insert(to.finish.end(), vec.begin(), vec.end());
+      to.makespan.push_back(c.makespan);
+      to.energy.push_back(c.energy);
+      to.parent.push_back(c.parent);
+      to.option.push_back(c.option);
+    }
+  }
+  // Every complete state beats the incumbent (its bound was below): the cheapest one.
+  const Layer& last = layers[static_cast<std::size_t>(n_)];
+  int best = -1;
+  double best_energy = incumbent;
+  for (std::size_t s = 0; s < last.energy.size(); ++s) {
+    const double total = last.energy[s] + pg_ * last.makespan[s];
+    if (last.makespan[s] <= deadline + time_tol_ && total < best_energy) {
+      best_energy = total;
+      best = static_cast<int>(s);
+    }
+  }
+  if (best >= 0) {
+    for (int k = n_; k > 0; --k) {
+      const Layer& layer = layers[static_cast<std::size_t>(k)];
+      choice[order[k - 1]] = layer.option[static_cast<std::size_t>(best)];
+      best = layer.parent[static_cast<std::size_t>(best)];
+    }
+  }
+  return true;
 }
 
 Result Engine::Run() {
@@ -859,6 +1097,9 @@ Result Engine::Run() {
   Summary& summary = result.summary;
   BuildModel();
   BuildChains();
+  int64_t node_options = 0;
+  for (int v = 0; v < n_; ++v) node_options += static_cast<int64_t>(SpecOf(v).time.size());
+  small_ = node_options <= kSmallOptions;
   std::vector<int> fastest(static_cast<std::size_t>(n_), 0);
   std::vector<int> cheapest(static_cast<std::size_t>(n_));
   for (int v = 0; v < n_; ++v) cheapest[v] = static_cast<int>(SpecOf(v).time.size()) - 1;

@@ -93,6 +93,13 @@ MilpAnswer MinEnergyMilp(const Problem& problem, const schedule::Dag& dag, doubl
   if (glp_intopt(lp, &parm) == 0 && glp_mip_status(lp) == GLP_OPT) {
     answer.optimal = true;
     answer.energy_j = glp_mip_obj_val(lp);
+    for (int v = 0; v < n; ++v) {
+      int best = 0;
+      for (int j = 1; j < static_cast<int>(options(v).size()); ++j) {
+        if (glp_mip_col_val(lp, first_x[v] + j) > glp_mip_col_val(lp, first_x[v] + best)) best = j;
+      }
+      answer.choice.push_back(best);
+    }
   }
   glp_delete_prob(lp);
   return answer;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <map>
+#include <vector>
 
 #include "kareus/pipeline/solver.h"
 
@@ -12,6 +13,7 @@ namespace kareus::pipeline::testing {
 struct MilpAnswer {
   bool optimal = false;   // GLPK proved optimality (else: time limit or infeasible)
   double energy_j = 0.0;  // least total energy (all GPUs, static included) with time <= deadline
+  std::vector<int> choice;  // an optimal plan: per DAG node, its option index
 };
 
 // min  sum_v sum_j x_vj * gpus_v * (E_vj - P t_vj) + P * GPUs * C

@@ -136,6 +136,11 @@ TEST(Solver, MatchesExactOptimumOnRandomSmallDags) {
         EXPECT_GT(point.cost.energy_j, result.points[i - 1].cost.energy_j);
       }
     }
+    if (verbose) {
+      int ex = 0;
+      for (const auto& pt : result.points) ex += pt.exact ? 1 : 0;
+      std::printf("instance %d: %zu points, %d exact\n", instance, result.points.size(), ex);
+    }
     // The fastest point against the exact minimum at T_min.
     const IterationPoint& fastest = result.points.back();
     const auto at_min = testing::MinEnergyMilp(problem, result.dag, t_min, kStaticW);
@@ -158,6 +163,21 @@ TEST(Solver, MatchesExactOptimumOnRandomSmallDags) {
         std::printf("instance %d S=%d M=%d T=%.5f ours=%.4f opt=%.4f gap=%.4f%%\n", instance,
                     problem.num_stages, problem.num_microbatches, deadline, ours, answer.energy_j,
                     100 * gap);
+      }
+      if (std::getenv("KS_PLANS") && gap > 1e-3) {
+        const IterationPoint* mine = nullptr;
+        for (const auto& pt : result.points) if (pt.cost.time_s <= deadline * (1 + 1e-12) && (mine == nullptr || pt.cost.energy_j < mine->cost.energy_j)) mine = &pt;
+        const Evaluation ev = Evaluate(problem, result.dag, answer.choice, kStaticW);
+        std::printf("  opt plan T=%.5f E=%.4f:", ev.time_s, ev.energy_j);
+        for (int c : answer.choice) std::printf(" %d", c);
+        std::printf("\n  our plan T=%.5f E=%.4f:", mine->cost.time_s, mine->cost.energy_j);
+        for (int c : mine->choice) std::printf(" %d", c);
+        std::printf("\n");
+        for (int st = 0; st < problem.num_stages; ++st) {
+          std::printf("  stage %d F:", st); for (auto o : problem.forward_options[st]) std::printf(" (%.5f,%.3f)", o.time_s, o.energy_j - kStaticW * o.time_s);
+          std::printf("\n  stage %d B:", st); for (auto o : problem.backward_options[st]) std::printf(" (%.5f,%.3f)", o.time_s, o.energy_j - kStaticW * o.time_s);
+          std::printf("\n");
+        }
       }
       EXPECT_GE(gap, -1e-9) << "instance " << instance << ": better than the exact optimum?";
       gaps.push_back(gap);

@@ -78,6 +78,8 @@ struct IterationPoint {
                                 // effective cost + static energy at deadline_s): a LOWER BOUND
                                 // of every plan with iteration time <= deadline_s (deadlines
                                 // are <= T*, below which the relaxation's energy falls with time)
+  bool exact = false;        // proven the least energy at deadline_s (the exact search finished;
+                             // model_energy_j is then this point's energy)
   std::vector<int> choice;  // per DAG node: index into its stage's forward/backward options
 };
 
