@@ -53,7 +53,7 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 // comparisons), and at every other deadline of problems with at most kSmallOptions node-options
 // (sum over nodes of their real front's size) with kSmallBudget; past its budget it gives up
 // and the heuristic plan stands.
-constexpr int64_t kFastestBudget = 50'000'000;
+constexpr int64_t kFastestBudget = 5'000'000;
 constexpr int64_t kSmallOptions = 160;
 constexpr int64_t kSmallBudget = 5'000'000;
 
