@@ -31,6 +31,7 @@ struct SimulateArgs {
   std::vector<std::string> comm;  // TYPE=SMS@SLOT, instruction mode
   bool sequential = false;
   bool sweep = false;
+  std::optional<double> power_limit_w;  // board power limit; the clock defaults to the maximum
   std::string csv;
   bool json = false;
 };
@@ -141,9 +142,10 @@ void RunPartition(const SimulateArgs& a, const workload::WorkloadModel& model) {
     std::fputs(summary.ToString().c_str(), stdout);
     return;
   }
-  if (!a.freq_mhz) {
+  if (!a.freq_mhz && !a.power_limit_w) {
     ThrowInput("--freq", "(missing)",
-               "required; profile grid of " + gpu.name + ": " + Join(gpu.clock.ProfileGrid()));
+               "required (or --power-limit W); profile grid of " + gpu.name + ": " +
+                   Join(gpu.clock.ProfileGrid()));
   }
   if (!a.sms) {
     ThrowInput("--sms", "(missing)",
@@ -153,17 +155,20 @@ void RunPartition(const SimulateArgs& a, const workload::WorkloadModel& model) {
     ThrowInput("--slot", "(missing)",
                "required; slots of " + type.name + ": " + Join(SlotNames(type)));
   }
-  const emulator::PartitionKnobs knobs{.freq_mhz = *a.freq_mhz, .sms = *a.sms, .slot = a.slot};
+  const emulator::PartitionKnobs knobs{
+      .freq_mhz = a.freq_mhz ? *a.freq_mhz : gpu.clock.default_mhz, .sms = *a.sms, .slot = a.slot};
   const emulator::SimResult r = emulator::SimulatePartition(gpu, type, knobs);
   if (a.json) {
     Json j{{"workload", model.workload.name}, {"gpu", gpu.name},     {"partition", type.name},
-           {"freq_mhz", knobs.freq_mhz},      {"sms", knobs.sms},    {"slot", knobs.slot}};
+           {"freq_mhz", knobs.freq_mhz},      {"sms", knobs.sms},    {"slot", knobs.slot},
+           {"power_limit_w", gpu.power.cap_w}};
     j.update(emulator::ToJson(r));
     std::fputs(DumpJson(j).c_str(), stdout);
     return;
   }
-  std::printf("%s %s on %s at %d MHz, %d comm SMs launched at %s\n", model.workload.name.c_str(),
-              type.name.c_str(), gpu.name.c_str(), knobs.freq_mhz, knobs.sms, knobs.slot.c_str());
+  std::printf("%s %s on %s at %d MHz (%.0f W limit), %d comm SMs launched at %s\n",
+              model.workload.name.c_str(), type.name.c_str(), gpu.name.c_str(), knobs.freq_mhz,
+              gpu.power.cap_w, knobs.sms, knobs.slot.c_str());
   Table table(kResultHeader);
   table.AddRow(ResultCells(r));
   std::fputs(table.ToString().c_str(), stdout);
@@ -204,9 +209,14 @@ void RunInstruction(const SimulateArgs& a, const workload::WorkloadModel& model)
     freqs = {*a.freq_mhz};
   } else if (a.sweep) {
     freqs = gpu.clock.ProfileGrid();
+  } else if (a.power_limit_w) {
+    // Power-limit mode: the clock is not locked; the GPU boosts to its maximum and the limit
+    // lowers it wherever the power would exceed it.
+    freqs = {gpu.clock.default_mhz};
   } else {
     ThrowInput("--freq", "(missing)",
-               "required; profile grid of " + gpu.name + ": " + Join(gpu.clock.ProfileGrid()));
+               "required (or --power-limit W); profile grid of " + gpu.name + ": " +
+                   Join(gpu.clock.ProfileGrid()));
   }
   std::vector<std::pair<int, emulator::SimResult>> results;
   for (int f : freqs) {
@@ -232,15 +242,17 @@ void RunInstruction(const SimulateArgs& a, const workload::WorkloadModel& model)
     for (const auto& [f, r] : results) {
       Json j{{"workload", model.workload.name}, {"gpu", gpu.name},
              {"stage", *a.stage},               {"instruction", a.instruction},
-             {"mode", schedule::ToString(mode)}, {"freq_mhz", f}};
+             {"mode", schedule::ToString(mode)}, {"freq_mhz", f},
+             {"power_limit_w", gpu.power.cap_w}};
       j.update(emulator::ToJson(r));
       rows.push_back(j);
     }
     std::fputs(DumpJson(a.sweep ? rows : rows.front()).c_str(), stdout);
     return;
   }
-  std::printf("%s stage %d %s, %s, on %s (%d GPUs per stage)\n", model.workload.name.c_str(),
-              *a.stage, a.instruction.c_str(), schedule::ToString(mode), gpu.name.c_str(),
+  std::printf("%s stage %d %s, %s, on %s at a %.0f W limit (%d GPUs per stage)\n",
+              model.workload.name.c_str(), *a.stage, a.instruction.c_str(),
+              schedule::ToString(mode), gpu.name.c_str(), gpu.power.cap_w,
               model.workload.GpusPerStage());
   std::vector<std::string> header = {"freq_mhz"};
   header.insert(header.end(), kResultHeader.begin(), kResultHeader.end());
@@ -261,12 +273,16 @@ void AddSimulateCommand(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "simulate",
       "Emulate one partition (--partition) or one instruction (--stage/--instruction) at a "
-      "locked clock; --sweep for the grid of clocks x comm SMs x launch slots");
+      "locked clock or under a power limit (--power-limit); --sweep for the grid of clocks x "
+      "comm SMs x launch slots");
   cmd->add_option("WORKLOAD", args->workload, "Workload file (YAML)")->required();
   cmd->add_option("--partition", args->partition, "Partition type (see `kareus partitions`)");
   cmd->add_option("--stage", args->stage, "Pipeline stage (0-based) of the instruction");
   cmd->add_option("--instruction", args->instruction, "forward or backward");
   cmd->add_option("--freq", args->freq_mhz, "Locked SM clock, MHz (a clock of the GPU's grid)");
+  cmd->add_option("--power-limit", args->power_limit_w,
+                  "Board power limit, W (within the GPU's range); without --freq the clock is "
+                  "not locked: the GPU runs at the highest clock whose power fits the limit");
   cmd->add_option("--sms", args->sms, "SMs of the partition's comm kernel");
   cmd->add_option("--slot", args->slot, "Launch slot of the comm kernel (norm_0, linear_0, ...)");
   cmd->add_option("--comm", args->comm,
@@ -290,8 +306,12 @@ void AddSimulateCommand(CLI::App& app) {
     if (!args->csv.empty() && !args->sweep) {
       ThrowInput("--csv", args->csv, "only with --sweep");
     }
-    const workload::WorkloadModel model =
-        workload::BuildWorkloadModel(workload::LoadWorkloadFile(args->workload));
+    workload::Workload w = workload::LoadWorkloadFile(args->workload);
+    if (args->power_limit_w) {
+      hw::SetPowerLimit(w.gpu, *args->power_limit_w, "--power-limit");
+      w.power_limit_w = *args->power_limit_w;
+    }
+    const workload::WorkloadModel model = workload::BuildWorkloadModel(w);
     if (partition_mode) {
       RunPartition(*args, model);
     } else {

@@ -16,5 +16,6 @@ void AddProfileCommand(CLI::App& app);
 void AddSimulateCommand(CLI::App& app);
 void AddSolveCommand(CLI::App& app);
 void AddExportCommand(CLI::App& app);
+void AddValidateCommand(CLI::App& app);
 
 }  // namespace kareus::cli

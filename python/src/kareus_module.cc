@@ -7,18 +7,21 @@
 #include <pybind11/stl.h>
 #include <pybind11/stl/filesystem.h>
 
+#include <filesystem>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "kareus/measure/emulator_backend.h"
 #include "kareus/methods/run.h"
-#include "kareus/schedule/schedule.h"
+#include "kareus/plan/plan_file.h"
 #include "kareus/runtime/energy_monitor.h"
 #include "kareus/runtime/frequency_controller.h"
 #include "kareus/runtime/nvml.h"
 #include "kareus/runtime/plan_executor.h"
+#include "kareus/schedule/schedule.h"
 
 namespace py = pybind11;
 namespace rt = kareus::runtime;
@@ -61,6 +64,36 @@ py::dict InstructionDict(const plan::PlannedInstruction& instruction) {
   d["time_s"] = instruction.time_s;
   d["energy_j"] = instruction.energy_j;
   return d;
+}
+
+// The job's pipeline, as far as the caller gives it, must be the plan's: a plan for another
+// stage count, microbatch count or schedule is refused before any clock is touched, naming both.
+void CheckPlanMatchesJob(const plan::Plan& plan, const std::filesystem::path& plan_path,
+                         std::optional<int> num_stages, std::optional<int> num_microbatches,
+                         const std::optional<std::string>& schedule_name) {
+  const int plan_stages = static_cast<int>(plan.stages.size());
+  std::optional<schedule::ScheduleKind> job_schedule;
+  if (schedule_name) job_schedule = schedule::ScheduleKindFromString(*schedule_name);
+  if ((!num_stages || *num_stages == plan_stages) &&
+      (!num_microbatches || *num_microbatches == plan.num_microbatches) &&
+      (!job_schedule || *job_schedule == plan.schedule)) {
+    return;
+  }
+  std::string job;
+  if (num_stages) job += std::to_string(*num_stages) + " pipeline stages";
+  if (num_microbatches) {
+    job += (job.empty() ? "" : " x ") + std::to_string(*num_microbatches) + " microbatches";
+  }
+  if (job_schedule) {
+    const std::string name = schedule::ToString(*job_schedule);
+    job += job.empty() ? "the " + name + " schedule" : " (" + name + ")";
+  }
+  throw kareus::InputError(
+      plan_path.string() + ": the plan does not match this job: the plan is for " +
+      std::to_string(plan_stages) + " pipeline stages x " + std::to_string(plan.num_microbatches) +
+      " microbatches (" + schedule::ToString(plan.schedule) + "), the job runs " + job +
+      " (make the plan from a workload with parallelism.pp = the job's pipeline stages and "
+      "microbatches = the job's microbatches per iteration, for the job's schedule)");
 }
 
 // ZeusMonitor's Measurement shape: time, gpu_energy {index: J}, total_energy.
@@ -183,15 +216,20 @@ PYBIND11_MODULE(_kareus, m) {
                                "One pipeline stage of plan.json, driven by the training loop's "
                                "hooks; sets each instruction's clock and serves its knobs.")
       .def(py::init([](const std::filesystem::path& plan_path, int stage,
-                       rt::FrequencyController* controller, bool check_supported_clocks) {
+                       rt::FrequencyController* controller, bool check_supported_clocks,
+                       std::optional<int> num_stages, std::optional<int> num_microbatches,
+                       std::optional<std::string> schedule_name) {
+             plan::Plan plan = plan::ReadPlanFile(plan_path);
+             CheckPlanMatchesJob(plan, plan_path, num_stages, num_microbatches, schedule_name);
              return std::make_unique<rt::PlanExecutor>(
-                 plan_path,
+                 std::move(plan),
                  rt::PlanExecutorOptions{.stage = stage,
                                          .check_supported_clocks = check_supported_clocks},
                  controller);
            }),
            py::arg("plan_path"), py::arg("stage") = 0, py::arg("controller") = nullptr,
-           py::arg("check_supported_clocks") = true,
+           py::arg("check_supported_clocks") = true, py::arg("num_stages") = py::none(),
+           py::arg("num_microbatches") = py::none(), py::arg("schedule") = py::none(),
            py::keep_alive<1, 4>())  // the controller lives as long as the executor
       .def("on_step_begin", &rt::PlanExecutor::OnStepBegin)
       .def("on_step_end", &rt::PlanExecutor::OnStepEnd)
@@ -211,6 +249,13 @@ PYBIND11_MODULE(_kareus, m) {
                                return e.stage_plan().instructions.size();
                              })
       .def_property_readonly("method", [](const rt::PlanExecutor& e) { return e.plan().method; })
+      .def_property_readonly("num_stages",
+                             [](const rt::PlanExecutor& e) { return e.plan().stages.size(); })
+      .def_property_readonly("num_microbatches",
+                             [](const rt::PlanExecutor& e) { return e.plan().num_microbatches; })
+      .def_property_readonly(
+          "schedule",
+          [](const rt::PlanExecutor& e) { return schedule::ToString(e.plan().schedule); })
       .def_property_readonly("current",
                              [](const rt::PlanExecutor& e) -> py::object {
                                if (!e.has_current_instruction()) return py::none();

@@ -44,42 +44,36 @@ void ValidateCommSms(const hw::GpuSpec& gpu, int sms, const std::string& field) 
 
 double Hz(int freq_mhz) { return freq_mhz * 1e6; }
 
-// Simulates one compiled partition; `with_collective` false runs the compute ops alone (the
-// occurrences that have no collective to hide).
+// Simulates one compiled partition as the profiler measures it (run back to back in a loop);
+// `with_collective` false runs the compute ops alone (the occurrences that have no collective).
 void RunCompiled(const GpuPhysics& physics, const CompiledPartition& compiled,
                  bool with_collective, int sms, int launch_index, int freq_mhz,
-                 Accumulator& acc) {
-  const CompiledKernel* collective =
-      with_collective && compiled.has_collective ? &compiled.collective : nullptr;
-  internal::RunPartition(physics, compiled.compute, collective, sms, launch_index, Hz(freq_mhz),
-                         acc);
+                 internal::Program& program, Accumulator& acc) {
+  program.Clear();
+  internal::AppendPartition(program, compiled, with_collective, sms, launch_index);
+  internal::RunProgram(physics, program, Hz(freq_mhz), internal::HostStart::kSteadyState, acc);
 }
 
-// Sums parts of an instruction; `clock_range` tracks the parts' realized clocks so that a
-// constant clock is reported exactly rather than as a rounded integral.
-void AddInto(SimResult& total, const SimResult& part, double times,
-             std::pair<double, double>& clock_range) {
-  if (part.time_s > 0.0) {
-    clock_range.first = std::min(clock_range.first, part.effective_freq_mhz);
-    clock_range.second = std::max(clock_range.second, part.effective_freq_mhz);
+std::vector<CompiledKernel> CompileOps(const GpuPhysics& physics,
+                                       const std::vector<workload::Op>& ops) {
+  std::vector<CompiledKernel> kernels;
+  kernels.reserve(ops.size());
+  for (const workload::Op& op : ops) kernels.push_back(internal::CompileKernel(physics, op));
+  return kernels;
+}
+
+// The work outside the transformer block, in launch order around it: the first stage's
+// embedding runs before the block in the forward pass and after it in the backward pass; the
+// last stage's final norm, output layer and loss after the block forward, before it backward
+// (Megatron's pre- and post-process; kareus-official.md §1.7).
+void SplitNonPartition(const std::vector<CompiledKernel>& kernels,
+                       const std::vector<workload::Op>& ops, schedule::Direction direction,
+                       std::vector<CompiledKernel>& before, std::vector<CompiledKernel>& after) {
+  const bool forward = direction == schedule::Direction::kForward;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const bool embedding = ops[i].module == "embedding";
+    (embedding == forward ? before : after).push_back(kernels[i]);
   }
-  total.time_s += part.time_s * times;
-  total.energy_j += part.energy_j * times;
-  total.static_energy_j += part.static_energy_j * times;
-  total.dynamic_energy_j += part.dynamic_energy_j * times;
-  total.effective_freq_mhz += part.effective_freq_mhz * part.time_s * times;  // integral for now
-  total.compute_busy_s += part.compute_busy_s * times;
-  total.comm_busy_s += part.comm_busy_s * times;
-  total.overlap_s += part.overlap_s * times;
-}
-
-void FinishSum(SimResult& total, const std::pair<double, double>& clock_range) {
-  total.energy_j = total.static_energy_j + total.dynamic_energy_j;
-  total.avg_power_w = total.time_s > 0.0 ? total.energy_j / total.time_s : 0.0;
-  total.effective_freq_mhz = total.time_s <= 0.0 ? 0.0
-                             : clock_range.first == clock_range.second
-                                 ? clock_range.first
-                                 : total.effective_freq_mhz / total.time_s;
 }
 
 }  // namespace
@@ -124,9 +118,10 @@ SimResult SimulatePartition(const hw::GpuSpec& gpu, const workload::PartitionTyp
   ValidatePartitionKnobs(gpu, partition, knobs);
   const GpuPhysics physics = internal::MakePhysics(gpu);
   const CompiledPartition compiled = internal::CompilePartition(physics, partition);
+  internal::Program program;
   Accumulator acc;
   RunCompiled(physics, compiled, true, knobs.sms, partition.SlotIndex(knobs.slot),
-              knobs.freq_mhz, acc);
+              knobs.freq_mhz, program, acc);
   return acc.Finish(physics.static_w);
 }
 
@@ -135,11 +130,11 @@ SimResult SimulateSequential(const hw::GpuSpec& gpu, const std::vector<workload:
   ValidateClock(gpu, freq_mhz);
   ValidateCommSms(gpu, collective_sms, "collective_sms");
   const GpuPhysics physics = internal::MakePhysics(gpu);
-  std::vector<CompiledKernel> kernels;
-  kernels.reserve(ops.size());
-  for (const workload::Op& op : ops) kernels.push_back(internal::CompileKernel(physics, op));
+  const std::vector<CompiledKernel> kernels = CompileOps(physics, ops);
+  internal::Program program;
+  internal::AppendSequential(program, kernels, collective_sms);
   Accumulator acc;
-  internal::RunSequential(physics, kernels, collective_sms, Hz(freq_mhz), acc);
+  internal::RunProgram(physics, program, Hz(freq_mhz), internal::HostStart::kSteadyState, acc);
   return acc.Finish(physics.static_w);
 }
 
@@ -211,8 +206,6 @@ SimResult SimulateInstruction(const workload::WorkloadModel& model, int stage,
                                                 ? stage_model.forward
                                                 : stage_model.backward;
   const int library_sms = std::clamp(physics.library_default_sms, 1, physics.sm_count - 1);
-  SimResult total;
-  std::pair<double, double> clock_range{1e300, 0.0};
   const bool nanobatched = knobs.mode == ExecutionMode::kNanobatched && model.nanobatching &&
                            !instr.sequence.empty();
   if (knobs.mode == ExecutionMode::kNanobatched && !model.nanobatching) {
@@ -231,60 +224,50 @@ SimResult SimulateInstruction(const workload::WorkloadModel& model, int stage,
                                                   : comm.sms,
                                        .slot = comm.slot});
   }
+  // One continuous simulation of the whole instruction (DESIGN.md §5): the work before the
+  // block, then every partition occurrence in execution order (NB0 and NB1 of each segment,
+  // each with its collective and its join) or the block's kernels one after another, then the
+  // work after it, all on the same two streams with the host launching ahead from the device
+  // synchronisation that starts an instruction.
+  std::vector<CompiledKernel> before, after;
+  const std::vector<CompiledKernel> non_partition = CompileOps(physics, instr.non_partition_ops);
+  SplitNonPartition(non_partition, instr.non_partition_ops, direction, before, after);
+  internal::Program program;
+  internal::AppendSequential(program, before, library_sms);
+  std::vector<CompiledKernel> sequential;
+  std::vector<CompiledPartition> compiled;
   if (nanobatched) {
-    // Each (type, has_collective) pair runs identically every time it occurs (same shapes, same
-    // knobs, same clock), so simulate it once and multiply by its count.
-    const size_t types = model.partition_types.size();
-    std::vector<int> counts(2 * types, 0);
-    for (const workload::InstructionModel::Step& step : instr.sequence) {
-      KAREUS_CHECK(step.type >= 0 && static_cast<size_t>(step.type) < types);
-      ++counts[2 * static_cast<size_t>(step.type) + (step.has_collective ? 1 : 0)];
-    }
-    for (size_t t = 0; t < types; ++t) {
+    compiled.reserve(model.partition_types.size());
+    std::vector<int> sms(model.partition_types.size(), library_sms);
+    std::vector<int> launch(model.partition_types.size(), 0);
+    for (size_t t = 0; t < model.partition_types.size(); ++t) {
       const workload::PartitionType& type = model.partition_types[t];
-      if (counts[2 * t] == 0 && counts[2 * t + 1] == 0) continue;
-      int sms = library_sms;
+      compiled.push_back(internal::CompilePartition(physics, type));
       std::string slot = type.launch_slots.empty() ? std::string() : type.launch_slots.front();
       if (!type.tunable) {
-        sms = type.fixed_sms;
+        sms[t] = type.fixed_sms;
         slot = type.fixed_slot;
       } else if (auto it = knobs.partitions.find(type.name); it != knobs.partitions.end()) {
-        sms = it->second.sms;
+        sms[t] = it->second.sms;
         slot = it->second.slot;
       }
-      sms = std::clamp(sms, 1, physics.sm_count - 1);
-      const int launch = slot.empty() ? 0 : std::max(0, type.SlotIndex(slot));
-      const CompiledPartition compiled = internal::CompilePartition(physics, type);
-      for (int with = 0; with < 2; ++with) {
-        const int count = counts[2 * t + static_cast<size_t>(with)];
-        if (count == 0) continue;
-        Accumulator acc;
-        RunCompiled(physics, compiled, with == 1, sms, launch, knobs.freq_mhz, acc);
-        AddInto(total, acc.Finish(physics.static_w), count, clock_range);
-      }
+      sms[t] = std::clamp(sms[t], 1, physics.sm_count - 1);
+      launch[t] = slot.empty() ? 0 : std::max(0, type.SlotIndex(slot));
+    }
+    for (const workload::InstructionModel::Step& step : instr.sequence) {
+      KAREUS_CHECK(step.type >= 0 && static_cast<size_t>(step.type) < compiled.size());
+      const size_t t = static_cast<size_t>(step.type);
+      internal::AppendPartition(program, compiled[t], step.has_collective, sms[t], launch[t]);
     }
   } else {
-    Accumulator acc;
-    std::vector<CompiledKernel> kernels;
-    kernels.reserve(instr.sequential_ops.size());
-    for (const workload::Op& op : instr.sequential_ops) {
-      kernels.push_back(internal::CompileKernel(physics, op));
-    }
-    internal::RunSequential(physics, kernels, library_sms, Hz(knobs.freq_mhz), acc);
-    AddInto(total, acc.Finish(physics.static_w), 1.0, clock_range);
+    sequential = CompileOps(physics, instr.sequential_ops);
+    internal::AppendSequential(program, sequential, library_sms);
   }
-  {
-    Accumulator acc;
-    std::vector<CompiledKernel> kernels;
-    kernels.reserve(instr.non_partition_ops.size());
-    for (const workload::Op& op : instr.non_partition_ops) {
-      kernels.push_back(internal::CompileKernel(physics, op));
-    }
-    internal::RunSequential(physics, kernels, library_sms, Hz(knobs.freq_mhz), acc);
-    AddInto(total, acc.Finish(physics.static_w), 1.0, clock_range);
-  }
-  FinishSum(total, clock_range);
-  return total;
+  internal::AppendSequential(program, after, library_sms);
+  Accumulator acc;
+  internal::RunProgram(physics, program, Hz(knobs.freq_mhz), internal::HostStart::kAfterSync,
+                       acc);
+  return acc.Finish(physics.static_w);
 }
 
 std::vector<SweepPoint> SweepPartition(const hw::GpuSpec& gpu,
@@ -310,11 +293,12 @@ std::vector<SweepPoint> SweepPartition(const hw::GpuSpec& gpu,
   for (const std::string& slot : slots) launch.push_back(partition.SlotIndex(slot));
   std::vector<SweepPoint> points;
   points.reserve(freqs.size() * sms_list.size() * slots.size());
+  internal::Program program;
   for (int f : freqs) {
     for (int s : sms_list) {
       for (size_t j = 0; j < slots.size(); ++j) {
         Accumulator acc;
-        RunCompiled(physics, compiled, true, s, launch[j], f, acc);
+        RunCompiled(physics, compiled, true, s, launch[j], f, program, acc);
         points.push_back(SweepPoint{.knobs = {.freq_mhz = f, .sms = s, .slot = slots[j]},
                                     .result = acc.Finish(physics.static_w)});
       }

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <unordered_map>
 
 #include "kareus/common/error.h"
 
@@ -17,6 +18,7 @@ constexpr double kMega = 1e6;
 constexpr double kDoneFraction = 1e-12;
 // Bisection steps for the power-capped clock: the range (~2 GHz) / 2^36 < 0.1 Hz.
 constexpr int kCapBisectionSteps = 36;
+
 
 // Bytes on the wire per GPU as a fraction of the collective's buffer, for the bandwidth-optimal
 // ring/all-pairs algorithms: all-reduce 2(n-1)/n, all-gather and reduce-scatter (n-1)/n
@@ -51,7 +53,10 @@ GpuPhysics MakePhysics(const hw::GpuSpec& gpu) {
   p.hbm_bps = gpu.hbm_bandwidth_gbps * gpu.hbm_efficiency * kGiga;
   p.sm_bps_at_fmax = gpu.sm_memory_bandwidth_gbps * kGiga;
   p.static_w = gpu.power.static_w;
+  p.idle_w = gpu.power.idle_w;
   p.cap_w = gpu.power.cap_w;
+  p.kernel_gap_s = gpu.launch.kernel_gap_us * 1e-6;
+  p.host_launch_s = gpu.launch.host_launch_us * 1e-6;
   p.dynamic_max_w = gpu.power.dynamic_max_w;
   p.memory_w = gpu.power.memory_w;
   for (const hw::VoltagePoint& point : gpu.voltage_curve) {
@@ -159,7 +164,7 @@ CompiledPartition CompilePartition(const GpuPhysics& p, const workload::Partitio
 //   HBM shared by demand:     if d_c + d_m > B_hbm, each gets B_hbm * d_i / (d_c + d_m)
 //   times:                    t_c = max(t_core, bytes / alloc_c)                 (roofline)
 //                             t_m = latency + max(t_wire, hbm_bytes / alloc_m)
-//   power:  P = P_static + P_dyn_max * (V(f)/V_max)^2 * (f/f_max)
+//   power:  P = P_idle + P_dyn_max * (V(f)/V_max)^2 * (f/f_max)
 //                 * [ busy_SMs/S * (a_kind * u + a_stall * (1-u)) + c/S * a_comm ]
 //             + P_mem * (HBM bytes/s used) / B_hbm_peak,       u = t_core / t_c
 // (V^2 f dynamic power: Guerreiro et al. HPCA'18; component split: AccelWattch MICRO'21.)
@@ -212,7 +217,7 @@ SetState EvaluateSet(const GpuPhysics& p, const CompiledKernel* compute, int com
     if (!comm->inter_node) sm_activity += comm_sms * p.activity.comm;
   }
   const double v = VoltageAtHz(p, f_hz) / p.v_max;
-  st.power_w = p.static_w + p.dynamic_max_w * v * v * fr * (sm_activity / p.sm_count) +
+  st.power_w = p.idle_w + p.dynamic_max_w * v * v * fr * (sm_activity / p.sm_count) +
                p.memory_w * bw_used / p.hbm_peak_bps;
   return st;
 }
@@ -263,10 +268,10 @@ SimResult Accumulator::Finish(double static_w) const {
 namespace {
 
 // Advances one segment of length dt with the set's state.
-inline void Accumulate(Accumulator& acc, const GpuPhysics& p, const SetState& st, double f_hz,
+inline void Accumulate(Accumulator& acc, const GpuPhysics& p, double power_w, double f_hz,
                        double dt, bool compute_running, bool comm_running) {
   acc.time_s += dt;
-  acc.dynamic_energy_j += (st.power_w - p.static_w) * dt;
+  acc.dynamic_energy_j += (power_w - p.static_w) * dt;
   acc.freq_time_mhz_s += f_hz / kMega * dt;
   acc.min_freq_mhz = std::min(acc.min_freq_mhz, f_hz / kMega);
   acc.max_freq_mhz = std::max(acc.max_freq_mhz, f_hz / kMega);
@@ -275,66 +280,209 @@ inline void Accumulate(Accumulator& acc, const GpuPhysics& p, const SetState& st
   if (compute_running && comm_running) acc.overlap_s += dt;
 }
 
+void PushLaunch(Program& program, Entry entry) {
+  entry.launch_ordinal = ++program.launches;
+  if (entry.kind == Entry::Kind::kComm) {
+    ++program.comm_entries;
+  } else {
+    ++program.compute_entries;
+  }
+  program.entries.push_back(entry);
+}
+
+void PushJoin(Program& program) {
+  program.entries.push_back(
+      {.kind = Entry::Kind::kJoin, .kernel = nullptr, .sms = 0, .need = program.comm_entries,
+       .launch_ordinal = program.launches});
+  ++program.compute_entries;
+}
+
+// The realized clock of a running set, memoized for the sets the power cap binds on (they
+// recur: every occurrence of a partition type runs the same compiled kernels).
+class CapCache {
+ public:
+  double Realize(const GpuPhysics& p, const CompiledKernel* ck, int c_sms,
+                 const CompiledKernel* mk, int m_sms, double f_lock_hz, SetState* st) {
+    *st = EvaluateSet(p, ck, c_sms, mk, m_sms, f_lock_hz);
+    if (p.cap_w <= 0.0 || st->power_w <= p.cap_w) return f_lock_hz;
+    const Key key{ck, mk, c_sms, m_sms};
+    if (const auto it = cache_.find(key); it != cache_.end()) {
+      *st = it->second.second;
+      return it->second.first;
+    }
+    const double f = RealizedClockHz(p, ck, c_sms, mk, m_sms, f_lock_hz, st);
+    cache_.emplace(key, std::make_pair(f, *st));
+    return f;
+  }
+
+ private:
+  struct Key {
+    const CompiledKernel* compute;
+    const CompiledKernel* comm;
+    int compute_sms;
+    int comm_sms;
+    bool operator==(const Key&) const = default;
+  };
+  struct KeyHash {
+    size_t operator()(const Key& k) const {
+      const size_t a = std::hash<const void*>()(k.compute);
+      const size_t b = std::hash<const void*>()(k.comm);
+      return a ^ (b * 0x9e3779b97f4a7c15ull) ^ (size_t(k.compute_sms) << 20) ^ size_t(k.comm_sms);
+    }
+  };
+  std::unordered_map<Key, std::pair<double, SetState>, KeyHash> cache_;
+};
+
 }  // namespace
 
-void RunPartition(const GpuPhysics& p, std::span<const CompiledKernel> compute,
-                  const CompiledKernel* collective, int comm_sms, int launch_index,
-                  double f_lock_hz, Accumulator& acc) {
-  const int n = static_cast<int>(compute.size());
+void AppendPartition(Program& program, const CompiledPartition& partition, bool with_collective,
+                     int comm_sms, int launch_index) {
+  const bool comm = with_collective && partition.has_collective;
+  const int n = static_cast<int>(partition.compute.size());
   const int launch = launch_index < 0 ? n : std::min(launch_index, n);
-  const bool comm_present = collective != nullptr && !collective->empty;
-  bool comm_started = false;
-  bool comm_done = !comm_present;
-  double comm_left = 1.0;
-  double compute_left = 1.0;
-  int i = 0;
-  while (true) {
-    // The collective starts when the compute op at its launch slot starts (§5.3).
-    if (!comm_started && !comm_done && i >= launch) comm_started = true;
-    if (i < n && compute[static_cast<size_t>(i)].empty) {
-      ++i;
-      continue;
-    }
-    const bool c_run = i < n;
-    const bool m_run = comm_started && !comm_done;
-    if (!c_run && !m_run) break;
-    const CompiledKernel* ck = c_run ? &compute[static_cast<size_t>(i)] : nullptr;
-    const CompiledKernel* mk = m_run ? collective : nullptr;
-    const int c_sms = p.sm_count - (m_run ? comm_sms : 0);
-    SetState st;
-    const double f = RealizedClockHz(p, ck, c_sms, mk, comm_sms, f_lock_hz, &st);
-    const double inf = std::numeric_limits<double>::infinity();
-    const double dt_c = c_run ? compute_left / st.compute_rate : inf;
-    const double dt_m = m_run ? comm_left / st.comm_rate : inf;
-    const double dt = std::min(dt_c, dt_m);
-    Accumulate(acc, p, st, f, dt, c_run, m_run);
-    if (c_run) {
-      compute_left -= st.compute_rate * dt;
-      if (dt_c <= dt || compute_left < kDoneFraction) {
-        ++i;
-        compute_left = 1.0;
-      }
-    }
-    if (m_run) {
-      comm_left -= st.comm_rate * dt;
-      if (dt_m <= dt || comm_left < kDoneFraction) comm_done = true;
+  bool launched = !comm;
+  auto launch_comm = [&] {
+    PushLaunch(program, {.kind = Entry::Kind::kComm, .kernel = &partition.collective,
+                         .sms = comm_sms, .need = program.compute_entries});
+    launched = true;
+  };
+  for (int i = 0; i < n; ++i) {
+    // The collective starts when the compute stream reaches the op at its launch slot (§5.3).
+    if (!launched && i >= launch) launch_comm();
+    const CompiledKernel& k = partition.compute[static_cast<size_t>(i)];
+    if (k.empty) continue;
+    PushLaunch(program, {.kind = Entry::Kind::kCompute, .kernel = &k});
+  }
+  if (!launched) launch_comm();
+  // Partition end: the compute stream waits for the comm stream (§5.3).
+  if (comm) PushJoin(program);
+}
+
+void AppendSequential(Program& program, std::span<const CompiledKernel> kernels,
+                      int collective_sms) {
+  for (const CompiledKernel& k : kernels) {
+    if (k.empty) continue;
+    if (k.collective) {
+      PushLaunch(program, {.kind = Entry::Kind::kComm, .kernel = &k, .sms = collective_sms,
+                           .need = program.compute_entries});
+      PushJoin(program);
+    } else {
+      PushLaunch(program, {.kind = Entry::Kind::kCompute, .kernel = &k});
     }
   }
 }
 
-void RunSequential(const GpuPhysics& p, std::span<const CompiledKernel> kernels,
-                   int collective_sms, double f_lock_hz, Accumulator& acc) {
-  for (const CompiledKernel& k : kernels) {
-    if (k.empty) continue;
-    SetState st;
-    if (k.collective) {
-      const double f = RealizedClockHz(p, nullptr, 0, &k, collective_sms, f_lock_hz, &st);
-      Accumulate(acc, p, st, f, 1.0 / st.comm_rate, false, true);
-    } else {
-      const double f = RealizedClockHz(p, &k, p.sm_count, nullptr, 0, f_lock_hz, &st);
-      Accumulate(acc, p, st, f, 1.0 / st.compute_rate, true, false);
+void RunProgram(const GpuPhysics& p, const Program& program, double f_lock_hz, HostStart host,
+                Accumulator& acc) {
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  const std::vector<Entry>& entries = program.entries;
+  const size_t n = entries.size();
+  const double gap = p.kernel_gap_s;
+  const bool after_sync = host == HostStart::kAfterSync;
+  auto enqueued = [&](const Entry& e) {
+    return after_sync ? e.launch_ordinal * p.host_launch_s : 0.0;
+  };
+  // When each stream completed its k-th entry (index 0: the start).
+  thread_local std::vector<double> compute_done_at, comm_done_at;
+  compute_done_at.assign(static_cast<size_t>(program.compute_entries) + 1, 0.0);
+  comm_done_at.assign(static_cast<size_t>(program.comm_entries) + 1, 0.0);
+  auto next_compute = [&](size_t from) {
+    while (from < n && entries[from].kind == Entry::Kind::kComm) ++from;
+    return from;
+  };
+  auto next_comm = [&](size_t from) {
+    while (from < n && entries[from].kind != Entry::Kind::kComm) ++from;
+    return from;
+  };
+  size_t ci = next_compute(0), mi = next_comm(0);
+  int c_done = 0, m_done = 0;
+  double c_free = 0.0, m_free = 0.0;  // when each stream finished its last entry
+  bool c_run = false, m_run = false;
+  double c_left = 1.0, m_left = 1.0;
+  double t = 0.0;
+  CapCache cap;
+  while (true) {
+    // Start whatever is ready at t; joins complete as soon as their collectives have.
+    double c_ready = kInf, m_ready = kInf;
+    for (bool progress = true; progress;) {
+      progress = false;
+      c_ready = m_ready = kInf;
+      if (!c_run && ci < n) {
+        const Entry& e = entries[ci];
+        if (e.kind == Entry::Kind::kJoin) {
+          if (m_done >= e.need) {
+            c_free = std::max(c_free, comm_done_at[static_cast<size_t>(e.need)]);
+            compute_done_at[static_cast<size_t>(++c_done)] = c_free;
+            ci = next_compute(ci + 1);
+            progress = true;
+          }
+        } else {
+          c_ready = std::max(enqueued(e), c_free + gap);
+          if (c_ready <= t) {
+            c_run = true;
+            c_left = 1.0;
+            progress = true;
+          }
+        }
+      }
+      if (!m_run && mi < n) {
+        const Entry& e = entries[mi];
+        if (c_done >= e.need) {
+          m_ready = std::max({enqueued(e), m_free + gap,
+                              compute_done_at[static_cast<size_t>(e.need)] + gap});
+          if (m_ready <= t) {
+            m_run = true;
+            m_left = 1.0;
+            progress = true;
+          }
+        }
+      }
     }
+    if (c_run) c_ready = kInf;
+    if (m_run) m_ready = kInf;
+    const double next_ready = std::min(c_ready, m_ready);
+    if (!c_run && !m_run) {
+      if (ci >= n && mi >= n) break;
+      KAREUS_CHECK(next_ready < kInf) << "stream program deadlocked at entry " << ci << "/" << mi;
+      Accumulate(acc, p, p.idle_w, f_lock_hz, next_ready - t, false, false);
+      t = next_ready;
+      continue;
+    }
+    const CompiledKernel* ck = c_run ? entries[ci].kernel : nullptr;
+    const CompiledKernel* mk = m_run ? entries[mi].kernel : nullptr;
+    const int m_sms = m_run ? entries[mi].sms : 0;
+    const int c_sms = p.sm_count - m_sms;
+    SetState st;
+    const double f = cap.Realize(p, ck, c_sms, mk, m_sms, f_lock_hz, &st);
+    const double dt_c = c_run ? c_left / st.compute_rate : kInf;
+    const double dt_m = m_run ? m_left / st.comm_rate : kInf;
+    const double dt = std::min({dt_c, dt_m, next_ready - t});
+    Accumulate(acc, p, st.power_w, f, dt, c_run, m_run);
+    const double t_end = dt == next_ready - t ? next_ready : t + dt;
+    if (c_run) {
+      c_left -= st.compute_rate * dt;
+      if (dt_c <= dt || c_left < kDoneFraction) {
+        c_run = false;
+        c_free = t_end;
+        compute_done_at[static_cast<size_t>(++c_done)] = t_end;
+        ci = next_compute(ci + 1);
+      }
+    }
+    if (m_run) {
+      m_left -= st.comm_rate * dt;
+      if (dt_m <= dt || m_left < kDoneFraction) {
+        m_run = false;
+        m_free = t_end;
+        comm_done_at[static_cast<size_t>(++m_done)] = t_end;
+        mi = next_comm(mi + 1);
+      }
+    }
+    t = t_end;
   }
+  // In a loop the host launches the next iteration while the GPU runs this one: an iteration
+  // lasts at least the host's launch time, the GPU idling the rest.
+  const double host_s = program.launches * p.host_launch_s;
+  if (!after_sync && host_s > t) Accumulate(acc, p, p.idle_w, f_lock_hz, host_s - t, false, false);
 }
 
 }  // namespace kareus::emulator::internal

@@ -28,8 +28,11 @@ struct GpuPhysics {
   double hbm_peak_bps = 0.0;     // B_hbm, bytes/s
   double hbm_bps = 0.0;          // achievable: B_hbm x hbm_efficiency
   double sm_bps_at_fmax = 0.0;   // per-SM issue limit b_sm(f_max), bytes/s
-  double static_w = 0.0;
+  double static_w = 0.0;         // accounting: static energy = static_w x time
+  double idle_w = 0.0;           // physics: baseline under any kernel, and all of an idle GPU
   double cap_w = 0.0;
+  double kernel_gap_s = 0.0;     // device gap before each kernel of a stream
+  double host_launch_s = 0.0;    // host time per launched kernel
   double dynamic_max_w = 0.0;
   double memory_w = 0.0;
   double v_max = 0.0;
@@ -88,17 +91,60 @@ struct Accumulator {
   SimResult Finish(double static_w) const;
 };
 
-// The partition loop of the published runtime (kareus-official.md §5.3): compute ops run in
-// order on the compute stream; the collective starts when compute op `launch_index` starts and
-// holds `comm_sms` SMs until it ends; the partition ends when both streams are done. A
-// negative `launch_index` launches the collective after the last compute op (serialized).
-void RunPartition(const GpuPhysics& physics, std::span<const CompiledKernel> compute,
-                  const CompiledKernel* collective, int comm_sms, int launch_index,
-                  double f_lock_hz, Accumulator& acc);
+// A stream program: the kernels of a partition, of a block of sequential kernels or of a whole
+// instruction in the order the host launches them, on two streams (the published runtime,
+// kareus-official.md §5.3): compute kernels on the compute stream; a collective on the comm
+// stream, triggered by an event the compute stream records at its launch point; a join where
+// the compute stream waits for every collective launched before it (the end of a partition, or
+// a sequential collective whose output the next kernel needs).
+struct Entry {
+  enum class Kind : uint8_t { kCompute, kComm, kJoin };
+  Kind kind = Kind::kCompute;
+  const CompiledKernel* kernel = nullptr;  // kCompute, kComm
+  int sms = 0;   // kComm: SMs the collective holds (compute gets the rest while it runs)
+  int need = 0;  // kComm: compute-stream entries (kernels and joins) that must have completed
+                 // (the event); kJoin: comm entries that must have completed
+  int launch_ordinal = 0;  // kCompute, kComm: 1 + the launches the host made before this one
+};
 
-// Kernels one after another; compute on all SMs, collectives alone on `collective_sms`.
-void RunSequential(const GpuPhysics& physics, std::span<const CompiledKernel> kernels,
-                   int collective_sms, double f_lock_hz, Accumulator& acc);
+struct Program {
+  std::vector<Entry> entries;
+  int compute_entries = 0;  // kCompute + kJoin
+  int comm_entries = 0;
+  int launches = 0;         // kCompute + kComm: what the host launches
+
+  void Clear() { entries.clear(); compute_entries = comm_entries = launches = 0; }
+};
+
+// One partition: compute ops in order; the collective (when `with_collective` and the
+// partition has one) launched when the compute stream reaches op `launch_index` (negative or
+// past the end: after the last op, serialized) on `comm_sms` SMs; a join at the end.
+void AppendPartition(Program& program, const CompiledPartition& partition, bool with_collective,
+                     int comm_sms, int launch_index);
+// Kernels one after another: compute on all SMs, each collective alone on `collective_sms`
+// (it waits for the kernel before it, the kernel after it waits for it).
+void AppendSequential(Program& program, std::span<const CompiledKernel> kernels,
+                      int collective_sms);
+
+// Where the host is when the program starts.
+enum class HostStart {
+  // A program run back to back in a loop (the profiler's measurement): the host is ahead; if
+  // launching takes longer than the GPU runs, each iteration lasts the host's time and the GPU
+  // waits out the rest at idle power.
+  kSteadyState,
+  // A pipeline instruction: it starts right after a device synchronisation (the frequency hook
+  // syncs before every instruction, kareus-official.md §5.4), so the first kernels wait for
+  // their launch and the host's lead builds up as the GPU works.
+  kAfterSync,
+};
+
+// The fluid discrete-event loop over both streams (DESIGN.md §5): between events every running
+// kernel progresses at its rate; events are kernel ends and the moments a waiting kernel
+// becomes ready (its launch by the host, the stream's gap after the kernel before it, the
+// event it waits for); a stream with nothing ready idles, and while no kernel runs the GPU
+// draws power.idle_w. The power limit holds every running set on its own (RealizedClockHz).
+void RunProgram(const GpuPhysics& physics, const Program& program, double f_lock_hz,
+                HostStart host, Accumulator& acc);
 
 // What one running set (a compute kernel on `compute_sms`, a collective on `comm_sms`, either
 // may be absent) does at clock f: progress rates (fraction of the kernel per second), power.

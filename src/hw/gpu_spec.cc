@@ -105,6 +105,8 @@ GpuSpec ParseGpuSpec(const std::string& text, const std::string& source) {
 
   const YamlMap power = root.Map("power");
   gpu.power.cap_w = Positive(power, "cap_w");
+  gpu.power.min_limit_w = power.Has("min_limit_w") ? Positive(power, "min_limit_w") : gpu.power.cap_w;
+  gpu.power.max_limit_w = power.Has("max_limit_w") ? Positive(power, "max_limit_w") : gpu.power.cap_w;
   gpu.power.idle_w = NonNegative(power, "idle_w");
   gpu.power.static_w = NonNegative(power, "static_w");
   gpu.power.dynamic_max_w = Positive(power, "dynamic_max_w");
@@ -112,6 +114,15 @@ GpuSpec ParseGpuSpec(const std::string& text, const std::string& source) {
   power.RejectUnknownKeys();
   if (gpu.power.static_w >= gpu.power.cap_w) {
     power.Fail("static_w", Describe(gpu.power.static_w), "must be below cap_w");
+  }
+  if (gpu.power.idle_w >= gpu.power.min_limit_w) {
+    power.Fail("idle_w", Describe(gpu.power.idle_w), "must be below min_limit_w");
+  }
+  if (gpu.power.min_limit_w > gpu.power.cap_w) {
+    power.Fail("min_limit_w", Describe(gpu.power.min_limit_w), "must not exceed cap_w");
+  }
+  if (gpu.power.max_limit_w < gpu.power.cap_w) {
+    power.Fail("max_limit_w", Describe(gpu.power.max_limit_w), "must be at least cap_w");
   }
 
   for (const YamlMap& point : root.MapList("voltage_curve")) {
@@ -148,11 +159,29 @@ GpuSpec ParseGpuSpec(const std::string& text, const std::string& source) {
     }
     activity.RejectUnknownKeys();
   }
+  if (root.Has("launch")) {
+    const YamlMap launch = root.Map("launch");
+    if (launch.Has("kernel_gap_us")) gpu.launch.kernel_gap_us = NonNegative(launch, "kernel_gap_us");
+    if (launch.Has("host_launch_us")) {
+      gpu.launch.host_launch_us = NonNegative(launch, "host_launch_us");
+    }
+    launch.RejectUnknownKeys();
+  }
   root.RejectUnknownKeys();
   return gpu;
 }
 
 }  // namespace
+
+void SetPowerLimit(GpuSpec& gpu, double watts, const std::string& field) {
+  if (!(watts >= gpu.power.min_limit_w && watts <= gpu.power.max_limit_w)) {
+    ThrowInput(field, Describe(watts) + " W",
+               "must lie in the power-limit range of " + gpu.name + ": " +
+                   Describe(gpu.power.min_limit_w) + " to " + Describe(gpu.power.max_limit_w) +
+                   " W");
+  }
+  gpu.power.cap_w = watts;
+}
 
 GpuSpec LoadGpuSpecFile(const std::string& path) { return ParseGpuSpec(ReadTextFile(path), path); }
 

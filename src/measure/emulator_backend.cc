@@ -60,9 +60,9 @@ class EmulatorBackend final : public Backend {
   std::string Description() const override {
     std::ostringstream out;
     if (options_.measurement.noise_free) {
-      out << "emulator(noise_free)";
+      out << "emulator(v" << emulator::kPhysicsVersion << ",noise_free)";
     } else {
-      out << "emulator(time_noise=" << options_.measurement.time_noise
+      out << "emulator(v" << emulator::kPhysicsVersion << ",time_noise=" << options_.measurement.time_noise
           << ",energy_noise=" << options_.measurement.energy_noise << ")";
     }
     return out.str();

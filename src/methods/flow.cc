@@ -283,7 +283,6 @@ class MethodRun {
   // the DAG then gives each plan's iteration time and energy. Not evaluated: predictions.
   void Evaluate() {
     const pipeline::Result& solved = result_.solved.solve;
-    const double p_static = backend_.StaticPowerW();
     result_.option_evaluations.assign(model_.stages.size(), {});
     if (!evaluator_.Evaluates()) {
       for (const auto& point : solved.points) result_.evaluated.push_back(point.cost);
@@ -322,10 +321,40 @@ class MethodRun {
             {.time_s = sample.time_s, .energy_j = sample.energy_j};
       }
     }
+    // A GPU that waits (pipeline bubbles, P2P receives) draws the board's idle power.
     for (const auto& point : solved.points) {
-      result_.evaluated.push_back(pipeline::Evaluate(truth, solved.dag, point.choice, p_static));
+      result_.evaluated.push_back(pipeline::Evaluate(truth, solved.dag, point.choice, backend_.IdlePowerW()));
     }
+    EvaluateComposition();
     result_.evaluation_gpu_seconds = evaluator_.GpuSeconds() - before;
+  }
+
+  // Composition error: every composed option the method planned on (nanobatched with tuned
+  // knobs; the fallbacks are measured instructions) against the same instruction evaluated end
+  // to end, one batch per stage.
+  void EvaluateComposition() {
+    for (int s = 0; s < static_cast<int>(model_.stages.size()); ++s) {
+      std::vector<measure::InstructionRequest> batch;
+      std::vector<const plan::InstructionOption*> options;
+      for (Direction d : {Direction::kForward, Direction::kBackward}) {
+        for (const auto& option : OptionsOf(result_.problem, s, d)) {
+          if (option.mode != ExecutionMode::kNanobatched || option.partitions.empty()) continue;
+          batch.push_back({.stage = s, .direction = d, .knobs = ToKnobs(option)});
+          options.push_back(&option);
+        }
+      }
+      if (batch.empty()) continue;
+      const std::vector<measure::Sample> samples = evaluator_.EvaluateInstructions(model_, batch);
+      for (std::size_t i = 0; i < batch.size(); ++i) {
+        result_.composition.push_back({.stage = s,
+                                       .forward = batch[i].direction == Direction::kForward,
+                                       .freq_mhz = options[i]->freq_mhz,
+                                       .composed_time_s = options[i]->time_s,
+                                       .composed_energy_j = options[i]->energy_j,
+                                       .evaluated_time_s = samples[i].time_s,
+                                       .evaluated_energy_j = samples[i].energy_j});
+      }
+    }
   }
 
   const MethodSpec& method_;
@@ -369,6 +398,8 @@ RunResult RunWorkload(const workload::Workload& workload, const RunOptions& opti
   run.backend = backend->Description();
   run.evaluator = evaluator->Description();
   run.evaluated = evaluator->Evaluates();
+  run.static_power_w = backend->StaticPowerW();
+  run.idle_power_w = backend->IdlePowerW();
   for (const MethodSpec& method : options.methods) {
     internal::Progress(options, "planning " + method.label);
     run.methods.push_back(

@@ -2,6 +2,7 @@
 #include "kareus/methods/summary.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "kareus/methods/metrics.h"
 #include "methods/summary_builder.h"
@@ -34,6 +35,39 @@ const MethodResult* Find(const RunResult& run, const std::string& name) {
   return nullptr;
 }
 
+Spread SpreadOf(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const std::size_t n = values.size();
+  Spread out{.min = values.front(),
+             .median = n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]),
+             .max = values.back(),
+             .mean_abs = 0.0};
+  for (double x : values) out.mean_abs += std::abs(x) / static_cast<double>(n);
+  return out;
+}
+
+CompositionError Composition(const MethodResult& m) {
+  CompositionError out;
+  out.options = m.composition.size();
+  std::vector<double> time_pct, energy_pct;
+  for (const CompositionSample& c : m.composition) {
+    time_pct.push_back(100.0 * (c.composed_time_s / c.evaluated_time_s - 1.0));
+    energy_pct.push_back(100.0 * (c.composed_energy_j / c.evaluated_energy_j - 1.0));
+    out.samples.push_back({.stage = c.stage,
+                           .instruction = c.forward ? "forward" : "backward",
+                           .freq_mhz = c.freq_mhz,
+                           .composed_time_s = c.composed_time_s,
+                           .evaluated_time_s = c.evaluated_time_s,
+                           .composed_energy_j = c.composed_energy_j,
+                           .evaluated_energy_j = c.evaluated_energy_j,
+                           .time_error_pct = time_pct.back(),
+                           .energy_error_pct = energy_pct.back()});
+  }
+  out.time_error_pct = SpreadOf(time_pct);
+  out.energy_error_pct = SpreadOf(energy_pct);
+  return out;
+}
+
 MethodSummary Summarize(const MethodResult& m) {
   MethodSummary out;
   out.method = m.method.name;
@@ -62,6 +96,7 @@ MethodSummary Summarize(const MethodResult& m) {
                 .message = m.solved.solve.summary.message,
                 .steps = m.solved.solve.summary.steps};
   out.note = m.note;
+  if (!m.composition.empty()) out.composition_error = Composition(m);
   return out;
 }
 
@@ -127,13 +162,14 @@ RunSummary BuildSummary(const RunResult& run) {
   summary.gpu_hours_basis = mobo::kGpuHoursBasis;
   summary.source_note =
       "Measurements come from " + run.backend + "; plans were evaluated by " + run.evaluator +
-      ". Energy is summed over all GPUs of one iteration." +
+      " (a waiting GPU drawing its idle power). Energy is summed over all GPUs of one iteration." +
       (run.evaluated ? "" : " NOT EVALUATED: every figure is the planner's prediction.");
   const auto& profile = run.options.profile;
   summary.settings = {.seed = run.seed,
                       .methods = {},
                       .unit_time_s = run.options.unit_time_s,
-                      .static_power_w = run.model.workload.gpu.power.static_w,
+                      .static_power_w = run.static_power_w,
+                      .idle_power_w = run.idle_power_w,
                       .planning_clocks_mhz = PlanningClocks(run.model, run.options),
                       .budget = profile.budget,
                       .budget_fraction = profile.budget_fraction,
@@ -216,6 +252,29 @@ namespace {
 
 Json OptionalNumber(const std::optional<double>& value) { return value ? Json(*value) : Json(nullptr); }
 
+Json SpreadJson(const Spread& s) {
+  return Json{{"min", s.min}, {"median", s.median}, {"max", s.max}, {"mean_abs", s.mean_abs}};
+}
+
+Json CompositionJson(const CompositionError& c) {
+  Json samples = Json::array();
+  for (const CompositionSampleSummary& s : c.samples) {
+    samples.push_back({{"stage", s.stage},
+                       {"instruction", s.instruction},
+                       {"freq_mhz", s.freq_mhz},
+                       {"composed_time_s", s.composed_time_s},
+                       {"evaluated_time_s", s.evaluated_time_s},
+                       {"composed_energy_j", s.composed_energy_j},
+                       {"evaluated_energy_j", s.evaluated_energy_j},
+                       {"time_error_pct", s.time_error_pct},
+                       {"energy_error_pct", s.energy_error_pct}});
+  }
+  return Json{{"options", c.options},
+              {"time_error_pct", SpreadJson(c.time_error_pct)},
+              {"energy_error_pct", SpreadJson(c.energy_error_pct)},
+              {"samples", samples}};
+}
+
 Json PointJson(const PointSummary& p) {
   return Json{{"time_s", p.time_s}, {"energy_j", p.energy_j}, {"static_energy_j", p.static_energy_j},
               {"dynamic_energy_j", p.dynamic_energy_j}};
@@ -252,6 +311,7 @@ Json ToJson(const RunSummary& summary) {
                {"options_per_instruction", {{"forward", m.forward_options}, {"backward", m.backward_options}}},
                {"solver", {{"status", m.solver.status}, {"message", m.solver.message}, {"steps", m.solver.steps}}}};
     if (!m.note.empty()) entry["note"] = m.note;
+    if (m.composition_error) entry["composition_error"] = CompositionJson(*m.composition_error);
     methods.push_back(entry);
   }
   Json max_throughput = Json::array();
@@ -316,6 +376,7 @@ Json ToJson(const RunSummary& summary) {
                 {"methods", s.methods},
                 {"unit_time_s", s.unit_time_s},
                 {"static_power_w", s.static_power_w},
+                {"idle_power_w", s.idle_power_w},
                 {"planning_clocks_mhz", s.planning_clocks_mhz},
                 {"profile",
                  {{"budget", s.budget},

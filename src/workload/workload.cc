@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <optional>
 #include <sstream>
 
 #include "kareus/common/error.h"
@@ -85,7 +86,10 @@ std::string Workload::Signature() const {
   std::ostringstream out;
   out << "model=" << model.name << ":" << model.hidden << "/" << model.heads << "/"
       << model.kv_groups << "/" << model.head_dim << "/" << model.ffn << "/" << model.vocab
-      << "/" << (model.qk_norm ? "qk" : "-") << ";gpu=" << gpu.name << ";tp=" << parallelism.tp
+      << "/" << (model.qk_norm ? "qk" : "-") << ";gpu=" << gpu.name;
+  // A power limit set by the workload changes every measurement.
+  if (power_limit_w > 0.0) out << "@" << power_limit_w << "W";
+  out << ";tp=" << parallelism.tp
       << ";cp=" << parallelism.cp << ";mbs=" << microbatch_size << ";seq=" << sequence_length
       << ";recompute=" << ToString(recompute);
   return out.str();
@@ -95,6 +99,7 @@ Json Workload::ToJson() const {
   return Json{{"name", name},
               {"model", workload::ToJson(model)},
               {"gpu", gpu.name},
+              {"power_limit_w", gpu.power.cap_w},
               {"parallelism",
                {{"tp", parallelism.tp},
                 {"cp", parallelism.cp},
@@ -123,11 +128,23 @@ Workload WorkloadFromYaml(const std::string& yaml_text, const std::string& sourc
       throw InputError(source_name + ": " + e.what());
     }
   }
-  const std::string gpu_name = root.String("gpu");
+  // `gpu: NAME`, or a mapping `{name: NAME, power_limit_w: W}` that sets the board's power
+  // limit (bounded by the board's range; A100 SXM4 80GB exists as 400 W and 500 W boards).
+  const bool gpu_section = root.IsMap("gpu");
+  const std::optional<YamlMap> gpu_map =
+      gpu_section ? std::optional<YamlMap>(root.Map("gpu")) : std::nullopt;
+  const std::string gpu_name = gpu_section ? gpu_map->String("name") : root.String("gpu");
   try {
     w.gpu = hw::GpuPreset(gpu_name);
   } catch (const InputError& e) {
     throw InputError(source_name + ": " + e.what());
+  }
+  if (gpu_section) {
+    if (gpu_map->Has("power_limit_w")) {
+      w.power_limit_w = gpu_map->Double("power_limit_w");
+      hw::SetPowerLimit(w.gpu, w.power_limit_w, gpu_map->FieldName("power_limit_w"));
+    }
+    gpu_map->RejectUnknownKeys();
   }
 
   const YamlMap par = root.Map("parallelism");

@@ -17,36 +17,48 @@ using testing::MakeCollective;
 using testing::MakeGemm;
 using testing::MakeMemoryOp;
 
-// A100 HPL sustains ~1305 MHz at the 400 W limit (NVIDIA used that clock for Rpeak;
-// glennklockwood.com/garden/peak-FLOPS, gpu-power-model.md §1.2): a GEMM-heavy kernel locked at
-// 1410 MHz is held at the cap near 1300 MHz (±5 %).
-TEST(Calibration, A100GemmLockedAtMaxIsHeldAtTheCapNear1300MHz) {
-  const SimResult r = SimulateKernel(A100(), MakeGemm(8192, 8192, 8192), 108, 1410);
-  EXPECT_NEAR(r.avg_power_w, A100().power.cap_w, 0.5);
-  EXPECT_GE(r.effective_freq_mhz, 1300 * 0.95);
-  EXPECT_LE(r.effective_freq_mhz, 1300 * 1.05);
-  // Below the cap a locked clock is delivered exactly.
-  EXPECT_DOUBLE_EQ(SimulateKernel(A100(), MakeGemm(8192, 8192, 8192), 108, 1110).effective_freq_mhz,
-                   1110.0);
+// A dense BF16 GEMM locked at 1410 MHz is held by the board's power limit. Changed with the
+// measurements of data/validation/ (issue 12): the earlier target, HPL's ~1305 MHz at 400 W
+// (glennklockwood.com/garden/peak-FLOPS), is FP64; the measured BF16 GPT-3 stages on 500 W
+// A100 boards (gpt3-175b+a100_sxm_bf16.csv) draw 475-480 W at 1410 MHz with their time 4.4 %
+// above the unheld trend, so BF16 tensor GEMMs draw more per clock than HPL: a 400 W board
+// holds them below HPL's clock, a 500 W board a little below 1410 MHz.
+TEST(Calibration, A100GemmLockedAtMaxIsHeldByTheBoardLimit) {
+  const workload::Op gemm = MakeGemm(8192, 8192, 8192);
+  const SimResult board400 = SimulateKernel(A100(), gemm, 108, 1410);
+  EXPECT_NEAR(board400.avg_power_w, 400.0, 0.5);
+  EXPECT_GE(board400.effective_freq_mhz, 1150.0);
+  EXPECT_LE(board400.effective_freq_mhz, 1305.0);
+  hw::GpuSpec gpu500 = hw::GpuPreset("A100-SXM4-80GB");
+  hw::SetPowerLimit(gpu500, 500.0);
+  const SimResult board500 = SimulateKernel(gpu500, gemm, 108, 1410);
+  EXPECT_NEAR(board500.avg_power_w, 500.0, 0.5);
+  EXPECT_GT(board500.effective_freq_mhz, 1300.0);
+  EXPECT_LT(board500.effective_freq_mhz, 1410.0);
+  // Below the limit a locked clock is delivered exactly.
+  EXPECT_DOUBLE_EQ(SimulateKernel(A100(), gemm, 108, 1110).effective_freq_mhz, 1110.0);
 }
 
-// The published Kareus/Perseus plans on A100 (85 W static) put their minimum-energy
-// instructions at 900-1050 MHz, mode 960 MHz (gpu-power-model.md §0): the energy-optimal
-// locked clock of a compute-bound GEMM lies in 900-1050 MHz.
-TEST(Calibration, EnergyOptimalClockOfComputeBoundGemmIs900To1050MHz) {
+// The energy-optimal locked clock of a compute-bound GEMM sits at the top of the voltage floor.
+// Changed with data/validation/ (issue 12): the earlier target, 900-1050 MHz (the published
+// plans' 960 MHz mode, inferred on another board and workload; gpu-power-model.md §0), is
+// contradicted by the per-clock measurements, whose GEMM-dominated GPT-3 stages are cheapest at
+// 1080 MHz (1065-1080 MHz over every stage and direction).
+TEST(Calibration, EnergyOptimalClockOfComputeBoundGemmIsAtTheVoltageFloor) {
   ASSERT_DOUBLE_EQ(A100().power.static_w, 85.0);  // Kareus model_config.py "p2p_power_w"
   for (const workload::Op& gemm : {MakeGemm(8192, 8192, 8192), MakeGemm(16384, 3072, 8192)}) {
     int best_mhz = 0;
     double best_j = 1e300;
-    for (int f : A100().clock.ProfileGrid()) {
+    for (int f : A100().clock.Supported()) {
+      if (f < 855) continue;
       const double e = SimulateKernel(A100(), gemm, 108, f).energy_j;
       if (e < best_j) {
         best_j = e;
         best_mhz = f;
       }
     }
-    EXPECT_GE(best_mhz, 900);
-    EXPECT_LE(best_mhz, 1050);
+    EXPECT_GE(best_mhz, 1050);
+    EXPECT_LE(best_mhz, 1110);
   }
 }
 

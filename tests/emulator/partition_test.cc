@@ -3,6 +3,9 @@
 // composition of an instruction from its partitions.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <map>
 
 #include "emulator/test_util.h"
@@ -66,55 +69,97 @@ TEST(Partition, SweepEqualsPointwiseSimulation) {
 }
 
 // Busy times are consistent: the partition lasts at least as long as either stream, overlap is
-// what both streams share, and the collective starts no earlier than its slot allows.
+// what both streams share, and what neither stream runs is the device gaps before its kernels
+// (the profiler's loop keeps the host ahead, so nothing else idles).
 TEST(Partition, BusyTimesAreConsistent) {
+  const double gap_s = A100().launch.kernel_gap_us * 1e-6;
   for (const workload::PartitionType& type : LlamaCp2Tp4().partition_types) {
     if (!type.tunable) continue;
+    const double kernels = static_cast<double>(type.compute_ops.size());
     for (const SweepPoint& p : SweepPartition(A100(), type, {.freqs_mhz = {1410, 900}})) {
       const SimResult& r = p.result;
       EXPECT_LE(r.compute_busy_s, r.time_s * (1 + 1e-12));
       EXPECT_LE(r.comm_busy_s, r.time_s * (1 + 1e-12));
-      EXPECT_NEAR(r.compute_busy_s + r.comm_busy_s - r.overlap_s, r.time_s, 1e-12 + 1e-9 * r.time_s);
+      const double busy = r.compute_busy_s + r.comm_busy_s - r.overlap_s;
+      EXPECT_LE(busy, r.time_s * (1 + 1e-12));
+      EXPECT_GE(busy, r.time_s - (kernels + 2) * gap_s - 1e-12);
     }
   }
 }
 
-// A nanobatched instruction is its partitions (each with its knobs, count times) plus the
-// non-partition work: the ground truth composition is checked against (DESIGN.md §7).
-TEST(Instruction, NanobatchedInstructionIsTheSumOfItsPartitions) {
-  const workload::WorkloadModel& model = LlamaTp8();
+// The sum of partition runs the composition rests on: every occurrence simulated alone as the
+// profiler measures it (run in a loop), plus the non-partition work as one sequential block.
+SimResult ComposedInstruction(const workload::WorkloadModel& model, int stage,
+                              schedule::Direction dir, const InstructionKnobs& knobs) {
+  const hw::GpuSpec& gpu = model.workload.gpu;
+  const workload::InstructionModel& instr =
+      dir == schedule::Direction::kForward ? model.stages[stage].forward
+                                           : model.stages[stage].backward;
+  SimResult sum = SimulateSequential(gpu, instr.non_partition_ops, knobs.freq_mhz,
+                                     gpu.interconnect.library_default_sms);
+  for (const workload::InstructionModel::Step& step : instr.sequence) {
+    workload::PartitionType type = model.partition_types[step.type];
+    if (!step.has_collective) type.collective.bytes = 0.0;
+    PartitionKnobs pk{.freq_mhz = knobs.freq_mhz, .sms = type.fixed_sms, .slot = type.fixed_slot};
+    if (type.tunable) {
+      const auto& comm = knobs.partitions.at(type.name);
+      pk.sms = comm.sms;
+      pk.slot = comm.slot;
+    }
+    const SimResult r = SimulatePartition(gpu, type, pk);
+    sum.time_s += r.time_s;
+    sum.energy_j += r.energy_j;
+  }
+  return sum;
+}
+
+InstructionKnobs TunedKnobs(const workload::WorkloadModel& model, int freq_mhz) {
+  InstructionKnobs knobs = DefaultInstructionKnobs(model, freq_mhz, ExecutionMode::kNanobatched);
+  knobs.partitions["fwd_attn"] = {.sms = 12, .slot = "norm_0"};
+  knobs.partitions["bwd_mlp"] = {.sms = 6, .slot = "linear_0"};
+  return knobs;
+}
+
+// Without launch costs the continuous simulation of a nanobatched instruction reduces to the
+// sum of its partitions (the runtime joins both streams at every partition end, so nothing
+// else crosses a boundary): this checks the event program (order, slots, joins, counts).
+TEST(Instruction, WithoutLaunchCostsTheInstructionIsTheSumOfItsPartitions) {
+  workload::WorkloadModel model = LlamaTp8();
+  model.workload.gpu.launch = {.kernel_gap_us = 0.0, .host_launch_us = 0.0};
   for (int stage : {0, 1}) {
     for (schedule::Direction dir : {schedule::Direction::kForward, schedule::Direction::kBackward}) {
-      InstructionKnobs knobs = DefaultInstructionKnobs(model, 1200, ExecutionMode::kNanobatched);
-      knobs.partitions["fwd_attn"] = {.sms = 12, .slot = "norm_0"};
-      knobs.partitions["bwd_mlp"] = {.sms = 6, .slot = "linear_0"};
+      const InstructionKnobs knobs = TunedKnobs(model, 1200);
       const SimResult whole = SimulateInstruction(model, stage, dir, knobs);
-      const workload::InstructionModel& instr =
-          dir == schedule::Direction::kForward ? model.stages[stage].forward
-                                               : model.stages[stage].backward;
-      double time = SimulateSequential(model.workload.gpu, instr.non_partition_ops, 1200,
-                                       model.workload.gpu.interconnect.library_default_sms)
-                        .time_s;
-      double energy = SimulateSequential(model.workload.gpu, instr.non_partition_ops, 1200,
-                                         model.workload.gpu.interconnect.library_default_sms)
-                          .energy_j;
-      for (const workload::InstructionModel::Step& step : instr.sequence) {
-        workload::PartitionType type = model.partition_types[step.type];
-        if (!step.has_collective) type.collective.bytes = 0.0;
-        PartitionKnobs pk{.freq_mhz = 1200, .sms = type.fixed_sms, .slot = type.fixed_slot};
-        if (type.tunable) {
-          const auto& comm = knobs.partitions.at(type.name);
-          pk.sms = comm.sms;
-          pk.slot = comm.slot;
-        }
-        const SimResult r = SimulatePartition(model.workload.gpu, type, pk);
-        time += r.time_s;
-        energy += r.energy_j;
-      }
-      EXPECT_NEAR(whole.time_s, time, 1e-9 * time);
-      EXPECT_NEAR(whole.energy_j, energy, 1e-9 * energy);
+      const SimResult sum = ComposedInstruction(model, stage, dir, knobs);
+      EXPECT_NEAR(whole.time_s, sum.time_s, 1e-9 * sum.time_s);
+      EXPECT_NEAR(whole.energy_j, sum.energy_j, 1e-9 * sum.energy_j);
     }
   }
+}
+
+// With them it is not: the instruction starts after a device sync (the first kernels wait for
+// their launch), and the host's lead built up over long partitions hides the launch time of
+// short ones that, measured alone in a loop, are host-bound. Composition errs, slightly.
+TEST(Instruction, CompositionIsNotExactOnceLaunchCostsCount) {
+  const workload::WorkloadModel& model = LlamaTp8();
+  double worst = 0.0;
+  for (int stage : {0, 1}) {
+    for (schedule::Direction dir : {schedule::Direction::kForward, schedule::Direction::kBackward}) {
+      for (int f : {1410, 1110}) {
+        const InstructionKnobs knobs = TunedKnobs(model, f);
+        const SimResult whole = SimulateInstruction(model, stage, dir, knobs);
+        const SimResult sum = ComposedInstruction(model, stage, dir, knobs);
+        const double time_error = sum.time_s / whole.time_s - 1.0;
+        const double energy_error = sum.energy_j / whole.energy_j - 1.0;
+        EXPECT_LT(std::abs(time_error), 0.05);
+        EXPECT_LT(std::abs(energy_error), 0.05);
+        worst = std::max({worst, std::abs(time_error), std::abs(energy_error)});
+      }
+    }
+  }
+  // Small on this workload: its partitions are long against the launch costs.
+  EXPECT_GT(worst, 1e-5);
+  std::printf("largest composition error: %.3f %%\n", 100.0 * worst);
 }
 
 // Overlap pays where it should: nanobatching with the library default beats sequential

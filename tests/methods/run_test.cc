@@ -123,8 +123,8 @@ TEST_F(RunTest, PlansRoundTripThroughTheValidatedFileFormat) {
 TEST_F(RunTest, SummaryCarriesTheTables) {
   const Json s = ToJson(run_->summary);
   EXPECT_EQ(s["format"], "kareus.summary/2");
-  EXPECT_EQ(s["backend"], "emulator(time_noise=0.003,energy_noise=0.01)");
-  EXPECT_EQ(s["evaluator"], "noise-free re-run on emulator(noise_free)");
+  EXPECT_EQ(s["backend"], "emulator(v2,time_noise=0.003,energy_noise=0.01)");
+  EXPECT_EQ(s["evaluator"], "noise-free re-run on emulator(v2,noise_free)");
   EXPECT_EQ(s["evaluated"], true);
   EXPECT_EQ(s["max_throughput"].size(), 6u);
   EXPECT_EQ(s["max_throughput"][0]["delta_time_pct"], 0.0);

@@ -21,6 +21,13 @@
 
 namespace kareus::emulator {
 
+// The version of the emulator's physics: part of the emulator backend's description, so a
+// measurement store written under other physics (another calibration) is refused rather than
+// mixed with new readings. Bump it whenever a change moves what a configuration reads.
+//   1: the first calibration (published figures); 2: calibrated on real GPU measurements
+//   (data/validation), launch gaps, one continuous simulation per instruction.
+inline constexpr int kPhysicsVersion = 2;
+
 // The emulator speaks the backend-neutral knob types of measure/ (kareus/measure/types.h).
 using measure::InstructionKnobs;
 using measure::PartitionKnobs;

@@ -30,11 +30,27 @@ struct VoltagePoint {
 };
 
 struct PowerSpec {
-  double cap_w = 0.0;          // board power limit (default = max)
-  double idle_w = 0.0;         // bare idle, no context
-  double static_w = 0.0;       // blocked in a P2P recv: the "static" power of the energy split
+  double cap_w = 0.0;          // the board's power limit in effect (default limit, or the
+                               // workload's power_limit_w); the GPU lowers its clock to fit it
+  double min_limit_w = 0.0;    // lowest settable power limit (nvidia-smi "Min Power Limit")
+  double max_limit_w = 0.0;    // highest settable limit of the board ("Max Power Limit")
+  double idle_w = 0.0;         // a GPU that holds a context and waits (pipeline bubble, blocked
+                               // in a P2P recv, a stream waiting with nothing to run): the
+                               // baseline the emulator adds under any kernel, and all it draws
+                               // while no kernel runs
+  double static_w = 0.0;       // the "static" power of the energy split (Kareus/Perseus account
+                               // E_static = static_w x wall time); accounting, not physics
   double dynamic_max_w = 0.0;  // SM dynamic power at max clock, all SMs at full activity
   double memory_w = 0.0;       // HBM power at full bandwidth
+};
+
+// Launch costs of the software stack on this GPU (PyTorch eager + Transformer Engine + NCCL or
+// MSCCL++ as the published runtime launches them): what makes a stream of kernels more than the
+// sum of the kernels. Optional in the data file (`launch:`), these defaults otherwise.
+struct LaunchSpec {
+  double kernel_gap_us = 2.0;   // device-side gap between two kernels of one stream (drain and
+                                // launch of the next; also the join of two streams at an event)
+  double host_launch_us = 10.0;  // host time to launch one kernel from the eager framework path
 };
 
 struct InterconnectSpec {
@@ -73,10 +89,15 @@ struct GpuSpec {
   std::vector<VoltagePoint> voltage_curve;  // ascending in freq_mhz
   InterconnectSpec interconnect;
   ActivitySpec activity;
+  LaunchSpec launch;
 
   double PeakTensorFlops(int freq_mhz) const;  // sm_count * flops/clk/SM * f
   double VoltageAt(int freq_mhz) const;        // linear interpolation, clamped at the ends
 };
+
+// Sets the board power limit (power.cap_w) to `watts`; InputError naming `field`, the value and
+// the board's range [min_limit_w, max_limit_w] when it is outside.
+void SetPowerLimit(GpuSpec& gpu, double watts, const std::string& field = "power_limit_w");
 
 // Loads one preset file; throws InputError naming the file and the field.
 GpuSpec LoadGpuSpecFile(const std::string& path);

@@ -48,8 +48,12 @@ class Backend {
   // with measurements so that a store is never mixed across backends.
   virtual std::string Description() const = 0;
   virtual const hw::GpuSpec& Gpu() const = 0;
-  // Static power of the energy split (P_static): total = dynamic + P_static x time.
+  // Static power of the energy split (P_static): total = dynamic + P_static x time; what the
+  // planner charges a blocked GPU (Perseus's and Kareus's accounting).
   virtual double StaticPowerW() const { return Gpu().power.static_w; }
+  // Power a GPU draws while it waits (pipeline bubbles, P2P receives): what the evaluation of
+  // a plan charges for the time a GPU runs no instruction.
+  virtual double IdlePowerW() const { return Gpu().power.idle_w; }
   virtual bool NoiseFree() const = 0;
   // Seconds charged once per batch (process start, communicators, a warm-up run), per GPU of
   // the batch's group; part of GpuSeconds().

@@ -28,7 +28,7 @@ EvaluationMode EvaluationModeFromString(const std::string& text);  // InputError
 class Evaluator {
  public:
   virtual ~Evaluator() = default;
-  // What the evaluation is, e.g. "noise-free re-run on emulator(noise_free)", or
+  // What the evaluation is, e.g. "noise-free re-run on emulator(v2,noise_free)", or
   // "not evaluated".
   virtual std::string Description() const = 0;
   // False when plans are not evaluated (EvaluateInstructions is then never called).

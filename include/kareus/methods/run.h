@@ -45,6 +45,17 @@ struct RunOptions {
   std::optional<OptionError> Validate() const;
 };
 
+// A composed instruction option (Kareus: the sum of its partition types' measured fronts plus
+// the fixed work, plan/compose.h) against the same instruction evaluated end to end (on the
+// emulator: simulated as one continuous instruction, the ground truth plans are evaluated on).
+struct CompositionSample {
+  int stage = 0;
+  bool forward = true;
+  int freq_mhz = 0;
+  double composed_time_s = 0.0, composed_energy_j = 0.0;
+  double evaluated_time_s = 0.0, evaluated_energy_j = 0.0;
+};
+
 struct MethodResult {
   MethodSpec method;
   plan::PlanProblem problem;  // every instruction's options (predicted costs) as the solver saw them
@@ -62,6 +73,7 @@ struct MethodResult {
   std::map<std::string, double> phase_wall_s;  // "profile", "compose", "solve", "evaluate"
   std::optional<mobo::ProfileSummary> profile;  // partition profiling (profiled methods)
   std::string note;                     // e.g. why a method fell back to sequential execution
+  std::vector<CompositionSample> composition;  // every composed option (tuned comm), evaluated
 
   // The plan with the lowest evaluated time (ties: lower energy).
   std::size_t Fastest() const;
@@ -75,6 +87,8 @@ struct RunResult {
   std::string backend;    // measure::Backend::Description()
   std::string evaluator;  // Evaluator::Description()
   bool evaluated = true;  // false: tables carry predictions ("not evaluated")
+  double static_power_w = 0.0;  // the backend's P_static (planning)
+  double idle_power_w = 0.0;    // the backend's idle power (evaluation)
   std::vector<MethodResult> methods;
   RunSummary summary;     // summary.json (ToJson(summary))
 };

@@ -41,6 +41,35 @@ struct SolverSummary {
   int64_t steps = 0;
 };
 
+// The spread of 100 (composed / evaluated - 1) over a method's composed options.
+struct Spread {
+  double min = 0.0;
+  double median = 0.0;
+  double max = 0.0;
+  double mean_abs = 0.0;
+};
+
+struct CompositionSampleSummary {
+  int stage = 0;
+  std::string instruction;  // "forward" | "backward"
+  int freq_mhz = 0;
+  double composed_time_s = 0.0;
+  double evaluated_time_s = 0.0;
+  double composed_energy_j = 0.0;
+  double evaluated_energy_j = 0.0;
+  double time_error_pct = 0.0;
+  double energy_error_pct = 0.0;
+};
+
+// Composition error: what planning on composed partition measurements misses against the
+// instruction evaluated end to end (methods with tuned comm knobs only).
+struct CompositionError {
+  std::size_t options = 0;
+  Spread time_error_pct;
+  Spread energy_error_pct;
+  std::vector<CompositionSampleSummary> samples;
+};
+
 struct MethodSummary {
   std::string method;
   std::string label;
@@ -57,6 +86,7 @@ struct MethodSummary {
   std::size_t backward_options = 0;
   SolverSummary solver;
   std::string note;
+  std::optional<CompositionError> composition_error;
 };
 
 struct MaxThroughputRow {
@@ -123,7 +153,8 @@ struct RunSettings {
   uint64_t seed = 0;
   std::vector<std::string> methods;
   double unit_time_s = 0.0;
-  double static_power_w = 0.0;
+  double static_power_w = 0.0;  // what the planner charges a blocked GPU
+  double idle_power_w = 0.0;    // what the evaluation charges a waiting GPU
   std::vector<int> planning_clocks_mhz;
   int64_t budget = 0;
   double budget_fraction = 0.0;

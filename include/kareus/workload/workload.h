@@ -50,6 +50,9 @@ struct Workload {
   int64_t sequence_length = 0;
   int microbatches = 1;       // per iteration (per data-parallel replica)
   Recompute recompute = Recompute::kFull;
+  // The workload's `gpu.power_limit_w` (already applied to gpu.power.cap_w); 0 when the file
+  // keeps the preset's default limit.
+  double power_limit_w = 0.0;
 
   int GpusPerStage() const { return parallelism.tp * parallelism.cp * parallelism.dp; }
   int TotalGpus() const { return GpusPerStage() * parallelism.pp; }

@@ -131,6 +131,33 @@ def test_bad_plan_files_are_rejected_and_clocks_untouched(log, name, needle):
     assert clock_calls(log, 0) == []
 
 
+def test_plan_for_another_pipeline_is_refused_naming_both(log):
+    executor = kareus.PlanExecutor(DATA / "plan_2x8.json", stage=1, num_stages=STAGES,
+                                   num_microbatches=MICROBATCHES)
+    assert (executor.num_stages, executor.num_microbatches) == (STAGES, MICROBATCHES)
+    assert executor.schedule == "1f1b"
+    kareus.PlanExecutor(DATA / "plan_2x8.json", stage=0, schedule="1f1b")
+    controller = kareus.FrequencyController(gpu=0, install_signal_handlers=False)
+    for stages, microbatches, schedule, job in [
+            (4, None, None, "the job runs 4 pipeline stages ("),
+            (None, 4, None, "the job runs 4 microbatches ("),
+            (None, None, "gpipe", "the job runs the gpipe schedule ("),
+            (4, 16, "1f1b", "the job runs 4 pipeline stages x 16 microbatches (1f1b) (")]:
+        with pytest.raises(kareus.InputError) as error:
+            # Stage 3 is not in the plan: the mismatch is named before the stage range.
+            kareus.PlanExecutor(DATA / "plan_2x8.json", stage=3 if stages else 0,
+                                controller=controller, num_stages=stages,
+                                num_microbatches=microbatches, schedule=schedule)
+        message = str(error.value)
+        assert "plan_2x8.json: the plan does not match this job" in message
+        assert "the plan is for 2 pipeline stages x 8 microbatches (1f1b), " in message
+        assert job in message
+    with pytest.raises(kareus.InputError, match="interleaved"):
+        kareus.PlanExecutor(DATA / "plan_2x8.json", stage=0, schedule="interleaved")
+    del controller
+    assert clock_calls(log, 0) == []
+
+
 def test_permission_refusal_warns_once_and_measures_only(log, fake, capfd):
     controller = kareus.FrequencyController(gpu=1, install_signal_handlers=False,
                                             coalesce=False)

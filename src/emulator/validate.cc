@@ -1,0 +1,345 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "kareus/emulator/validate.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <sstream>
+
+#include "kareus/common/error.h"
+#include "kareus/common/io.h"
+#include "kareus/common/table.h"
+#include "kareus/common/yaml.h"
+#include "kareus/emulator/emulator.h"
+#include "kareus/hw/gpu_spec.h"
+
+namespace kareus::emulator {
+namespace {
+
+using schedule::Direction;
+
+// A small CSV reader for the measured files: a header row naming the columns, then rows of
+// comma-separated fields (no quoting in these files).
+struct Csv {
+  std::vector<std::string> header;
+  std::vector<std::vector<std::string>> rows;
+
+  size_t Column(const std::string& name, const std::string& file) const {
+    const auto it = std::find(header.begin(), header.end(), name);
+    if (it == header.end()) {
+      throw InputError(file + ": no column '" + name + "' (header: " + JoinNames(header) + ")");
+    }
+    return static_cast<size_t>(it - header.begin());
+  }
+};
+
+std::vector<std::string> SplitLine(const std::string& line) {
+  std::vector<std::string> out;
+  std::string cell;
+  std::istringstream in(line);
+  while (std::getline(in, cell, ',')) out.push_back(cell);
+  if (!line.empty() && line.back() == ',') out.emplace_back();
+  return out;
+}
+
+Csv ReadCsv(const std::filesystem::path& path) {
+  std::istringstream in(ReadTextFile(path));
+  Csv csv;
+  std::string line;
+  int number = 0;
+  while (std::getline(in, line)) {
+    ++number;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty()) continue;
+    std::vector<std::string> cells = SplitLine(line);
+    if (csv.header.empty()) {
+      csv.header = std::move(cells);
+      continue;
+    }
+    if (cells.size() != csv.header.size()) {
+      throw InputError(path.string() + ":" + std::to_string(number) + ": " +
+                       std::to_string(cells.size()) + " fields, the header has " +
+                       std::to_string(csv.header.size()));
+    }
+    csv.rows.push_back(std::move(cells));
+  }
+  if (csv.rows.empty()) throw InputError(path.string() + ": no data rows");
+  return csv;
+}
+
+double ParseNumber(const std::string& text, const std::string& where) {
+  try {
+    size_t used = 0;
+    const double value = std::stod(text, &used);
+    if (used != text.size() || !std::isfinite(value)) throw std::invalid_argument(text);
+    return value;
+  } catch (const std::exception&) {
+    throw InputError(where + " = '" + text + "': not a number");
+  }
+}
+
+double Percent(double value) { return 100.0 * value; }
+
+// The shape metrics of one curve (RMS of normalized time and energy, optimum, saving, power at
+// the top clock). Clocks are descending: index 0 is the top clock.
+void Score(StageCurve& c) {
+  const size_t n = c.freqs_mhz.size();
+  double time_sq = 0.0, energy_sq = 0.0;
+  size_t meas_opt = 0, emu_opt = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const double dt = c.emulated_time_s[i] / c.emulated_time_s[0] -
+                      c.measured_time_s[i] / c.measured_time_s[0];
+    const double de = c.emulated_energy_j[i] / c.emulated_energy_j[0] -
+                      c.measured_energy_j[i] / c.measured_energy_j[0];
+    time_sq += dt * dt;
+    energy_sq += de * de;
+    if (c.measured_energy_j[i] < c.measured_energy_j[meas_opt]) meas_opt = i;
+    if (c.emulated_energy_j[i] < c.emulated_energy_j[emu_opt]) emu_opt = i;
+  }
+  c.time_rms_points = Percent(std::sqrt(time_sq / double(n)));
+  c.energy_rms_points = Percent(std::sqrt(energy_sq / double(n)));
+  c.measured_optimal_mhz = c.freqs_mhz[meas_opt];
+  c.emulated_optimal_mhz = c.freqs_mhz[emu_opt];
+  c.measured_saving_pct = Percent(1.0 - c.measured_energy_j[meas_opt] / c.measured_energy_j[0]);
+  c.emulated_saving_pct = Percent(1.0 - c.emulated_energy_j[emu_opt] / c.emulated_energy_j[0]);
+  c.measured_top_power_w = c.measured_energy_j[0] / c.measured_time_s[0];
+  c.emulated_top_power_w = c.emulated_energy_j[0] / c.emulated_time_s[0];
+  c.top_power_error_pct = Percent(c.emulated_top_power_w / c.measured_top_power_w - 1.0);
+}
+
+// Columns stage,instruction,frequency,time,energy (Perseus's stage profiles): one sequential
+// instruction per (stage, direction, clock) on the stand-in, the Megatron-style execution the
+// profiles were taken with.
+void ReplayStageProfile(const std::filesystem::path& csv_path, const workload::Workload& w,
+                        DatasetResult& out) {
+  const Csv csv = ReadCsv(csv_path);
+  const size_t c_stage = csv.Column("stage", csv_path.string());
+  const size_t c_instr = csv.Column("instruction", csv_path.string());
+  const size_t c_freq = csv.Column("frequency", csv_path.string());
+  const size_t c_time = csv.Column("time", csv_path.string());
+  const size_t c_energy = csv.Column("energy", csv_path.string());
+  // (stage, direction) -> clock -> (time, energy)
+  std::map<std::pair<int, int>, std::map<int, std::pair<double, double>, std::greater<>>> data;
+  for (size_t r = 0; r < csv.rows.size(); ++r) {
+    const auto& row = csv.rows[r];
+    const std::string where = csv_path.string() + " row " + std::to_string(r + 2);
+    const std::string& instr = row[c_instr];
+    if (instr != "forward" && instr != "backward") {
+      throw InputError(where + ": instruction = '" + instr + "': valid: forward, backward");
+    }
+    const int stage = static_cast<int>(ParseNumber(row[c_stage], where + " stage"));
+    const int freq = static_cast<int>(ParseNumber(row[c_freq], where + " frequency"));
+    const double time = ParseNumber(row[c_time], where + " time");
+    const double energy = ParseNumber(row[c_energy], where + " energy");
+    if (!(time > 0.0 && energy > 0.0)) throw InputError(where + ": time and energy must be > 0");
+    data[{stage, instr == "forward" ? 0 : 1}][freq] = {time, energy};
+  }
+  const workload::WorkloadModel model = workload::BuildWorkloadModel(w);
+  for (const auto& [key, clocks] : data) {
+    const auto [stage, dir] = key;
+    if (stage < 0 || stage >= static_cast<int>(model.stages.size())) {
+      throw InputError(csv_path.string() + ": stage " + std::to_string(stage) +
+                       " is not a stage of the stand-in workload (pp = " +
+                       std::to_string(model.stages.size()) + ")");
+    }
+    StageCurve curve;
+    curve.stage = stage;
+    curve.direction = dir == 0 ? Direction::kForward : Direction::kBackward;
+    for (const auto& [freq, te] : clocks) {
+      const SimResult r = SimulateInstruction(
+          model, stage, curve.direction,
+          {.freq_mhz = freq, .mode = ExecutionMode::kSequential, .partitions = {}});
+      curve.freqs_mhz.push_back(freq);
+      curve.measured_time_s.push_back(te.first);
+      curve.measured_energy_j.push_back(te.second);
+      curve.emulated_time_s.push_back(r.time_s);
+      curve.emulated_energy_j.push_back(r.energy_j);
+    }
+    if (curve.freqs_mhz.size() < 2) {
+      throw InputError(csv_path.string() + ": stage " + std::to_string(stage) +
+                       " needs at least two clocks");
+    }
+    Score(curve);
+    out.curves.push_back(std::move(curve));
+  }
+}
+
+// Columns window_name (..._<limit W>), elapsed_time, gpu0_energy (Zeus's power-limit profiles):
+// one training step (forward + backward of the single stage) per limit, unlocked at the GPU's
+// default clock with its power limit set.
+void ReplayPowerLimitSweep(const std::filesystem::path& csv_path, const workload::Workload& w,
+                           DatasetResult& out) {
+  const Csv csv = ReadCsv(csv_path);
+  const size_t c_window = csv.Column("window_name", csv_path.string());
+  const size_t c_time = csv.Column("elapsed_time", csv_path.string());
+  size_t c_energy = csv.header.size();
+  for (size_t i = 0; i < csv.header.size(); ++i) {
+    if (csv.header[i].ends_with("_energy")) c_energy = i;
+  }
+  if (c_energy == csv.header.size()) {
+    throw InputError(csv_path.string() + ": no *_energy column (header: " +
+                     JoinNames(csv.header) + ")");
+  }
+  workload::WorkloadModel model = workload::BuildWorkloadModel(w);
+  if (model.stages.size() != 1) {
+    throw InputError(out.workload + ": a power-limit stand-in must have one stage (pp = 1)");
+  }
+  const int clock = model.workload.gpu.clock.default_mhz;
+  for (size_t r = 0; r < csv.rows.size(); ++r) {
+    const auto& row = csv.rows[r];
+    const std::string where = csv_path.string() + " row " + std::to_string(r + 2);
+    const std::string& window = row[c_window];
+    const size_t underscore = window.rfind('_');
+    if (underscore == std::string::npos) {
+      throw InputError(where + ": window_name = '" + window + "': expected <name>_<limit W>");
+    }
+    PowerLimitPoint point;
+    point.limit_w = ParseNumber(window.substr(underscore + 1), where + " window_name limit");
+    point.measured_time_s = ParseNumber(row[c_time], where + " elapsed_time");
+    point.measured_energy_j = ParseNumber(row[c_energy], where + " energy");
+    hw::SetPowerLimit(model.workload.gpu, point.limit_w, where + " power limit");
+    SimResult step;
+    double freq_time = 0.0;
+    for (Direction d : {Direction::kForward, Direction::kBackward}) {
+      const SimResult r_d = SimulateInstruction(
+          model, 0, d, {.freq_mhz = clock, .mode = ExecutionMode::kSequential, .partitions = {}});
+      step.time_s += r_d.time_s;
+      step.energy_j += r_d.energy_j;
+      freq_time += r_d.effective_freq_mhz * r_d.time_s;
+    }
+    point.emulated_time_s = step.time_s;
+    point.emulated_energy_j = step.energy_j;
+    point.emulated_freq_mhz = freq_time / step.time_s;
+    point.measured_power_w = point.measured_energy_j / point.measured_time_s;
+    point.emulated_power_w = point.emulated_energy_j / point.emulated_time_s;
+    out.limits.push_back(point);
+  }
+  std::sort(out.limits.begin(), out.limits.end(),
+            [](const PowerLimitPoint& a, const PowerLimitPoint& b) { return a.limit_w > b.limit_w; });
+  const PowerLimitPoint top = out.limits.front();
+  for (PowerLimitPoint& p : out.limits) {
+    p.measured_time_ratio = p.measured_time_s / top.measured_time_s;
+    p.emulated_time_ratio = p.emulated_time_s / top.emulated_time_s;
+    p.time_ratio_error_pct = Percent(p.emulated_time_ratio / p.measured_time_ratio - 1.0);
+  }
+}
+
+}  // namespace
+
+ValidationReport Validate(const ValidateOptions& options) {
+  const std::filesystem::path dir =
+      options.data_dir.empty() ? DataDir() / "validation" : options.data_dir;
+  const std::filesystem::path manifest = dir / "datasets.yaml";
+  const YamlMap root = YamlMap::Parse(ReadTextFile(manifest), manifest.string());
+  ValidationReport report;
+  for (const YamlMap& entry : root.MapList("datasets")) {
+    DatasetResult d;
+    d.name = entry.String("name");
+    d.kind = entry.String("kind");
+    d.file = entry.String("file");
+    d.source = entry.String("source");
+    d.workload = entry.String("workload");
+    d.calibrates = entry.Has("calibrates") ? entry.String("calibrates") : std::string();
+    entry.RejectUnknownKeys();
+    const workload::Workload w = workload::LoadWorkloadFile(dir / d.workload);
+    d.gpu = w.gpu.name + " (" + FormatFixed(w.gpu.power.cap_w, 0) + " W limit)";
+    if (d.kind == "stage_profile") {
+      ReplayStageProfile(dir / d.file, w, d);
+    } else if (d.kind == "power_limit_sweep") {
+      ReplayPowerLimitSweep(dir / d.file, w, d);
+    } else {
+      entry.Fail("kind", d.kind, "valid: stage_profile, power_limit_sweep");
+    }
+    report.datasets.push_back(std::move(d));
+  }
+  root.RejectUnknownKeys();
+  if (report.datasets.empty()) throw InputError(manifest.string() + ": no datasets");
+  return report;
+}
+
+Json ToJson(const ValidationReport& report) {
+  Json datasets = Json::array();
+  for (const DatasetResult& d : report.datasets) {
+    Json j{{"name", d.name},         {"kind", d.kind}, {"file", d.file},
+           {"source", d.source},     {"workload", d.workload},
+           {"gpu", d.gpu},           {"calibrates", d.calibrates}};
+    if (d.kind == "stage_profile") {
+      Json curves = Json::array();
+      for (const StageCurve& c : d.curves) {
+        curves.push_back({{"stage", c.stage},
+                          {"instruction", schedule::ToString(c.direction)},
+                          {"freqs_mhz", c.freqs_mhz},
+                          {"measured_time_s", c.measured_time_s},
+                          {"measured_energy_j", c.measured_energy_j},
+                          {"emulated_time_s", c.emulated_time_s},
+                          {"emulated_energy_j", c.emulated_energy_j},
+                          {"time_rms_points", c.time_rms_points},
+                          {"energy_rms_points", c.energy_rms_points},
+                          {"measured_optimal_mhz", c.measured_optimal_mhz},
+                          {"emulated_optimal_mhz", c.emulated_optimal_mhz},
+                          {"measured_saving_pct", c.measured_saving_pct},
+                          {"emulated_saving_pct", c.emulated_saving_pct},
+                          {"measured_top_power_w", c.measured_top_power_w},
+                          {"emulated_top_power_w", c.emulated_top_power_w},
+                          {"top_power_error_pct", c.top_power_error_pct}});
+      }
+      j["curves"] = curves;
+    } else {
+      Json limits = Json::array();
+      for (const PowerLimitPoint& p : d.limits) {
+        limits.push_back({{"limit_w", p.limit_w},
+                          {"measured_time_s", p.measured_time_s},
+                          {"measured_energy_j", p.measured_energy_j},
+                          {"emulated_time_s", p.emulated_time_s},
+                          {"emulated_energy_j", p.emulated_energy_j},
+                          {"measured_time_ratio", p.measured_time_ratio},
+                          {"emulated_time_ratio", p.emulated_time_ratio},
+                          {"time_ratio_error_pct", p.time_ratio_error_pct},
+                          {"measured_power_w", p.measured_power_w},
+                          {"emulated_power_w", p.emulated_power_w},
+                          {"emulated_freq_mhz", p.emulated_freq_mhz}});
+      }
+      j["limits"] = limits;
+    }
+    datasets.push_back(j);
+  }
+  return Json{{"format", "kareus.validation/1"}, {"datasets", datasets}};
+}
+
+std::string RenderValidation(const ValidationReport& report) {
+  std::ostringstream out;
+  for (const DatasetResult& d : report.datasets) {
+    out << d.name << ": " << d.file << " on " << d.gpu << ", stand-in " << d.workload << "\n";
+    out << "  source: " << d.source << "\n";
+    out << "  calibrated: " << (d.calibrates.empty() ? "nothing (validation only)" : d.calibrates)
+        << "\n";
+    if (d.kind == "stage_profile") {
+      Table table({"stage", "instr", "time_rms_pt", "energy_rms_pt", "opt_mhz", "emu_opt_mhz",
+                   "saving_%", "emu_saving_%", "P_top_w", "emu_P_top_w", "P_top_err_%"});
+      for (const StageCurve& c : d.curves) {
+        table.AddRow({std::to_string(c.stage), schedule::ToString(c.direction),
+                      FormatFixed(c.time_rms_points, 2), FormatFixed(c.energy_rms_points, 2),
+                      std::to_string(c.measured_optimal_mhz),
+                      std::to_string(c.emulated_optimal_mhz), FormatFixed(c.measured_saving_pct, 1),
+                      FormatFixed(c.emulated_saving_pct, 1), FormatFixed(c.measured_top_power_w, 0),
+                      FormatFixed(c.emulated_top_power_w, 0),
+                      FormatFixed(c.top_power_error_pct, 1)});
+      }
+      out << table.ToString();
+    } else {
+      Table table({"limit_w", "time_ratio", "emu_time_ratio", "ratio_err_%", "power_w",
+                   "emu_power_w", "emu_mhz"});
+      for (const PowerLimitPoint& p : d.limits) {
+        table.AddRow({FormatFixed(p.limit_w, 0), FormatFixed(p.measured_time_ratio, 3),
+                      FormatFixed(p.emulated_time_ratio, 3), FormatFixed(p.time_ratio_error_pct, 1),
+                      FormatFixed(p.measured_power_w, 0), FormatFixed(p.emulated_power_w, 0),
+                      FormatFixed(p.emulated_freq_mhz, 0)});
+      }
+      out << table.ToString();
+    }
+    out << "\n";
+  }
+  return out.str();
+}
+
+}  // namespace kareus::emulator

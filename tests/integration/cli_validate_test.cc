@@ -1,0 +1,83 @@
+// SPDX-License-Identifier: Apache-2.0
+// End-to-end: `kareus validate` replays data/validation/ (the tolerances themselves are held by
+// tests/emulator/validation_test.cc), and `kareus simulate --power-limit` (power-limit mode).
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "integration/cli_util.h"
+#include "kareus/common/json.h"
+
+namespace kareus {
+namespace {
+
+using testing::RunKareus;
+using testing::SourceDir;
+
+TEST(CliValidate, JsonListsEveryDatasetWithItsShapeErrors) {
+  const auto r = RunKareus("validate --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const Json j = Json::parse(r.out);
+  EXPECT_EQ(j["format"], "kareus.validation/1");
+  ASSERT_EQ(j["datasets"].size(), 3u);
+  for (const Json& d : j["datasets"]) {
+    EXPECT_FALSE(d["source"].get<std::string>().empty());
+    if (d["kind"] == "stage_profile") {
+      EXPECT_EQ(d["curves"].size(), 16u);
+      for (const char* field : {"time_rms_points", "energy_rms_points", "measured_optimal_mhz",
+                                "emulated_optimal_mhz", "measured_saving_pct",
+                                "emulated_saving_pct", "measured_top_power_w",
+                                "emulated_top_power_w"}) {
+        EXPECT_TRUE(d["curves"][0].contains(field)) << field;
+      }
+    } else {
+      EXPECT_EQ(d["kind"], "power_limit_sweep");
+      EXPECT_EQ(d["limits"].size(), 9u);
+      EXPECT_EQ(d["limits"][0]["limit_w"], 300.0);
+    }
+  }
+}
+
+TEST(CliValidate, TableNamesTheCalibrationOfEachDataset) {
+  const auto r = RunKareus("validate");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("gpt3-175b-a100"), std::string::npos);
+  EXPECT_NE(r.out.find("calibrated: nothing (validation only)"), std::string::npos);
+  EXPECT_NE(r.out.find("time_rms_pt"), std::string::npos);
+  EXPECT_NE(r.out.find("emu_time_ratio"), std::string::npos);
+}
+
+TEST(CliValidate, MissingManifestExitsTwo) {
+  const auto r = RunKareus("validate --data /nonexistent/validation");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("datasets.yaml"), std::string::npos) << r.err;
+}
+
+std::string Tp8() {
+  return (SourceDir() / "examples/paper/01-llama3.2-3b-tp8-mbs8-seq4096.yaml").string();
+}
+
+TEST(CliSimulatePowerLimit, UnlockedUnderALimitTheClockFallsWithTheLimit) {
+  double previous = 1e9;
+  for (const char* limit : {"400", "250", "150"}) {
+    const auto r = RunKareus("simulate " + Tp8() + " --stage 0 --instruction forward --power-limit " +
+                             limit + " --json");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const Json j = Json::parse(r.out);
+    EXPECT_EQ(j["freq_mhz"], 1410);  // unlocked: the maximum clock, lowered by the limit
+    EXPECT_EQ(j["power_limit_w"], std::stod(limit));
+    EXPECT_LE(j["avg_power_w"].get<double>(), std::stod(limit) + 1e-6);
+    EXPECT_LT(j["effective_freq_mhz"].get<double>(), previous);
+    previous = j["effective_freq_mhz"].get<double>();
+  }
+}
+
+TEST(CliSimulatePowerLimit, OutsideTheBoardRangeExitsTwoWithTheRange) {
+  const auto r = RunKareus("simulate " + Tp8() + " --stage 0 --instruction forward --power-limit 500");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--power-limit"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("100 to 400 W"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace kareus
