@@ -9,6 +9,7 @@ packages=(
   libeigen3-dev libxgboost-dev libboost-graph-dev nlohmann-json3-dev libyaml-cpp-dev
   libcli11-dev libspdlog-dev libfmt-dev libsqlite3-dev sqlite3
   libgtest-dev libgmock-dev libbenchmark-dev
+  libglpk-dev  # the exact mixed-integer reference of tests/pipeline (pipeline_test only)
   python3 python3-dev pybind11-dev python3-pytest python3-jsonschema
   python3-torch  # examples/pytorch and its test (PyTorch 1.13, CPU, gloo; about 3 min to install)
   chromium

@@ -18,21 +18,18 @@
 //    durations are rounded down to real options (the cheapest option that fits), then slack is
 //    filled in real time (forward/backward passes, first within each instruction's convex
 //    segment, then freely), and the result is re-evaluated from the real options.
-// 3. The fastest point (T_min) is improved further: instructions on a critical path of the
-//    all-fastest schedule are pinned (they cannot be slower at T_min), which fixes their start
-//    times and splits the rest into independent components; each component is searched exactly
-//    (depth-first branch and bound with a node budget) or, when too large, by local search
-//    (one- and two-instruction exchanges, and exact re-optimization of each stage's chain with
-//    the other stages' times fixed).
+// 3. The fastest point (T_min), and every deadline of small problems, is improved further:
+//    chain search (each stage's chain re-optimized exactly with the other stages' start times
+//    fixed), one-exchange local search, then an exact dynamic program over a topological order
+//    (ExactAt: dominance, a per-stage knapsack completion bound, the incumbent); within its
+//    budget it proves the point optimal, past it the same search runs as a beam (a heuristic).
 #include "kareus/pipeline/solver.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <cstdlib>
 #include <cmath>
 #include <limits>
 #include <numeric>
-#include <unordered_set>
 #include <string>
 #include <utility>
 
@@ -51,8 +48,8 @@ using schedule::Instruction;
 constexpr double kInf = std::numeric_limits<double>::infinity();
 // The exact dynamic program (ExactAt) runs at the fastest point with this budget (state
 // comparisons), and at every other deadline of problems with at most kSmallOptions node-options
-// (sum over nodes of their real front's size) with kSmallBudget; past its budget it gives up
-// and the heuristic plan stands.
+// (sum over nodes of their real front's size) with kSmallBudget; past its budget the same
+// search runs as a beam within the same budget.
 constexpr int64_t kFastestBudget = 5'000'000;
 constexpr int64_t kSmallOptions = 160;
 constexpr int64_t kSmallBudget = 5'000'000;
@@ -213,7 +210,9 @@ class Engine {
   // and states whose completion bound reaches `choice`'s energy are dropped. Replaces `choice`
   // when a cheaper plan exists; false (choice kept, not proven) when the state comparisons
   // exceed `budget`.
-  bool ExactAt(int64_t budget, double deadline, std::vector<int>& choice) const;
+  // With `beam` > 0 the same search keeps at most `beam` states per step (those with the best
+  // completion bound): a heuristic that may improve `choice` and never proves (returns false).
+  bool ExactAt(int64_t budget, double deadline, std::vector<int>& choice, std::size_t beam) const;
 
   const Problem& problem_;
   const Options& options_;
@@ -222,6 +221,7 @@ class Engine {
   std::vector<Spec> specs_;
   std::vector<int> class_;  // per node: index into specs_
   bool small_ = false;      // few node-options: exact search at every deadline
+  int64_t node_options_ = 0;  // sum over nodes of their real front's size
   double gpus_total_ = 0.0;
   double pg_ = 0.0;         // static power of all GPUs, W
   double time_tol_ = 0.0;   // times closer than this are equal
@@ -661,10 +661,11 @@ void Engine::Refine(std::vector<int>& choice, double deadline,
     FillForward(choice, deadline, cap);
     FillBackward(choice, deadline, cap);
   }
+  // A pass that changes nothing leaves a plan where no instruction's float fits a slower option:
+  // the other direction would change nothing either.
   for (int round = 0; round < 8; ++round) {
-    const bool forward = FillForward(choice, deadline, nullptr);
-    const bool backward = FillBackward(choice, deadline, nullptr);
-    if (!forward && !backward) break;
+    if (!FillForward(choice, deadline, nullptr)) break;
+    if (!FillBackward(choice, deadline, nullptr)) break;
   }
 }
 
@@ -822,14 +823,23 @@ bool Engine::OptimizeChain(const std::vector<int>& chain, std::vector<int>& choi
 void Engine::ChainSearch(std::vector<int>& choice, double deadline, int rounds) const {
   if (chains_.empty()) return;
   std::vector<double> start;
+  std::vector<int> trial;
+  double energy = Energy(choice);
   for (int round = 0; round < rounds; ++round) {
     bool improved = false;
     for (bool latest : {false, true}) {
       for (const std::vector<int>& chain : chains_) {
         Schedule(choice, deadline, latest, start);
-        if (OptimizeChain(chain, choice, start, deadline)) {
+        trial = choice;
+        if (!OptimizeChain(chain, trial, start, deadline)) continue;
+        Refine(trial, deadline, nullptr);
+        // The chain's effective energy fell, but the iteration may have grown (static energy):
+        // kept only when the total falls.
+        const double trial_energy = Energy(trial);
+        if (trial_energy < energy * (1 - 1e-12)) {
+          energy = trial_energy;
+          choice.swap(trial);
           improved = true;
-          Refine(choice, deadline, nullptr);
         }
       }
     }
@@ -859,7 +869,21 @@ void Engine::RecordPoint(double deadline, int64_t k, double offset) {
       ChainSearch(choice, deadline, 8);
       Exchange(choice, deadline);
       ChainSearch(choice, deadline, 8);
-      exact = ExactAt(k <= 0 ? kFastestBudget : (std::getenv("KS_B") ? std::atoll(std::getenv("KS_B")) : kSmallBudget), deadline, choice);
+      const int64_t budget = k <= 0 ? kFastestBudget : kSmallBudget;
+      exact = ExactAt(budget, deadline, choice, 0);
+      if (!exact) {
+        // Out of budget: a beam as wide as the budget allows (states x options x kept states
+        // per step), then the local searches again from its plan.
+        const double per_step = static_cast<double>(node_options_) + 1.0;  // ~ n x options
+        const auto beam = static_cast<std::size_t>(
+            std::clamp(std::sqrt(static_cast<double>(budget) / per_step), 4.0, 4096.0));
+        const std::vector<int> before = choice;
+        ExactAt(budget, deadline, choice, beam);
+        if (choice != before) {
+          ChainSearch(choice, deadline, 8);
+          Exchange(choice, deadline);
+        }
+      }
     }
   }
   IterationPoint point;
@@ -874,7 +898,8 @@ void Engine::RecordPoint(double deadline, int64_t k, double offset) {
   raw_.push_back(std::move(point));
 }
 
-bool Engine::ExactAt(int64_t budget, double deadline, std::vector<int>& choice) const {
+bool Engine::ExactAt(int64_t budget, double deadline, std::vector<int>& choice,
+                     std::size_t beam) const {
   const double incumbent = Energy(choice);
   int64_t work = 0;
   // Order: by earliest start with every instruction at its fastest (topological, since every
@@ -971,6 +996,7 @@ bool Engine::ExactAt(int64_t budget, double deadline, std::vector<int>& choice) 
     int option;
     double makespan;
     double finish;  // of the placed instruction
+    double low;     // lower bound of every completion's total energy
   };
   std::vector<Candidate> candidates;
   std::vector<double> vec;
@@ -1039,24 +1065,33 @@ bool Engine::ExactAt(int64_t budget, double deadline, std::vector<int>& choice) 
         }
         if (low >= incumbent * (1 - 1e-12)) continue;
         candidates.push_back({from.energy[s] + spec.eff[j], static_cast<int>(s), static_cast<int>(j),
-                              makespan, finish});
+                              makespan, finish, low});
       }
     }
-    std::sort(candidates.begin(), candidates.end(),
-              [](const Candidate& a, const Candidate& b) { return a.energy < b.energy; });
+    // Exact: cheapest first (a kept state is then never more energetic than a later one). Beam:
+    // the best completion bound first, and the layer stops at `beam` states.
+    if (beam == 0) {
+      std::sort(candidates.begin(), candidates.end(),
+                [](const Candidate& a, const Candidate& b) { return a.energy < b.energy; });
+    } else {
+      std::sort(candidates.begin(), candidates.end(),
+                [](const Candidate& a, const Candidate& b) { return a.low < b.low; });
+    }
     vec.resize(d_to);
     for (const Candidate& c : candidates) {
+      if (beam > 0 && to.energy.size() >= beam) break;
       for (std::size_t i = 0; i < d_to; ++i) {
         vec[i] = source[i] < 0 ? c.finish
                                : from.finish[static_cast<std::size_t>(c.parent) * d_from +
                                              static_cast<std::size_t>(source[i])];
       }
-      // Kept states are no more energetic: c is dominated when one is also no later anywhere.
+      // c is dominated when a kept state is no more energetic (always so in exact mode) and no
+      // later anywhere.
       bool dominated = false;
       work += static_cast<int64_t>(to.energy.size()) + 1;
       if (work > budget) return false;
       for (std::size_t q = 0; q < to.energy.size() && !dominated; ++q) {
-        if (to.makespan[q] > c.makespan + time_tol_) continue;
+        if (to.makespan[q] > c.makespan + time_tol_ || to.energy[q] > c.energy) continue;
         bool no_later = true;
         for (std::size_t i = 0; i < d_to && no_later; ++i) {
           no_later = to.finish[q * d_to + i] <= vec[i] + time_tol_;
@@ -1089,7 +1124,7 @@ bool Engine::ExactAt(int64_t budget, double deadline, std::vector<int>& choice) 
       best = layer.parent[static_cast<std::size_t>(best)];
     }
   }
-  return true;
+  return beam == 0;
 }
 
 Result Engine::Run() {
@@ -1097,9 +1132,8 @@ Result Engine::Run() {
   Summary& summary = result.summary;
   BuildModel();
   BuildChains();
-  int64_t node_options = 0;
-  for (int v = 0; v < n_; ++v) node_options += static_cast<int64_t>(SpecOf(v).time.size());
-  small_ = node_options <= kSmallOptions;
+  for (int v = 0; v < n_; ++v) node_options_ += static_cast<int64_t>(SpecOf(v).time.size());
+  small_ = node_options_ <= kSmallOptions;
   std::vector<int> fastest(static_cast<std::size_t>(n_), 0);
   std::vector<int> cheapest(static_cast<std::size_t>(n_));
   for (int v = 0; v < n_; ++v) cheapest[v] = static_cast<int>(SpecOf(v).time.size()) - 1;
