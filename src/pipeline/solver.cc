@@ -409,21 +409,18 @@ void Engine::BackwardPass(double makespan) {
   int64_t count = 0;
   for (auto it = event_order_.rbegin(); it != event_order_.rend(); ++it) {
     const int u = *it;
+    // An arc is critical when its slack is zero; one carrying flow is critical in exact
+    // arithmetic (every flow path is a critical path shortened by exactly the move).
     double l = makespan;
     for (int i = out_start_[u]; i < out_start_[u + 1]; ++i) {
       const int a = out_arcs_[i];
-      l = std::min(l, latest_[arc_to_[a]] - Length(a));
-    }
-    latest_[u] = l;
-    // An arc is critical when its slack is zero; one carrying flow is critical in exact
-    // arithmetic (every flow path is a critical path shortened by exactly the move).
-    for (int i = out_start_[u]; i < out_start_[u + 1]; ++i) {
-      const int a = out_arcs_[i];
-      const bool critical =
-          latest_[arc_to_[a]] - earliest_[u] - Length(a) <= time_tol_ || flow_[a] > flow_tol_;
+      const double start_by = latest_[arc_to_[a]] - Length(a);
+      l = std::min(l, start_by);
+      const bool critical = start_by - earliest_[u] <= time_tol_ || flow_[a] > flow_tol_;
       critical_[a] = critical ? 1 : 0;
       count += critical ? 1 : 0;
     }
+    latest_[u] = l;
   }
   critical_arcs_max_ = std::max(critical_arcs_max_, count);
 }
