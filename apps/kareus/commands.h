@@ -16,6 +16,7 @@ void AddProfileCommand(CLI::App& app);
 void AddSimulateCommand(CLI::App& app);
 void AddSolveCommand(CLI::App& app);
 void AddExportCommand(CLI::App& app);
+void AddDeviceCheckCommand(CLI::App& app);
 void AddValidateCommand(CLI::App& app);
 
 }  // namespace kareus::cli

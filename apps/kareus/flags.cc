@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "kareus/common/json.h"
+#include "kareus/measure/cuda_backend.h"
 #include "kareus/measure/emulator_backend.h"
 
 namespace kareus::cli {
@@ -78,20 +79,53 @@ mobo::ProfileOptions ToProfileOptions(const ProfilerFlags& flags) {
   return options;
 }
 
-std::vector<std::string> BackendNames() { return {"emulator"}; }
+std::vector<std::string> BackendNames() {
+  std::vector<std::string> names = {"emulator"};
+  if (measure::CudaBackendBuilt()) names.push_back("cuda");
+  return names;
+}
 
 void AddBackendFlags(CLI::App* cmd, BackendFlags& flags) {
   std::string names;
   for (const std::string& name : BackendNames()) names += (names.empty() ? "" : " | ") + name;
-  cmd->add_option("--backend", flags.backend, "Where measurements come from: " + names)
+  cmd->add_option("--backend", flags.backend,
+                  "Where measurements come from: " + names +
+                      (measure::CudaBackendBuilt() ? " (this node's GPUs)" : ""))
       ->capture_default_str();
+  cmd->add_flag("--allow-clock-control", flags.allow_clock_control,
+                "cuda: lock the SM clock of every measurement (needs root; reset afterwards). "
+                "Without it the clock as found is measured and only that clock level profiled");
+  cmd->add_option("--devices", flags.devices,
+                  "cuda: CUDA device ordinals of ranks 0, 1, ... (default 0, 1, ...)")
+      ->delimiter(',');
+  cmd->add_option("--measurement-log", flags.measurement_log,
+                  "cuda: append one JSON line per measurement (ranks, clocks, clock event reasons, "
+                  "GPU name, driver, power limit)");
 }
 
 measure::BackendFactory MakeBackendFactory(const BackendFlags& flags) {
-  if (flags.backend == "emulator") return measure::EmulatorBackendFactory();
+  if (flags.backend == "emulator") {
+    if (flags.allow_clock_control) ThrowInput("--allow-clock-control", "true", "applies to --backend cuda only");
+    if (!flags.devices.empty()) ThrowInput("--devices", Describe(flags.devices.front()), "applies to --backend cuda only");
+    if (!flags.measurement_log.empty()) {
+      ThrowInput("--measurement-log", flags.measurement_log, "applies to --backend cuda only");
+    }
+    return measure::EmulatorBackendFactory();
+  }
+  if (flags.backend == "cuda" && measure::CudaBackendBuilt()) {
+    measure::CudaBackendOptions options;
+    options.allow_clock_control = flags.allow_clock_control;
+    options.devices = flags.devices;
+    options.log_path = flags.measurement_log;
+    ThrowAsFlag(options.Validate(), {{"devices", "--devices"}});
+    measure::CheckCudaBackendAvailable(options);  // EnvironmentError (exit 2) on a machine without
+    return measure::CudaBackendFactory(options);  // a usable GPU, before anything is written
+  }
   std::string names;
   for (const std::string& name : BackendNames()) names += (names.empty() ? "" : ", ") + name;
-  ThrowInput("--backend", flags.backend, "unknown backend (valid in this build: " + names + ")");
+  ThrowInput("--backend", flags.backend,
+             "unknown backend (valid in this build: " + names + ")" +
+                 (flags.backend == "cuda" ? "; this kareus was built without CUDA (KAREUS_WITH_CUDA)" : ""));
 }
 
 }  // namespace kareus::cli

@@ -53,13 +53,19 @@ std::vector<FlagName> ProfilerFlagNames(const std::string& prefix);
 
 struct BackendFlags {
   std::string backend = "emulator";
+  bool allow_clock_control = false;  // cuda: lock the SM clock per measurement
+  std::vector<int> devices;          // cuda: CUDA ordinals of the group's ranks
+  std::string measurement_log;       // cuda: one JSON line per measurement
 };
 
-// --backend NAME: where measurements come from (the emulator; a real GPU when built with it).
+// --backend NAME: where measurements come from (the emulator; a real GPU when built with it),
+// and the cuda backend's --allow-clock-control, --devices and --measurement-log.
 void AddBackendFlags(CLI::App* cmd, BackendFlags& flags);
-// The factory --backend names; InputError for an unknown or unavailable backend.
+// The factory --backend names; InputError for an unknown backend or cuda flags with another
+// backend, EnvironmentError when the cuda backend cannot run on this machine (no driver, GPU,
+// cuBLASLt, NCCL or NVML): checked here, before anything is measured or written.
 measure::BackendFactory MakeBackendFactory(const BackendFlags& flags);
-// The backends this build offers, e.g. "emulator".
+// The backends this build offers: "emulator", and "cuda" when built with CUDA.
 std::vector<std::string> BackendNames();
 
 }  // namespace kareus::cli

@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   kareus::cli::AddSimulateCommand(app);
   kareus::cli::AddSolveCommand(app);
   kareus::cli::AddExportCommand(app);
+  kareus::cli::AddDeviceCheckCommand(app);
   kareus::cli::AddValidateCommand(app);
   try {
     app.parse(argc, argv);

@@ -30,6 +30,15 @@ struct Nvml::Impl {
   internal::NvmlDeviceGetPowerUsageFn power_usage = nullptr;
   internal::NvmlDeviceGetClockInfoFn clock_info = nullptr;
   internal::NvmlErrorStringFn error_string = nullptr;
+  // Optional (nullptr when the library lacks them).
+  internal::NvmlDeviceGetNameFn device_name = nullptr;
+  internal::NvmlDeviceGetUuidFn device_uuid = nullptr;
+  internal::NvmlSystemGetDriverVersionFn driver_version = nullptr;
+  internal::NvmlDeviceGetPowerLimitFn power_management_limit = nullptr;
+  internal::NvmlDeviceGetPowerLimitFn enforced_power_limit = nullptr;
+  internal::NvmlDeviceGetMaxClockInfoFn max_clock = nullptr;
+  internal::NvmlDeviceGetClocksEventReasonsFn event_reasons = nullptr;
+  internal::NvmlDeviceGetTemperatureFn temperature = nullptr;
   std::vector<nvmlDevice_t> devices;
   bool initialized = false;
 
@@ -56,6 +65,13 @@ void Bind(Nvml::Impl& impl, Fn& slot, const char* name) {
                                        impl.path, name));
   }
   slot = reinterpret_cast<Fn>(symbol);
+}
+
+// Binds `name` when the library exports it; leaves `slot` null otherwise.
+template <typename Fn>
+void BindOptional(Nvml::Impl& impl, Fn& slot, const char* name) {
+  dlerror();
+  slot = reinterpret_cast<Fn>(dlsym(impl.library, name));
 }
 
 std::vector<int> ToInts(const std::vector<unsigned int>& values) {
@@ -91,6 +107,17 @@ std::shared_ptr<Nvml> Nvml::Open(const NvmlOptions& options) {
   Bind(*impl, impl->power_usage, "nvmlDeviceGetPowerUsage");
   Bind(*impl, impl->clock_info, "nvmlDeviceGetClockInfo");
   Bind(*impl, impl->error_string, "nvmlErrorString");
+  BindOptional(*impl, impl->device_name, "nvmlDeviceGetName");
+  BindOptional(*impl, impl->device_uuid, "nvmlDeviceGetUUID");
+  BindOptional(*impl, impl->driver_version, "nvmlSystemGetDriverVersion");
+  BindOptional(*impl, impl->power_management_limit, "nvmlDeviceGetPowerManagementLimit");
+  BindOptional(*impl, impl->enforced_power_limit, "nvmlDeviceGetEnforcedPowerLimit");
+  BindOptional(*impl, impl->max_clock, "nvmlDeviceGetMaxClockInfo");
+  BindOptional(*impl, impl->event_reasons, "nvmlDeviceGetCurrentClocksEventReasons");
+  if (impl->event_reasons == nullptr) {
+    BindOptional(*impl, impl->event_reasons, "nvmlDeviceGetCurrentClocksThrottleReasons");
+  }
+  BindOptional(*impl, impl->temperature, "nvmlDeviceGetTemperature");
 
   if (const nvmlReturn_t code = impl->init(); code != 0) {
     throw NvmlError(fmt::format("nvmlInit_v2 failed in {}: {}; is the NVIDIA driver loaded?",
@@ -207,6 +234,91 @@ NvmlStatus Nvml::TotalEnergyMj(int gpu, uint64_t* energy_mj) const {
   unsigned long long value = 0;
   const nvmlReturn_t code = impl_->total_energy(impl_->devices[gpu], &value);
   if (code == 0) *energy_mj = value;
+  return static_cast<NvmlStatus>(code);
+}
+
+namespace {
+
+constexpr NvmlStatus kMissing = NvmlStatus::kFunctionNotFound;
+
+// NVML's string queries: a buffer larger than every NVML_*_BUFFER_SIZE (96 at most).
+template <typename Call>
+NvmlStatus QueryString(Call call, std::string* out) {
+  char buffer[256] = {};
+  const int code = call(buffer, static_cast<unsigned int>(sizeof buffer));
+  if (code == 0) {
+    buffer[sizeof buffer - 1] = '\0';
+    *out = buffer;
+  }
+  return static_cast<NvmlStatus>(code);
+}
+
+}  // namespace
+
+NvmlStatus Nvml::DeviceName(int gpu, std::string* name) const {
+  CheckGpu(gpu);
+  if (impl_->device_name == nullptr) return kMissing;
+  nvmlDevice_t device = impl_->devices[gpu];
+  auto* fn = impl_->device_name;
+  return QueryString([&](char* b, unsigned int n) { return fn(device, b, n); }, name);
+}
+
+NvmlStatus Nvml::DeviceUuid(int gpu, std::string* uuid) const {
+  CheckGpu(gpu);
+  if (impl_->device_uuid == nullptr) return kMissing;
+  nvmlDevice_t device = impl_->devices[gpu];
+  auto* fn = impl_->device_uuid;
+  return QueryString([&](char* b, unsigned int n) { return fn(device, b, n); }, uuid);
+}
+
+NvmlStatus Nvml::DriverVersion(std::string* version) const {
+  if (impl_->driver_version == nullptr) return kMissing;
+  auto* fn = impl_->driver_version;
+  return QueryString([&](char* b, unsigned int n) { return fn(b, n); }, version);
+}
+
+NvmlStatus Nvml::PowerManagementLimitW(int gpu, double* watts) const {
+  CheckGpu(gpu);
+  if (impl_->power_management_limit == nullptr) return kMissing;
+  unsigned int mw = 0;
+  const int code = impl_->power_management_limit(impl_->devices[gpu], &mw);
+  if (code == 0) *watts = mw / 1000.0;
+  return static_cast<NvmlStatus>(code);
+}
+
+NvmlStatus Nvml::EnforcedPowerLimitW(int gpu, double* watts) const {
+  CheckGpu(gpu);
+  if (impl_->enforced_power_limit == nullptr) return kMissing;
+  unsigned int mw = 0;
+  const int code = impl_->enforced_power_limit(impl_->devices[gpu], &mw);
+  if (code == 0) *watts = mw / 1000.0;
+  return static_cast<NvmlStatus>(code);
+}
+
+NvmlStatus Nvml::MaxClockMhz(int gpu, ClockType type, int* mhz) const {
+  CheckGpu(gpu);
+  if (impl_->max_clock == nullptr) return kMissing;
+  unsigned int clock = 0;
+  const int code = impl_->max_clock(impl_->devices[gpu], static_cast<int>(type), &clock);
+  if (code == 0) *mhz = static_cast<int>(clock);
+  return static_cast<NvmlStatus>(code);
+}
+
+NvmlStatus Nvml::ClockEventReasons(int gpu, uint64_t* reasons) const {
+  CheckGpu(gpu);
+  if (impl_->event_reasons == nullptr) return kMissing;
+  unsigned long long value = 0;
+  const int code = impl_->event_reasons(impl_->devices[gpu], &value);
+  if (code == 0) *reasons = value;
+  return static_cast<NvmlStatus>(code);
+}
+
+NvmlStatus Nvml::TemperatureC(int gpu, int* celsius) const {
+  CheckGpu(gpu);
+  if (impl_->temperature == nullptr) return kMissing;
+  unsigned int value = 0;
+  const int code = impl_->temperature(impl_->devices[gpu], /*NVML_TEMPERATURE_GPU=*/0, &value);
+  if (code == 0) *celsius = static_cast<int>(value);
   return static_cast<NvmlStatus>(code);
 }
 

@@ -31,6 +31,21 @@ using NvmlDeviceGetPowerUsageFn = nvmlReturn_t (*)(nvmlDevice_t device, unsigned
 using NvmlDeviceGetClockInfoFn = nvmlReturn_t (*)(nvmlDevice_t device, int type,
                                                   unsigned int* clock_mhz);
 using NvmlErrorStringFn = const char* (*)(nvmlReturn_t result);
+
+// Optional: bound when the library exports them (the device check and the CUDA measurement
+// backend read them; older drivers may lack some). The char buffers are NUL-terminated by NVML.
+using NvmlDeviceGetNameFn = nvmlReturn_t (*)(nvmlDevice_t device, char* name, unsigned int length);
+using NvmlDeviceGetUuidFn = nvmlReturn_t (*)(nvmlDevice_t device, char* uuid, unsigned int length);
+using NvmlSystemGetDriverVersionFn = nvmlReturn_t (*)(char* version, unsigned int length);
+using NvmlDeviceGetPowerLimitFn = nvmlReturn_t (*)(nvmlDevice_t device, unsigned int* limit_mw);
+using NvmlDeviceGetMaxClockInfoFn = nvmlReturn_t (*)(nvmlDevice_t device, int type,
+                                                     unsigned int* clock_mhz);
+// nvmlDeviceGetCurrentClocksEventReasons (R535+) or the older
+// nvmlDeviceGetCurrentClocksThrottleReasons: the same signature and bits.
+using NvmlDeviceGetClocksEventReasonsFn = nvmlReturn_t (*)(nvmlDevice_t device,
+                                                           unsigned long long* reasons);
+using NvmlDeviceGetTemperatureFn = nvmlReturn_t (*)(nvmlDevice_t device, int sensor,
+                                                    unsigned int* celsius);
 }
 
 }  // namespace kareus::runtime::internal

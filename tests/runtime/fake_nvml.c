@@ -241,3 +241,58 @@ FAKE_EXPORT unsigned int fake_nvml_locked_mhz(unsigned int gpu) {
   pthread_mutex_unlock(&g_mutex);
   return mhz;
 }
+
+// Optional queries (Nvml::DeviceName and the others): what the device check and the CUDA
+// measurement backend read. Only the older name of the clock-reasons query is exported, so the
+// runtime's fallback to it is what the tests exercise.
+FAKE_EXPORT int nvmlDeviceGetName(void* device, char* name, unsigned int length) {
+  FakeDevice* fake = NULL;
+  if (DeviceOf(device, &fake) != 0 || name == NULL) return 2;
+  if (length < 16) return 7;
+  snprintf(name, length, "Fake H100 %u", fake->index);
+  return 0;
+}
+
+FAKE_EXPORT int nvmlDeviceGetUUID(void* device, char* uuid, unsigned int length) {
+  FakeDevice* fake = NULL;
+  if (DeviceOf(device, &fake) != 0 || uuid == NULL) return 2;
+  if (length < 41) return 7;
+  snprintf(uuid, length, "GPU-00000000-0000-0000-0000-%012u", fake->index);
+  return 0;
+}
+
+FAKE_EXPORT int nvmlSystemGetDriverVersion(char* version, unsigned int length) {
+  if (version == NULL || length < 8) return 7;
+  snprintf(version, length, "999.99.99");
+  return 0;
+}
+
+FAKE_EXPORT int nvmlDeviceGetPowerManagementLimit(void* device, unsigned int* limit_mw) {
+  FakeDevice* fake = NULL;
+  if (DeviceOf(device, &fake) != 0 || limit_mw == NULL) return 2;
+  *limit_mw = 700000;
+  return 0;
+}
+
+FAKE_EXPORT int nvmlDeviceGetEnforcedPowerLimit(void* device, unsigned int* limit_mw) {
+  FakeDevice* fake = NULL;
+  if (DeviceOf(device, &fake) != 0 || limit_mw == NULL) return 2;
+  *limit_mw = 650000;
+  return 0;
+}
+
+FAKE_EXPORT int nvmlDeviceGetMaxClockInfo(void* device, int type, unsigned int* clock_mhz) {
+  FakeDevice* fake = NULL;
+  if (DeviceOf(device, &fake) != 0 || clock_mhz == NULL) return 2;
+  *clock_mhz = type == 2 ? kMemoryClocks[0] : kMaxGraphicsMhz;
+  return 0;
+}
+
+FAKE_EXPORT int nvmlDeviceGetCurrentClocksThrottleReasons(void* device, unsigned long long* reasons) {
+  FakeDevice* fake = NULL;
+  if (DeviceOf(device, &fake) != 0 || reasons == NULL) return 2;
+  pthread_mutex_lock(&g_mutex);
+  *reasons = fake->locked_mhz != 0 ? 0x2ULL : 0x1ULL;  // application clocks when locked, else idle
+  pthread_mutex_unlock(&g_mutex);
+  return 0;
+}

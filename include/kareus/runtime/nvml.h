@@ -76,6 +76,19 @@ class Nvml {
   NvmlStatus ResetGpuLockedClocks(int gpu) const;
   NvmlStatus TotalEnergyMj(int gpu, uint64_t* energy_mj) const;  // millijoules since load
 
+  // Optional queries (the device check, the CUDA measurement backend): kFunctionNotFound when
+  // the driver's NVML does not export the function, else NVML's status; outputs are written
+  // only on success. Clock event reasons are nvmlClocksEventReason* bits (idle 0x1, SW power
+  // cap 0x4, HW slowdown 0x8, SW thermal 0x20, HW thermal 0x40, power brake 0x80, ...).
+  NvmlStatus DeviceName(int gpu, std::string* name) const;  // "NVIDIA H200"
+  NvmlStatus DeviceUuid(int gpu, std::string* uuid) const;  // "GPU-1a2b..."
+  NvmlStatus DriverVersion(std::string* version) const;     // "580.159.04"
+  NvmlStatus PowerManagementLimitW(int gpu, double* watts) const;
+  NvmlStatus EnforcedPowerLimitW(int gpu, double* watts) const;
+  NvmlStatus MaxClockMhz(int gpu, ClockType type, int* mhz) const;
+  NvmlStatus ClockEventReasons(int gpu, uint64_t* reasons) const;
+  NvmlStatus TemperatureC(int gpu, int* celsius) const;
+
   // "nvmlDeviceSetGpuLockedClocks: Insufficient Permissions (NVML 4)".
   std::string Describe(const char* function, NvmlStatus status) const;
 

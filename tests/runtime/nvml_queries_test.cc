@@ -1,0 +1,46 @@
+// SPDX-License-Identifier: Apache-2.0
+// The optional NVML queries (name, UUID, driver, power limits, maximum clock, clock event
+// reasons, temperature) against the fake NVML, and their absence reported as "function not
+// found" rather than a failure to open NVML.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#include "kareus/runtime/nvml.h"
+
+namespace kareus::runtime {
+namespace {
+
+TEST(NvmlQueries, ReadWhatTheDriverExports) {
+  auto nvml = Nvml::Open({.library_path = KAREUS_FAKE_NVML_PATH});
+  std::string name, uuid, driver;
+  ASSERT_EQ(nvml->DeviceName(1, &name), NvmlStatus::kSuccess);
+  EXPECT_EQ(name, "Fake H100 1");
+  ASSERT_EQ(nvml->DeviceUuid(0, &uuid), NvmlStatus::kSuccess);
+  EXPECT_EQ(uuid.rfind("GPU-", 0), 0u);
+  ASSERT_EQ(nvml->DriverVersion(&driver), NvmlStatus::kSuccess);
+  EXPECT_EQ(driver, "999.99.99");
+  double management = 0.0, enforced = 0.0;
+  ASSERT_EQ(nvml->PowerManagementLimitW(0, &management), NvmlStatus::kSuccess);
+  ASSERT_EQ(nvml->EnforcedPowerLimitW(0, &enforced), NvmlStatus::kSuccess);
+  EXPECT_DOUBLE_EQ(management, 700.0);
+  EXPECT_DOUBLE_EQ(enforced, 650.0);
+  int max_sm = 0;
+  ASSERT_EQ(nvml->MaxClockMhz(0, ClockType::kSm, &max_sm), NvmlStatus::kSuccess);
+  EXPECT_EQ(max_sm, 1980);
+  // The fake exports only the pre-R535 name: the runtime falls back to it.
+  uint64_t reasons = 0;
+  ASSERT_EQ(nvml->ClockEventReasons(0, &reasons), NvmlStatus::kSuccess);
+  EXPECT_EQ(reasons, 0x1u);
+  ASSERT_EQ(nvml->SetGpuLockedClocks(0, 1410, 1410), NvmlStatus::kSuccess);
+  ASSERT_EQ(nvml->ClockEventReasons(0, &reasons), NvmlStatus::kSuccess);
+  EXPECT_EQ(reasons, 0x2u);
+  ASSERT_EQ(nvml->ResetGpuLockedClocks(0), NvmlStatus::kSuccess);
+  int celsius = -1;
+  EXPECT_EQ(nvml->TemperatureC(0, &celsius), NvmlStatus::kFunctionNotFound);  // not exported
+  EXPECT_EQ(celsius, -1);
+  EXPECT_THROW(nvml->DeviceName(7, &name), EnvironmentError);
+}
+
+}  // namespace
+}  // namespace kareus::runtime
