@@ -20,6 +20,7 @@ struct SolveArgs {
   double static_power_w = 0.0;
   double unit_time_ms = plan::SolveProfileOptions{}.unit_time_s * 1e3;
   int gpus_per_stage = plan::SolveProfileOptions{}.gpus_per_stage;
+  std::string schedule = kareus::schedule::ToString(plan::SolveProfileOptions{}.schedule);
   std::string out;
   double deadline_s = 0.0;
   bool json = false;
@@ -27,6 +28,14 @@ struct SolveArgs {
 
 Json CostJson(const pipeline::Evaluation& e) {
   return {{"time_s", e.time_s}, {"energy_j", e.energy_j}, {"static_energy_j", e.static_energy_j}};
+}
+
+schedule::ScheduleKind ScheduleFlag(const std::string& text) {
+  try {
+    return schedule::ScheduleKindFromString(text);
+  } catch (const InputError&) {
+    ThrowInput("--schedule", text, "must be 1f1b or gpipe");
+  }
 }
 
 void Run(const SolveArgs& a) {
@@ -37,14 +46,16 @@ void Run(const SolveArgs& a) {
                                           .unit_time_s = a.unit_time_ms * 1e-3,
                                           .gpus_per_stage = a.gpus_per_stage,
                                           .out = a.out,
-                                          .deadline_s = a.deadline_s};
+                                          .deadline_s = a.deadline_s,
+                                          .schedule = ScheduleFlag(a.schedule)};
   ThrowAsFlag(options.Validate(), {{"num_stages", "--stages"},
                                    {"num_microbatches", "--microbatches"},
                                    {"p_static_w", "--static-power"},
                                    {"unit_time_s", "--unit-time", 1e3},
                                    {"gpus_per_stage", "--gpus-per-stage"},
                                    {"out", "--out"},
-                                   {"deadline_s", "--deadline"}});
+                                   {"deadline_s", "--deadline"},
+                                   {"schedule", "--schedule"}});
   const plan::SolveProfileSummary s = plan::SolveProfile(options);
   if (a.deadline_s > 0) {
     if (a.json) {
@@ -102,6 +113,7 @@ void AddSolveCommand(CLI::App& app) {
                   "Static (blocking) power of one GPU, W")->required();
   cmd->add_option("--unit-time", args->unit_time_ms, "Solver time quantum, ms")->capture_default_str();
   cmd->add_option("--gpus-per-stage", args->gpus_per_stage, "GPUs per stage")->capture_default_str();
+  cmd->add_option("--schedule", args->schedule, "Pipeline schedule: 1f1b | gpipe")->capture_default_str();
   cmd->add_option("--out", args->out, "Output folder")->required();
   cmd->add_option("--deadline", args->deadline_s,
                   "Only the least-energy plan with iteration time <= this many seconds "

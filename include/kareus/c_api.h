@@ -97,6 +97,28 @@ KAREUS_C_EXPORT int kareus_executor_on_instruction_begin(KareusExecutor* executo
                                                          const char* kind);
 KAREUS_C_EXPORT int kareus_executor_on_instruction_end(KareusExecutor* executor,
                                                        const char* kind);
+/* Interleaved 1F1B: the same hooks with the model chunk the loop runs (Megatron-LM's
+ * model_chunk_id), checked against the plan. The hooks without a chunk follow the plan's
+ * order, chunks included. */
+KAREUS_C_EXPORT int kareus_executor_on_instruction_begin_chunk(KareusExecutor* executor,
+                                                               const char* kind, int chunk);
+KAREUS_C_EXPORT int kareus_executor_on_instruction_end_chunk(KareusExecutor* executor,
+                                                             const char* kind, int chunk);
+/* Around the stage's data-parallel gradient sync after its last instruction (Megatron-LM:
+ * finalize_model_grads): applies the plan's clock for the sync tail; a no-op without one. */
+KAREUS_C_EXPORT int kareus_executor_on_gradient_sync_begin(KareusExecutor* executor);
+KAREUS_C_EXPORT int kareus_executor_on_gradient_sync_end(KareusExecutor* executor);
+/* The model chunk of the current instruction; KAREUS_ERROR_INPUT before the first. */
+KAREUS_C_EXPORT int kareus_executor_current_chunk(const KareusExecutor* executor, int* chunk);
+/* The gradient reduction the current instruction launches (the last backward of a chunk):
+ * *found = 0 when it launches none; else its SMs and whether its buckets overlap it (1/0).
+ * sms and overlapped may be NULL. */
+KAREUS_C_EXPORT int kareus_executor_gradient_sync(const KareusExecutor* executor, int* found,
+                                                  int* sms, int* overlapped);
+/* This stage's gradient-sync tail: *found = 0 without data parallelism; else its clock and
+ * SMs (either may be NULL). */
+KAREUS_C_EXPORT int kareus_executor_stage_gradient_sync(const KareusExecutor* executor, int* found,
+                                                        int* freq_mhz, int* sms);
 /* The current (last begun) instruction; KAREUS_ERROR_INPUT before the first. */
 KAREUS_C_EXPORT int kareus_executor_current(const KareusExecutor* executor,
                                             KareusInstruction* out);

@@ -2,7 +2,7 @@
 # Type stubs of the compiled module kareus._kareus (python/src/kareus_module.cc).
 import os
 from types import TracebackType
-from typing import Any, Dict, List, Literal, Optional, Sequence, TypedDict
+from typing import Any, Dict, List, Literal, NotRequired, Optional, Sequence, TypedDict
 
 class Error(RuntimeError): ...
 class InputError(ValueError):
@@ -60,6 +60,17 @@ class Instruction(TypedDict):
     partitions: list[Knobs]
     time_s: float
     energy_j: float
+    gradient_sync: NotRequired[InstructionGradientSync]
+
+class InstructionGradientSync(TypedDict):
+    sms: int
+    overlapped: bool
+
+class StageGradientSync(TypedDict):
+    freq_mhz: int
+    sms: int
+    time_s: float
+    energy_j: float
 
 class FrontierChoice(TypedDict):
     point_index: int
@@ -74,14 +85,22 @@ class PlanExecutor:
                  check_supported_clocks: bool = True,
                  num_stages: Optional[int] = None,
                  num_microbatches: Optional[int] = None,
-                 schedule: Optional[Literal["1f1b", "gpipe"]] = None) -> None:
+                 schedule: Optional[Literal["1f1b", "gpipe", "interleaved-1f1b"]] = None) -> None:
         """num_stages / num_microbatches / schedule: the job's pipeline; a plan made for another
         stage count, microbatch count or schedule raises InputError naming both, before any
         clock is touched."""
     def on_step_begin(self) -> None: ...
     def on_step_end(self) -> None: ...
-    def on_instruction_begin(self, name: Literal["forward", "backward"]) -> None: ...
-    def on_instruction_end(self, name: Literal["forward", "backward"]) -> None: ...
+    def on_instruction_begin(self, name: Literal["forward", "backward"],
+                             chunk: Optional[int] = None) -> None: ...
+    def on_instruction_end(self, name: Literal["forward", "backward"],
+                           chunk: Optional[int] = None) -> None: ...
+    def on_gradient_sync_begin(self) -> None: ...
+    def on_gradient_sync_end(self) -> None: ...
+    @property
+    def gradient_sync(self) -> Optional[InstructionGradientSync]: ...
+    @property
+    def stage_gradient_sync(self) -> Optional[StageGradientSync]: ...
     @property
     def step(self) -> int: ...
     @property
@@ -101,7 +120,7 @@ class PlanExecutor:
     @property
     def num_microbatches(self) -> int: ...
     @property
-    def schedule(self) -> Literal["1f1b", "gpipe"]: ...
+    def schedule(self) -> Literal["1f1b", "gpipe", "interleaved-1f1b"]: ...
     @property
     def current(self) -> Optional[Instruction]: ...
     def knobs(self, partition_type: str) -> Optional[tuple[int, str]]: ...

@@ -63,6 +63,12 @@ py::dict InstructionDict(const plan::PlannedInstruction& instruction) {
   d["partitions"] = partitions;
   d["time_s"] = instruction.time_s;
   d["energy_j"] = instruction.energy_j;
+  if (instruction.gradient_sync) {
+    py::dict sync;
+    sync["sms"] = instruction.gradient_sync->sms;
+    sync["overlapped"] = instruction.gradient_sync->overlapped;
+    d["gradient_sync"] = sync;
+  }
   return d;
 }
 
@@ -234,11 +240,49 @@ PYBIND11_MODULE(_kareus, m) {
       .def("on_step_begin", &rt::PlanExecutor::OnStepBegin)
       .def("on_step_end", &rt::PlanExecutor::OnStepEnd)
       .def("on_instruction_begin",
-           [](rt::PlanExecutor& e, const std::string& kind) { e.OnInstructionBegin(kind); },
-           py::arg("name"))
+           [](rt::PlanExecutor& e, const std::string& kind, std::optional<int> chunk) {
+             if (chunk) {
+               e.OnInstructionBegin(kind, *chunk);
+             } else {
+               e.OnInstructionBegin(kind);
+             }
+           },
+           py::arg("name"), py::arg("chunk") = py::none(),
+           "Begin 'forward' or 'backward'; with interleaved 1F1B optionally the model chunk "
+           "(Megatron-LM's model_chunk_id), checked against the plan.")
       .def("on_instruction_end",
-           [](rt::PlanExecutor& e, const std::string& kind) { e.OnInstructionEnd(kind); },
-           py::arg("name"))
+           [](rt::PlanExecutor& e, const std::string& kind, std::optional<int> chunk) {
+             if (chunk) {
+               e.OnInstructionEnd(kind, *chunk);
+             } else {
+               e.OnInstructionEnd(kind);
+             }
+           },
+           py::arg("name"), py::arg("chunk") = py::none())
+      .def("on_gradient_sync_begin", &rt::PlanExecutor::OnGradientSyncBegin,
+           "Before the stage's data-parallel gradient sync (Megatron-LM: finalize_model_grads): "
+           "applies the clock of the plan's sync tail; a no-op without one.")
+      .def("on_gradient_sync_end", &rt::PlanExecutor::OnGradientSyncEnd)
+      .def_property_readonly("gradient_sync",
+                             [](const rt::PlanExecutor& e) -> py::object {
+                               const auto sync = e.gradient_sync();
+                               if (!sync) return py::none();
+                               py::dict d;
+                               d["sms"] = sync->sms;
+                               d["overlapped"] = sync->overlapped;
+                               return d;
+                             })
+      .def_property_readonly("stage_gradient_sync",
+                             [](const rt::PlanExecutor& e) -> py::object {
+                               const auto& sync = e.stage_gradient_sync();
+                               if (!sync) return py::none();
+                               py::dict d;
+                               d["freq_mhz"] = sync->freq_mhz;
+                               d["sms"] = sync->sms;
+                               d["time_s"] = sync->time_s;
+                               d["energy_j"] = sync->energy_j;
+                               return d;
+                             })
       .def_property_readonly("step", &rt::PlanExecutor::step)
       .def_property_readonly("instruction_index", &rt::PlanExecutor::instruction_index)
       .def_property_readonly("stage", &rt::PlanExecutor::stage)

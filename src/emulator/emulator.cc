@@ -194,14 +194,21 @@ InstructionKnobs DefaultInstructionKnobs(const workload::WorkloadModel& model, i
 
 SimResult SimulateInstruction(const workload::WorkloadModel& model, int stage,
                               schedule::Direction direction, const InstructionKnobs& knobs) {
+  return SimulateInstruction(model, stage, 0, direction, knobs);
+}
+
+SimResult SimulateInstruction(const workload::WorkloadModel& model, int stage, int chunk,
+                              schedule::Direction direction, const InstructionKnobs& knobs) {
   const hw::GpuSpec& gpu = model.workload.gpu;
-  if (stage < 0 || stage >= static_cast<int>(model.stages.size())) {
-    ThrowInput("stage", std::to_string(stage),
-               "valid 0.." + std::to_string(static_cast<int>(model.stages.size()) - 1));
+  if (stage < 0 || stage >= model.num_stages) {
+    ThrowInput("stage", std::to_string(stage), "valid 0.." + std::to_string(model.num_stages - 1));
+  }
+  if (chunk < 0 || chunk >= model.num_chunks) {
+    ThrowInput("chunk", std::to_string(chunk), "valid 0.." + std::to_string(model.num_chunks - 1));
   }
   ValidateClock(gpu, knobs.freq_mhz);
   const GpuPhysics physics = internal::MakePhysics(gpu);
-  const workload::StageModel& stage_model = model.stages[static_cast<size_t>(stage)];
+  const workload::StageModel& stage_model = model.Unit(stage, chunk);
   const workload::InstructionModel& instr = direction == schedule::Direction::kForward
                                                 ? stage_model.forward
                                                 : stage_model.backward;

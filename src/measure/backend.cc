@@ -31,6 +31,27 @@ std::vector<Sample> Backend::MeasureAll(const workload::WorkloadModel& model,
   return samples;
 }
 
+std::vector<Sample> Backend::MeasureAll(const workload::WorkloadModel& model,
+                                        const std::vector<GradientSyncRequest>& batch) {
+  std::vector<Sample> samples(batch.size());
+  MeasureGradientSync(model, batch,
+                      [&samples](std::size_t index, const Sample& sample) { samples[index] = sample; });
+  return samples;
+}
+
+const char* ToString(GradientSyncWork work) {
+  switch (work) {
+    case GradientSyncWork::kOverlapped: return "overlapped";
+    case GradientSyncWork::kLastBuckets: return "last_buckets";
+    case GradientSyncWork::kSyncNode: return "sync_node";
+  }
+  return "unknown";
+}
+
+int GradientSyncGpus(const workload::WorkloadModel& model) {
+  return std::max(1, model.workload.GpusPerStage());
+}
+
 int PartitionGpus(const workload::PartitionType& partition) {
   return std::max(1, partition.collective.group_size);
 }

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "kareus/common/context.h"
+#include "kareus/emulator/gradient_sync.h"
 
 namespace kareus::measure {
 
@@ -40,7 +41,8 @@ Sample ToSample(const emulator::Measurement& reading, int gpus) {
 // The noise key of an instruction: the library-default runs (no per-type knobs) keep the key
 // they have always had; tuned knobs extend it.
 uint64_t InstructionKey(const std::string& signature, const InstructionRequest& request) {
-  std::string key = signature + "|instruction|" + std::to_string(request.stage) + "|" +
+  std::string key = signature + "|instruction|" + std::to_string(request.stage) +
+                    (request.chunk != 0 ? "." + std::to_string(request.chunk) : std::string()) + "|" +
                     schedule::ToString(request.direction) + "|" +
                     schedule::ToString(request.knobs.mode) + "|" +
                     std::to_string(request.knobs.freq_mhz);
@@ -96,8 +98,8 @@ class EmulatorBackend final : public Backend {
     const std::string signature = model.workload.Signature();
     for (std::size_t i = 0; i < batch.size(); ++i) {
       const InstructionRequest& request = batch[i];
-      const emulator::SimResult truth =
-          emulator::SimulateInstruction(model, request.stage, request.direction, request.knobs);
+      const emulator::SimResult truth = emulator::SimulateInstruction(
+          model, request.stage, request.chunk, request.direction, request.knobs);
       const Sample sample = ToSample(
           emulator::Measure(truth, options_.measurement, seed, InstructionKey(signature, request)), gpus);
       Account(sample.GpuSeconds(), 1);
@@ -115,14 +117,53 @@ class EmulatorBackend final : public Backend {
     const std::string signature = model.workload.Signature();
     for (std::size_t i = 0; i < batch.size(); ++i) {
       const FixedWorkRequest& request = batch[i];
-      const std::vector<workload::Op> ops = workload::FixedWorkOps(model, request.stage, request.direction);
-      KAREUS_CHECK(!ops.empty()) << "stage " << request.stage << " "
+      const std::vector<workload::Op> ops =
+          workload::FixedWorkOps(model, request.stage, request.chunk, request.direction);
+      KAREUS_CHECK(!ops.empty()) << "stage " << request.stage << " chunk " << request.chunk << " "
                                  << schedule::ToString(request.direction) << " has no fixed work";
-      const std::string key = signature + "|fixed|" + std::to_string(request.stage) + "|" +
+      const std::string key = signature + "|fixed|" + std::to_string(request.stage) +
+                              (request.chunk != 0 ? "." + std::to_string(request.chunk) : std::string()) + "|" +
                               schedule::ToString(request.direction) + "|" +
                               std::to_string(request.freq_mhz);
       const emulator::SimResult truth = emulator::SimulateSequential(
           model.workload.gpu, ops, request.freq_mhz, model.workload.gpu.interconnect.library_default_sms);
+      const Sample sample =
+          ToSample(emulator::Measure(truth, options_.measurement, seed, HashString(key.c_str())), gpus);
+      Account(sample.GpuSeconds(), 1);
+      on_sample(i, sample);
+    }
+  }
+
+  void MeasureGradientSync(const workload::WorkloadModel& model,
+                           const std::vector<GradientSyncRequest>& batch,
+                           const SampleCallback& on_sample) override {
+    if (batch.empty()) return;
+    KAREUS_CHECK(model.gradient_sync.enabled) << "gradient sync requested without DP x CP > 1";
+    const int gpus = GradientSyncGpus(model);
+    Account(options_.batch_warmup_s * gpus, 0);
+    const uint64_t seed = DeriveSeed(options_.seed, kInstructionStream);
+    const std::string signature = model.workload.Signature() + ";dp=" +
+                                  std::to_string(model.workload.parallelism.dp);
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      const GradientSyncRequest& r = batch[i];
+      const emulator::GradientSyncKnobs knobs{.freq_mhz = r.freq_mhz, .sms = r.sms};
+      emulator::SimResult truth;
+      switch (r.work) {
+        case GradientSyncWork::kOverlapped:
+          truth = emulator::SimulateBackwardWithGradientSync(
+              model, r.stage, 0, workload::LastBackwardBuckets(model, r.stage), knobs);
+          break;
+        case GradientSyncWork::kLastBuckets:
+          truth = emulator::SimulateGradientBuckets(model, workload::LastBackwardBuckets(model, r.stage), knobs);
+          break;
+        case GradientSyncWork::kSyncNode:
+          truth = emulator::SimulateGradientBuckets(
+              model, workload::GradientSyncBuckets(model, r.stage, r.chunk), knobs);
+          break;
+      }
+      const std::string key = signature + "|gradient_sync|" + ToString(r.work) + "|" +
+                              std::to_string(r.stage) + "." + std::to_string(r.chunk) + "|" +
+                              std::to_string(r.freq_mhz) + "|" + std::to_string(r.sms);
       const Sample sample =
           ToSample(emulator::Measure(truth, options_.measurement, seed, HashString(key.c_str())), gpus);
       Account(sample.GpuSeconds(), 1);

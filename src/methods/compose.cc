@@ -48,38 +48,41 @@ std::vector<TypeSamples> ExhaustiveSamples(const workload::WorkloadModel& model,
   return out;
 }
 
-FixedWork MeasureFixedWork(const workload::WorkloadModel& model, const std::vector<int>& clocks,
-                           measure::Backend& backend) {
+FixedWork MeasureFixedWork(const workload::WorkloadModel& model, const std::vector<int>& units,
+                           const std::vector<int>& clocks, measure::Backend& backend) {
   FixedWork out;
   for (int f : clocks) {
     out.forward[f].assign(model.stages.size(), {0.0, 0.0});
     out.backward[f].assign(model.stages.size(), {0.0, 0.0});
   }
-  for (const auto& stage : model.stages) {
+  for (int u : units) {
+    const auto& unit = model.stages[static_cast<std::size_t>(u)];
     std::vector<measure::FixedWorkRequest> batch;
     for (int f : clocks) {
       for (Direction d : {Direction::kForward, Direction::kBackward}) {
-        if (!workload::FixedWorkOps(model, stage.stage, d).empty()) {
-          batch.push_back({.stage = stage.stage, .direction = d, .freq_mhz = f});
+        if (!workload::FixedWorkOps(model, unit.stage, unit.chunk, d).empty()) {
+          batch.push_back({.stage = unit.stage, .direction = d, .freq_mhz = f, .chunk = unit.chunk});
         }
       }
     }
     const std::vector<measure::Sample> samples = backend.MeasureAll(model, batch);
     for (std::size_t i = 0; i < batch.size(); ++i) {
       auto& table = batch[i].direction == Direction::kForward ? out.forward : out.backward;
-      table[batch[i].freq_mhz][stage.stage] = {samples[i].time_s, samples[i].energy_j};
+      table[batch[i].freq_mhz][static_cast<std::size_t>(u)] = {samples[i].time_s, samples[i].energy_j};
     }
     out.measurements += static_cast<int64_t>(batch.size());
   }
   return out;
 }
 
-std::vector<plan::ClockInput> ClockInputs(const workload::WorkloadModel& model, int stage,
+std::vector<plan::ClockInput> ClockInputs(const workload::WorkloadModel& model, int unit,
                                           Direction direction,
                                           const std::vector<TypeSamples>& samples,
                                           const FixedWork& fixed, const std::vector<int>& clocks,
                                           const std::map<int, std::pair<double, double>>& sequential) {
-  const auto& ins = model.Instruction(stage, direction);
+  const auto& stage_model = model.stages[static_cast<std::size_t>(unit)];
+  const auto& ins = direction == Direction::kForward ? stage_model.forward : stage_model.backward;
+  const std::size_t stage = static_cast<std::size_t>(unit);
   std::vector<plan::ClockInput> out;
   for (int f : clocks) {
     plan::ClockInput clock{.freq_mhz = f};

@@ -32,23 +32,24 @@ std::vector<TypeSamples> ExhaustiveSamples(const workload::WorkloadModel& model,
                                            const std::vector<int>& clocks,
                                            measure::Backend& backend);
 
-// (time_s, energy_j per GPU) of each stage's fixed work per clock and direction: the
-// non-partition kernels plus the partitions that run without a collective (the first and last
-// of a block), run back to back, measured like the published non-partition profiles
+// (time_s, energy_j per GPU) of each (stage, chunk) unit's fixed work per clock and direction:
+// the non-partition kernels plus the partitions that run without a collective (the first and
+// last of a block), run back to back, measured like the published non-partition profiles
 // (reference/kareus-official.md §1.8).
 struct FixedWork {
-  std::map<int, std::vector<std::pair<double, double>>> forward, backward;  // [clock][stage]
+  std::map<int, std::vector<std::pair<double, double>>> forward, backward;  // [clock][unit]
   int64_t measurements = 0;
 };
-// One backend batch per stage (every clock, both directions); an instruction without fixed
-// work reads (0, 0) and is not measured.
-FixedWork MeasureFixedWork(const workload::WorkloadModel& model, const std::vector<int>& clocks,
-                           measure::Backend& backend);
+// One backend batch per unit of `units` (indices into model.stages; every clock, both
+// directions); an instruction without fixed work, or a unit not listed, reads (0, 0).
+FixedWork MeasureFixedWork(const workload::WorkloadModel& model, const std::vector<int>& units,
+                           const std::vector<int>& clocks, measure::Backend& backend);
 
 // Composition inputs of one instruction, one per clock at which every tunable type it uses has
 // at least one configuration (the others are skipped, as the published composition keeps only
 // clocks every partition has). `sequential[f]` is the measured sequential execution.
-std::vector<plan::ClockInput> ClockInputs(const workload::WorkloadModel& model, int stage,
+// `unit` indexes model.stages (a (stage, chunk) unit).
+std::vector<plan::ClockInput> ClockInputs(const workload::WorkloadModel& model, int unit,
                                           schedule::Direction direction,
                                           const std::vector<TypeSamples>& samples,
                                           const FixedWork& fixed, const std::vector<int>& clocks,

@@ -41,6 +41,11 @@ class BackendEvaluator final : public Evaluator {
       const std::vector<measure::InstructionRequest>& batch) override {
     return backend_.MeasureAll(model, batch);
   }
+  std::vector<measure::Sample> EvaluateGradientSync(
+      const workload::WorkloadModel& model,
+      const std::vector<measure::GradientSyncRequest>& batch) override {
+    return backend_.MeasureAll(model, batch);
+  }
   double GpuSeconds() const override { return backend_.GpuSeconds(); }
 
  private:
@@ -57,6 +62,11 @@ class NoEvaluator final : public Evaluator {
   std::vector<measure::Sample> EvaluateInstructions(
       const workload::WorkloadModel&, const std::vector<measure::InstructionRequest>&) override {
     KAREUS_CHECK(false) << "EvaluateInstructions on the 'not evaluated' evaluator";
+    return {};
+  }
+  std::vector<measure::Sample> EvaluateGradientSync(
+      const workload::WorkloadModel&, const std::vector<measure::GradientSyncRequest>&) override {
+    KAREUS_CHECK(false) << "EvaluateGradientSync on the 'not evaluated' evaluator";
     return {};
   }
   double GpuSeconds() const override { return 0.0; }

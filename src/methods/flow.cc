@@ -4,7 +4,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <map>
 #include <set>
+#include <tuple>
+
+#include <sys/resource.h>
 
 #include "kareus/common/error.h"
 #include "kareus/common/progress.h"
@@ -74,8 +78,16 @@ plan::PlanProblem EmptyProblem(const MethodSpec& method, const workload::Workloa
   plan::PlanProblem problem;
   problem.method = method.name;
   problem.workload = model.workload.ToJson();
+  problem.schedule = model.workload.Schedule();
   problem.num_microbatches = model.workload.microbatches;
-  for (const auto& stage : model.stages) problem.stages.push_back({.gpus = stage.gpus, .forward = {}, .backward = {}});
+  problem.num_chunks = model.num_chunks;
+  for (const auto& unit : model.stages) problem.stages.push_back({.gpus = unit.gpus, .forward = {}, .backward = {}});
+  if (model.gradient_sync.enabled) {
+    problem.gradient_sync = model.gradient_sync.overlap ? schedule::GradientSync::kOverlapped
+                                                        : schedule::GradientSync::kAtEnd;
+    if (model.gradient_sync.overlap) problem.last_backward.assign(static_cast<std::size_t>(model.num_stages), {});
+    problem.sync_nodes.assign(static_cast<std::size_t>(model.num_stages * problem.SyncNodesPerStage()), {});
+  }
   // Activations (forward) and gradients (backward) cross stages on the inter-node link.
   const auto& net = model.workload.gpu.interconnect;
   double bytes = 0.0;
@@ -86,11 +98,27 @@ plan::PlanProblem EmptyProblem(const MethodSpec& method, const workload::Workloa
   return problem;
 }
 
-std::vector<plan::InstructionOption>& OptionsOf(plan::PlanProblem& problem, int stage, Direction d) {
-  return d == Direction::kForward ? problem.stages[stage].forward : problem.stages[stage].backward;
+// Units (stage, chunk) that run the same instructions: the same layers and the same work
+// outside the layers (the embedding of the first unit, the loss of the last), and the same
+// share of the gradient buckets (chunk 0 leaves its last bucket to the stage's tail). Each is
+// measured once, at its first unit; rep[u] is that unit's index.
+std::vector<int> Representatives(const workload::WorkloadModel& model) {
+  std::vector<int> rep(model.stages.size());
+  std::map<std::tuple<int, bool, bool, bool>, int> first;
+  for (int u = 0; u < static_cast<int>(model.stages.size()); ++u) {
+    const auto& unit = model.stages[u];
+    const bool embedding = unit.stage == 0 && unit.chunk == 0;
+    const bool loss = unit.stage == model.num_stages - 1 && unit.chunk == model.num_chunks - 1;
+    rep[u] = first.try_emplace({unit.layers, embedding, loss, unit.chunk == 0}, u).first->second;
+  }
+  return rep;
 }
 
-// Whole-instruction measurements of one stage in one backend batch: the clock sweep of a
+std::vector<plan::InstructionOption>& OptionsOf(plan::PlanProblem& problem, int unit, Direction d) {
+  return d == Direction::kForward ? problem.stages[unit].forward : problem.stages[unit].backward;
+}
+
+// Whole-instruction measurements of one unit in one backend batch: the clock sweep of a
 // Perseus-style method (in situ, published §4), or Kareus's sequential and library-default
 // fallbacks. A nanobatched request without per-type knobs runs the library default (NCCL with
 // its default channels, launched at the start of every partition), as the published runtime
@@ -99,8 +127,10 @@ struct InstructionSweep {
   std::vector<measure::InstructionRequest> requests;
   std::vector<measure::Sample> samples;
 
-  void Add(int stage, Direction d, int freq_mhz, ExecutionMode mode) {
-    requests.push_back({.stage = stage, .direction = d, .knobs = {.freq_mhz = freq_mhz, .mode = mode, .partitions = {}}});
+  void Add(const workload::StageModel& unit, Direction d, int freq_mhz, ExecutionMode mode) {
+    requests.push_back({.stage = unit.stage, .direction = d,
+                        .knobs = {.freq_mhz = freq_mhz, .mode = mode, .partitions = {}},
+                        .chunk = unit.chunk});
   }
   void Measure(const workload::WorkloadModel& model, measure::Backend& backend) {
     samples = backend.MeasureAll(model, requests);
@@ -137,6 +167,7 @@ class MethodRun {
     auto start = Clock::now();
     std::vector<TypeSamples> samples = MeasurePartitions(backend);
     result_.phase_wall_s["profile"] = Seconds(start);
+    reps_ = Representatives(model_);
     if (UsesComposition()) {
       start = Clock::now();
       ComposedOptions(backend, samples);
@@ -144,6 +175,11 @@ class MethodRun {
     } else {
       start = Clock::now();
       SweptOptions(backend);
+      result_.phase_wall_s["profile"] += Seconds(start);
+    }
+    if (model_.gradient_sync.enabled) {
+      start = Clock::now();
+      GradientSyncOptions(backend);
       result_.phase_wall_s["profile"] += Seconds(start);
     }
 
@@ -212,17 +248,19 @@ class MethodRun {
     const ExecutionMode mode = nanobatched_ ? ExecutionMode::kNanobatched : ExecutionMode::kSequential;
     const double before = backend.GpuSeconds();
     const int64_t count = backend.Measurements();
-    for (int s = 0; s < static_cast<int>(model_.stages.size()); ++s) {
+    for (int u = 0; u < static_cast<int>(model_.stages.size()); ++u) {
+      if (reps_[u] != u) continue;
       InstructionSweep sweep;
       for (int f : clocks_) {
-        sweep.Add(s, Direction::kForward, f, mode);
-        sweep.Add(s, Direction::kBackward, f, mode);
+        sweep.Add(model_.stages[u], Direction::kForward, f, mode);
+        sweep.Add(model_.stages[u], Direction::kBackward, f, mode);
       }
       sweep.Measure(model_, backend);
       for (std::size_t i = 0; i < sweep.requests.size(); ++i) {
-        OptionsOf(result_.problem, s, sweep.requests[i].direction).push_back(sweep.Option(i));
+        OptionsOf(result_.problem, u, sweep.requests[i].direction).push_back(sweep.Option(i));
       }
     }
+    CopyToIdenticalUnits();
     result_.profiling_gpu_seconds += backend.GpuSeconds() - before;
     result_.measurements += backend.Measurements() - count;
   }
@@ -236,15 +274,19 @@ class MethodRun {
     const double p_static = backend_.StaticPowerW();
     const double before = backend.GpuSeconds();
     const int64_t count = backend.Measurements();
+    std::vector<int> units;
+    for (int u = 0; u < static_cast<int>(model_.stages.size()); ++u) {
+      if (reps_[u] == u) units.push_back(u);
+    }
     FixedWork fixed;
-    if (nanobatched_) fixed = MeasureFixedWork(model_, clocks_, backend);
+    if (nanobatched_) fixed = MeasureFixedWork(model_, units, clocks_, backend);
     const bool sequential_allowed = method_.execution != Execution::kNanobatched || !nanobatched_;
-    for (int s = 0; s < static_cast<int>(model_.stages.size()); ++s) {
+    for (int u : units) {
       InstructionSweep sweep;
       for (int f : clocks_) {
         for (Direction d : {Direction::kForward, Direction::kBackward}) {
-          if (sequential_allowed) sweep.Add(s, d, f, ExecutionMode::kSequential);
-          if (nanobatched_) sweep.Add(s, d, f, ExecutionMode::kNanobatched);
+          if (sequential_allowed) sweep.Add(model_.stages[u], d, f, ExecutionMode::kSequential);
+          if (nanobatched_) sweep.Add(model_.stages[u], d, f, ExecutionMode::kNanobatched);
         }
       }
       sweep.Measure(model_, backend);
@@ -262,7 +304,7 @@ class MethodRun {
         }
         std::vector<plan::InstructionOption> all;
         if (nanobatched_) {
-          all = plan::ComposeInstruction(ClockInputs(model_, s, d, samples, fixed, clocks_, sequential),
+          all = plan::ComposeInstruction(ClockInputs(model_, u, d, samples, fixed, clocks_, sequential),
                                          {.p_static_w = p_static, .epsilon = options_.compose_epsilon})
                     .options;
         } else {
@@ -272,58 +314,259 @@ class MethodRun {
           }
         }
         all.insert(all.end(), fallbacks.begin(), fallbacks.end());
-        OptionsOf(result_.problem, s, d) = FilterOptions(all, p_static);
+        OptionsOf(result_.problem, u, d) = FilterOptions(all, p_static);
+      }
+    }
+    CopyToIdenticalUnits();
+    result_.profiling_gpu_seconds += backend.GpuSeconds() - before;
+    result_.measurements += backend.Measurements() - count;
+  }
+
+  // The data-parallel gradient sync (workload::GradientSyncModel, schedule::GradientSync): per
+  // stage, with overlap, the options of its last instruction, which reduces the buckets it
+  // completes either during it (sequential execution, the reduction kernel beside the compute)
+  // or right after it (any backward option of the unit at that clock, then those buckets
+  // alone); and the options of its sync nodes: the tail at every clock the method plans with,
+  // and a chunk's buckets beside later compute at the method's top clock (they run under the
+  // clocks of the instructions they overlap, so a clock of their own would be fictional).
+  // Methods that keep library defaults give the reduction NCCL's default SMs; the others
+  // choose among GradientSyncModel::sm_choices. Identical stages are measured once.
+  void GradientSyncOptions(measure::Backend& backend) {
+    const double p_static = backend_.StaticPowerW();
+    const double before = backend.GpuSeconds();
+    const int64_t count = backend.Measurements();
+    const std::vector<int> sm_choices =
+        method_.comm == CommSource::kLibraryDefault
+            ? std::vector<int>{model_.workload.gpu.interconnect.library_default_sms}
+            : model_.gradient_sync.sm_choices;
+    const int top_clock = *std::max_element(clocks_.begin(), clocks_.end());
+    const bool overlapped = result_.problem.gradient_sync == schedule::GradientSync::kOverlapped;
+    const int per_stage = result_.problem.SyncNodesPerStage();
+    auto sync_option = [](const measure::Sample& sample, int freq_mhz, int sms, bool overlap) {
+      return plan::InstructionOption{.time_s = sample.time_s, .energy_j = sample.energy_j,
+                                     .freq_mhz = freq_mhz, .mode = ExecutionMode::kSequential,
+                                     .partitions = {},
+                                     .gradient_sync = plan::InstructionGradientSync{.sms = sms, .overlapped = overlap}};
+    };
+    std::map<std::vector<int>, int> measured;  // distinct stages: their units' representatives
+    for (int s = 0; s < model_.num_stages; ++s) {
+      std::vector<int> key;
+      for (int c = 0; c < model_.num_chunks; ++c) key.push_back(reps_[s * model_.num_chunks + c]);
+      if (const auto it = measured.find(key); it != measured.end()) {
+        if (overlapped) result_.problem.last_backward[s] = result_.problem.last_backward[it->second];
+        for (int c = 0; c < per_stage; ++c) {
+          result_.problem.sync_nodes[s * per_stage + c] = result_.problem.sync_nodes[it->second * per_stage + c];
+        }
+        continue;
+      }
+      measured[key] = s;
+      std::vector<measure::GradientSyncRequest> batch;
+      const bool launches = overlapped && !workload::LastBackwardBuckets(model_, s).empty();
+      for (int f : clocks_) {
+        for (int sms : sm_choices) {
+          if (launches) {
+            batch.push_back({.stage = s, .work = measure::GradientSyncWork::kOverlapped, .freq_mhz = f, .sms = sms});
+            batch.push_back({.stage = s, .work = measure::GradientSyncWork::kLastBuckets, .freq_mhz = f, .sms = sms});
+          }
+          batch.push_back({.stage = s, .chunk = 0, .work = measure::GradientSyncWork::kSyncNode, .freq_mhz = f, .sms = sms});
+        }
+      }
+      for (int c = 1; c < per_stage; ++c) {
+        for (int sms : sm_choices) {
+          batch.push_back({.stage = s, .chunk = c, .work = measure::GradientSyncWork::kSyncNode, .freq_mhz = top_clock, .sms = sms});
+        }
+      }
+      const std::vector<measure::Sample> samples = backend.MeasureAll(model_, batch);
+      const auto& backward = result_.problem.stages[static_cast<std::size_t>(s * model_.num_chunks)].backward;
+      std::vector<plan::InstructionOption> last;
+      std::vector<std::vector<plan::InstructionOption>> nodes(static_cast<std::size_t>(per_stage));
+      for (std::size_t i = 0; i < batch.size(); ++i) {
+        const auto& r = batch[i];
+        switch (r.work) {
+          case measure::GradientSyncWork::kOverlapped:
+            last.push_back(sync_option(samples[i], r.freq_mhz, r.sms, true));
+            break;
+          case measure::GradientSyncWork::kLastBuckets:
+            for (const plan::InstructionOption& o : backward) {
+              if (o.freq_mhz != r.freq_mhz) continue;
+              plan::InstructionOption after = o;
+              after.time_s += samples[i].time_s;
+              after.energy_j += samples[i].energy_j;
+              after.gradient_sync = plan::InstructionGradientSync{.sms = r.sms, .overlapped = false};
+              last.push_back(std::move(after));
+            }
+            break;
+          case measure::GradientSyncWork::kSyncNode:
+            nodes[static_cast<std::size_t>(r.chunk)].push_back(sync_option(samples[i], r.freq_mhz, r.sms, r.chunk > 0));
+            break;
+        }
+      }
+      // Nothing to reduce with the last backward: it runs as any backward.
+      if (overlapped) result_.problem.last_backward[s] = launches ? FilterOptions(last, p_static) : backward;
+      for (int c = 0; c < per_stage; ++c) {
+        result_.problem.sync_nodes[s * per_stage + c] = FilterOptions(nodes[static_cast<std::size_t>(c)], p_static);
       }
     }
     result_.profiling_gpu_seconds += backend.GpuSeconds() - before;
     result_.measurements += backend.Measurements() - count;
   }
 
-  // Every instruction option some frontier plan uses is evaluated once (one batch per stage);
-  // the DAG then gives each plan's iteration time and energy. Not evaluated: predictions.
+  void CopyToIdenticalUnits() {
+    for (std::size_t u = 0; u < reps_.size(); ++u) {
+      if (reps_[u] == static_cast<int>(u)) continue;
+      const int gpus = result_.problem.stages[u].gpus;
+      result_.problem.stages[u] = result_.problem.stages[reps_[u]];
+      result_.problem.stages[u].gpus = gpus;
+    }
+  }
+
+  // Every option some frontier plan uses is evaluated once (per distinct unit or stage, one
+  // batch per kind); the DAG then gives each plan's iteration time and energy. A last backward
+  // that reduces its buckets after it is the backward's run plus the buckets' run. Not
+  // evaluated: predictions.
   void Evaluate() {
     const pipeline::Result& solved = result_.solved.solve;
-    result_.option_evaluations.assign(model_.stages.size(), {});
+    const plan::PlanProblem& problem = result_.problem;
+    const std::size_t units = model_.stages.size();
+    const int stages = model_.num_stages;
+    const int per_stage = problem.SyncNodesPerStage();
+    result_.option_evaluations.assign(units, {});
+    result_.last_backward_evaluations.assign(problem.last_backward.size(), {});
+    result_.sync_evaluations.assign(problem.sync_nodes.size(), {});
     if (!evaluator_.Evaluates()) {
       for (const auto& point : solved.points) result_.evaluated.push_back(point.cost);
       return;
     }
-    std::vector<std::set<std::pair<int, int>>> used(model_.stages.size());  // (direction, option)
+    const schedule::Dag& dag = solved.dag;
+    // Stages with the same units are evaluated once: stage_rep[s].
+    std::vector<int> stage_rep(static_cast<std::size_t>(stages));
+    {
+      std::map<std::vector<int>, int> first;
+      for (int s = 0; s < stages; ++s) {
+        std::vector<int> key;
+        for (int c = 0; c < model_.num_chunks; ++c) key.push_back(reps_[s * model_.num_chunks + c]);
+        stage_rep[s] = first.try_emplace(key, s).first->second;
+      }
+    }
+    std::vector<std::array<std::set<int>, 2>> used(units);
+    std::vector<std::set<int>> used_last(problem.last_backward.size());
+    std::vector<std::set<int>> used_sync(problem.sync_nodes.size());
     for (const auto& point : solved.points) {
       for (std::size_t node = 0; node < point.choice.size(); ++node) {
-        const auto& ins = solved.dag.nodes[node];
-        used[ins.stage].insert({ins.kind == Direction::kForward ? 0 : 1, point.choice[node]});
+        const auto& n = dag.nodes[node];
+        if (n.node == schedule::NodeKind::kGradientSync) {
+          used_sync[stage_rep[n.stage] * per_stage + n.chunk].insert(point.choice[node]);
+        } else if (dag.LaunchesGradientSync(static_cast<int>(node))) {
+          used_last[stage_rep[n.stage]].insert(point.choice[node]);
+        } else {
+          used[reps_[n.stage * model_.num_chunks + n.chunk]][n.kind == Direction::kForward ? 0 : 1].insert(point.choice[node]);
+        }
       }
     }
     const double before = evaluator_.GpuSeconds();
-    pipeline::Problem truth;
-    truth.schedule = result_.problem.schedule;
-    truth.num_stages = static_cast<int>(model_.stages.size());
-    truth.num_microbatches = result_.problem.num_microbatches;
-    truth.p2p_time_s = result_.problem.p2p_time_s;
-    for (int s = 0; s < truth.num_stages; ++s) {
-      const auto& stage = result_.problem.stages[s];
-      truth.gpus_per_stage.push_back(stage.gpus);
-      truth.forward_options.emplace_back(stage.forward.size());
-      truth.backward_options.emplace_back(stage.backward.size());
+    for (std::size_t u = 0; u < units; ++u) {
+      if (reps_[u] != static_cast<int>(u)) continue;
+      const auto& unit = model_.stages[u];
       std::vector<measure::InstructionRequest> batch;
-      for (const auto& [direction, option] : used[s]) {
-        const auto& options = direction == 0 ? stage.forward : stage.backward;
-        batch.push_back({.stage = s, .direction = direction == 0 ? Direction::kForward : Direction::kBackward,
-                         .knobs = ToKnobs(options[option])});
+      for (int kind = 0; kind < 2; ++kind) {
+        const auto& list = kind == 0 ? problem.stages[u].forward : problem.stages[u].backward;
+        for (int option : used[u][kind]) {
+          batch.push_back({.stage = unit.stage, .direction = kind == 0 ? Direction::kForward : Direction::kBackward,
+                           .knobs = ToKnobs(list[static_cast<std::size_t>(option)]), .chunk = unit.chunk});
+        }
       }
       const std::vector<measure::Sample> samples = evaluator_.EvaluateInstructions(model_, batch);
       std::size_t i = 0;
-      for (const auto& [direction, option] : used[s]) {
-        const measure::Sample& sample = samples[i++];
-        result_.option_evaluations[s][direction][option] = sample;
-        (direction == 0 ? truth.forward_options : truth.backward_options)[s][option] =
-            {.time_s = sample.time_s, .energy_j = sample.energy_j};
+      for (int kind = 0; kind < 2; ++kind) {
+        for (int option : used[u][kind]) result_.option_evaluations[u][kind][option] = samples[i++];
       }
     }
-    // A GPU that waits (pipeline bubbles, P2P receives) draws the board's idle power.
+    for (std::size_t u = 0; u < units; ++u) result_.option_evaluations[u] = result_.option_evaluations[reps_[u]];
+    for (int s = 0; s < stages; ++s) {
+      if (stage_rep[s] != s) continue;
+      std::vector<measure::InstructionRequest> instructions;
+      std::vector<measure::GradientSyncRequest> syncs;
+      // (last backward option, instruction index, sync index)
+      std::vector<std::tuple<int, int, int>> lasts;
+      for (int option : s < static_cast<int>(used_last.size()) ? used_last[s] : std::set<int>{}) {
+        const plan::InstructionOption& o = problem.last_backward[s][static_cast<std::size_t>(option)];
+        int instruction = -1, sync = -1;
+        const bool overlap = o.gradient_sync && o.gradient_sync->overlapped;
+        if (!overlap) {
+          instruction = static_cast<int>(instructions.size());
+          instructions.push_back({.stage = s, .direction = Direction::kBackward, .knobs = ToKnobs(o), .chunk = 0});
+        }
+        if (o.gradient_sync) {
+          sync = static_cast<int>(syncs.size());
+          syncs.push_back({.stage = s, .work = overlap ? measure::GradientSyncWork::kOverlapped
+                                                       : measure::GradientSyncWork::kLastBuckets,
+                           .freq_mhz = o.freq_mhz, .sms = o.gradient_sync->sms});
+        }
+        lasts.push_back({option, instruction, sync});
+      }
+      std::vector<std::pair<int, int>> nodes;  // (sync node list index, option)
+      for (int c = 0; c < per_stage; ++c) {
+        for (int option : used_sync[s * per_stage + c]) {
+          const plan::InstructionOption& o = problem.sync_nodes[s * per_stage + c][static_cast<std::size_t>(option)];
+          syncs.push_back({.stage = s, .chunk = c, .work = measure::GradientSyncWork::kSyncNode,
+                           .freq_mhz = o.freq_mhz, .sms = o.gradient_sync ? o.gradient_sync->sms : 1});
+          nodes.push_back({s * per_stage + c, option});
+        }
+      }
+      const std::vector<measure::Sample> ran = evaluator_.EvaluateInstructions(model_, instructions);
+      const std::vector<measure::Sample> synced =
+          syncs.empty() ? std::vector<measure::Sample>{} : evaluator_.EvaluateGradientSync(model_, syncs);
+      for (const auto& [option, instruction, sync] : lasts) {
+        measure::Sample sample = instruction >= 0 ? ran[instruction] : synced[sync];
+        if (instruction >= 0 && sync >= 0) {
+          sample.time_s += synced[sync].time_s;
+          sample.energy_j += synced[sync].energy_j;
+          sample.static_energy_j += synced[sync].static_energy_j;
+          sample.dynamic_energy_j += synced[sync].dynamic_energy_j;
+        }
+        result_.last_backward_evaluations[s][option] = sample;
+      }
+      const std::size_t first_node = syncs.size() - nodes.size();
+      for (std::size_t k = 0; k < nodes.size(); ++k) {
+        result_.sync_evaluations[nodes[k].first][nodes[k].second] = synced[first_node + k];
+      }
+    }
+    for (int s = 0; s < stages; ++s) {
+      if (!result_.last_backward_evaluations.empty()) {
+        result_.last_backward_evaluations[s] = result_.last_backward_evaluations[stage_rep[s]];
+      }
+      for (int c = 0; c < per_stage; ++c) {
+        result_.sync_evaluations[s * per_stage + c] = result_.sync_evaluations[stage_rep[s] * per_stage + c];
+      }
+    }
+    // The solver's problem with every used option replaced by its evaluation.
+    pipeline::Problem truth{.schedule = problem.schedule,
+                            .num_stages = stages,
+                            .num_microbatches = problem.num_microbatches,
+                            .num_chunks = model_.num_chunks,
+                            .gradient_sync = problem.gradient_sync,
+                            .p2p_time_s = problem.p2p_time_s};
+    auto fill = [](std::size_t size, const std::map<int, measure::Sample>& evaluated) {
+      std::vector<pipeline::Option> list(size);
+      for (const auto& [option, sample] : evaluated) {
+        list[static_cast<std::size_t>(option)] = {.time_s = sample.time_s, .energy_j = sample.energy_j};
+      }
+      return list;
+    };
+    for (std::size_t u = 0; u < units; ++u) {
+      if (u % static_cast<std::size_t>(model_.num_chunks) == 0) truth.gpus_per_stage.push_back(problem.stages[u].gpus);
+      truth.forward_options.push_back(fill(problem.stages[u].forward.size(), result_.option_evaluations[u][0]));
+      truth.backward_options.push_back(fill(problem.stages[u].backward.size(), result_.option_evaluations[u][1]));
+    }
+    for (std::size_t s = 0; s < problem.last_backward.size(); ++s) {
+      truth.last_backward_options.push_back(fill(problem.last_backward[s].size(), result_.last_backward_evaluations[s]));
+    }
+    for (std::size_t i = 0; i < problem.sync_nodes.size(); ++i) {
+      truth.gradient_sync_options.push_back(fill(problem.sync_nodes[i].size(), result_.sync_evaluations[i]));
+    }
     for (const auto& point : solved.points) {
-      result_.evaluated.push_back(pipeline::Evaluate(truth, solved.dag, point.choice, backend_.IdlePowerW()));
+      // A GPU that waits (pipeline bubbles, P2P receives) draws the board's idle power.
+      result_.evaluated.push_back(pipeline::Evaluate(truth, dag, point.choice, backend_.IdlePowerW()));
     }
     EvaluateComposition();
     result_.evaluation_gpu_seconds = evaluator_.GpuSeconds() - before;
@@ -331,15 +574,17 @@ class MethodRun {
 
   // Composition error: every composed option the method planned on (nanobatched with tuned
   // knobs; the fallbacks are measured instructions) against the same instruction evaluated end
-  // to end, one batch per stage.
+  // to end, one batch per distinct (stage, chunk) unit (units measured once share options).
   void EvaluateComposition() {
-    for (int s = 0; s < static_cast<int>(model_.stages.size()); ++s) {
+    for (int u = 0; u < static_cast<int>(model_.stages.size()); ++u) {
+      if (reps_[u] != u) continue;
+      const int s = model_.stages[u].stage;
       std::vector<measure::InstructionRequest> batch;
       std::vector<const plan::InstructionOption*> options;
       for (Direction d : {Direction::kForward, Direction::kBackward}) {
-        for (const auto& option : OptionsOf(result_.problem, s, d)) {
+        for (const auto& option : OptionsOf(result_.problem, u, d)) {
           if (option.mode != ExecutionMode::kNanobatched || option.partitions.empty()) continue;
-          batch.push_back({.stage = s, .direction = d, .knobs = ToKnobs(option)});
+          batch.push_back({.stage = s, .direction = d, .knobs = ToKnobs(option), .chunk = model_.stages[u].chunk});
           options.push_back(&option);
         }
       }
@@ -366,6 +611,7 @@ class MethodRun {
   std::unique_ptr<measure::Backend> twin_;
   bool nanobatched_ = false;
   std::vector<int> clocks_;
+  std::vector<int> reps_;  // per unit: the unit measured for it (Representatives)
   MethodResult result_;
 };
 
@@ -405,6 +651,9 @@ RunResult RunWorkload(const workload::Workload& workload, const RunOptions& opti
     run.methods.push_back(
         internal::MethodRun(method, run.model, options, *backend, *evaluator, context).Run());
   }
+  // ru_maxrss is in KiB on Linux.
+  rusage usage{};
+  if (getrusage(RUSAGE_SELF, &usage) == 0) run.peak_rss_mib = static_cast<double>(usage.ru_maxrss) / 1024.0;
   run.summary = internal::BuildSummary(run);
   return run;
 }

@@ -101,34 +101,50 @@ MethodSummary Summarize(const MethodResult& m) {
 }
 
 // Start and end of every instruction of the plan at `point` (earliest start), with the
-// evaluated durations (the predicted ones when the run is not evaluated).
+// evaluated durations (the predicted ones when the run is not evaluated); a stage's gradient
+// sync tail is an entry of kind "gradient_sync" after its last instruction.
 Timeline MakeTimeline(const MethodResult& m, std::size_t point) {
   const auto& dag = m.solved.solve.dag;
   const auto& choice = m.Choice(point);
   auto option_of = [&](std::size_t node) -> const plan::InstructionOption& {
-    const auto& ins = dag.nodes[node];
-    const auto& stage = m.problem.stages[ins.stage];
-    return (ins.kind == Direction::kForward ? stage.forward : stage.backward)[choice[node]];
+    return plan::ChosenOption(m.problem, dag, static_cast<int>(node), choice[node]);
   };
   std::vector<double> durations(dag.nodes.size());
   for (std::size_t node = 0; node < dag.nodes.size(); ++node) {
     const auto& ins = dag.nodes[node];
-    const auto& evaluated = m.option_evaluations[ins.stage][ins.kind == Direction::kForward ? 0 : 1];
-    const auto it = evaluated.find(choice[node]);
-    durations[node] = it != evaluated.end() ? it->second.time_s : option_of(node).time_s;
+    const std::map<int, measure::Sample>* evaluated = nullptr;
+    if (ins.node == schedule::NodeKind::kGradientSync) {
+      const std::size_t i = static_cast<std::size_t>(ins.stage * m.problem.SyncNodesPerStage() + ins.chunk);
+      if (i < m.sync_evaluations.size()) evaluated = &m.sync_evaluations[i];
+    } else if (dag.LaunchesGradientSync(static_cast<int>(node))) {
+      if (static_cast<std::size_t>(ins.stage) < m.last_backward_evaluations.size()) {
+        evaluated = &m.last_backward_evaluations[ins.stage];
+      }
+    } else {
+      const std::size_t unit = static_cast<std::size_t>(ins.stage * m.problem.num_chunks + ins.chunk);
+      const int kind = ins.kind == Direction::kForward ? 0 : 1;
+      if (unit < m.option_evaluations.size()) evaluated = &m.option_evaluations[unit][kind];
+    }
+    const auto it = evaluated != nullptr ? evaluated->find(choice[node]) : std::map<int, measure::Sample>::const_iterator();
+    durations[node] = evaluated != nullptr && it != evaluated->end() ? it->second.time_s : option_of(node).time_s;
   }
   const schedule::Timing timing = schedule::StartTimes(dag, durations, m.problem.p2p_time_s);
-  Timeline out{.method = m.method.name, .label = m.method.label, .stages = {}};
+  Timeline out{.method = m.method.name, .label = m.method.label,
+               .schedule = schedule::ToString(dag.kind), .stages = {}};
   out.stages.resize(dag.num_stages);
   for (std::size_t node = 0; node < dag.nodes.size(); ++node) {
     const auto& ins = dag.nodes[node];
-    out.stages[ins.stage].push_back({.kind = schedule::ToString(ins.kind),
+    const auto& option = option_of(node);
+    const bool sync = ins.node == schedule::NodeKind::kGradientSync;
+    out.stages[ins.stage].push_back({.kind = sync ? "gradient_sync" : schedule::ToString(ins.kind),
                                      .chunk = ins.chunk,
                                      .microbatch = ins.microbatch,
                                      .start_s = timing.start[node],
                                      .end_s = timing.finish[node],
-                                     .freq_mhz = option_of(node).freq_mhz,
-                                     .mode = schedule::ToString(option_of(node).mode)});
+                                     .freq_mhz = option.freq_mhz,
+                                     .mode = schedule::ToString(option.mode),
+                                     .sync_sms = option.gradient_sync ? option.gradient_sync->sms : 0,
+                                     .sync_overlapped = option.gradient_sync && option.gradient_sync->overlapped});
   }
   return out;
 }
@@ -160,6 +176,7 @@ RunSummary BuildSummary(const RunResult& run) {
   summary.evaluator = run.evaluator;
   summary.evaluated = run.evaluated;
   summary.gpu_hours_basis = mobo::kGpuHoursBasis;
+  summary.peak_rss_mib = run.peak_rss_mib;
   summary.source_note =
       "Measurements come from " + run.backend + "; plans were evaluated by " + run.evaluator +
       " (a waiting GPU drawing its idle power). Energy is summed over all GPUs of one iteration." +
@@ -349,13 +366,17 @@ Json ToJson(const RunSummary& summary) {
   for (std::size_t s = 0; s < summary.timeline.stages.size(); ++s) {
     Json instructions = Json::array();
     for (const TimelineInstruction& i : summary.timeline.stages[s]) {
-      instructions.push_back({{"kind", i.kind},
-                              {"chunk", i.chunk},
-                              {"microbatch", i.microbatch},
-                              {"start_s", i.start_s},
-                              {"end_s", i.end_s},
-                              {"freq_mhz", i.freq_mhz},
-                              {"mode", i.mode}});
+      Json item{{"kind", i.kind},
+                {"chunk", i.chunk},
+                {"microbatch", i.microbatch},
+                {"start_s", i.start_s},
+                {"end_s", i.end_s},
+                {"freq_mhz", i.freq_mhz},
+                {"mode", i.mode}};
+      if (i.sync_sms > 0) {
+        item["gradient_sync"] = {{"sms", i.sync_sms}, {"overlapped", i.sync_overlapped}};
+      }
+      instructions.push_back(std::move(item));
     }
     stages.push_back({{"stage", static_cast<int>(s)}, {"instructions", instructions}});
   }
@@ -393,6 +414,7 @@ Json ToJson(const RunSummary& summary) {
               {"evaluator", summary.evaluator},
               {"evaluated", summary.evaluated},
               {"gpu_hours_basis", summary.gpu_hours_basis},
+              {"peak_rss_mib", summary.peak_rss_mib},
               {"workload", summary.workload},
               {"settings", settings},
               {"methods", methods},
@@ -401,7 +423,10 @@ Json ToJson(const RunSummary& summary) {
               {"interpolated", interpolated},
               {"checks", checks},
               {"timeline",
-               {{"method", summary.timeline.method}, {"label", summary.timeline.label}, {"stages", stages}}},
+               {{"method", summary.timeline.method},
+                {"label", summary.timeline.label},
+                {"schedule", summary.timeline.schedule},
+                {"stages", stages}}},
               {"partition_frontiers", partition_frontiers}};
 }
 

@@ -19,10 +19,14 @@
 //    filled in real time (forward/backward passes, first within each instruction's convex
 //    segment, then freely), and the result is re-evaluated from the real options.
 // 3. The fastest point (T_min), and every deadline of small problems, is improved further:
-//    chain search (each stage's chain re-optimized exactly with the other stages' start times
-//    fixed), one-exchange local search, then an exact dynamic program over a topological order
-//    (ExactAt: dominance, a per-stage knapsack completion bound, the incumbent); within its
-//    budget it proves the point optimal, past it the same search runs as a beam (a heuristic).
+//    chain search (each stage's compute chain, all its chunks, re-optimized exactly with the
+//    other stages' start times fixed), one-exchange local search, then an exact dynamic program
+//    over a topological order (ExactAt: dominance, a per-stage knapsack completion bound, the
+//    incumbent); within its budget it proves the point optimal, past it the same search runs as
+//    a beam (a heuristic). Gradient-sync nodes are in no chain (they run beside the compute
+//    stream): the bound counts each alone, at its cheapest option that fits.
+// Options, specs and GPU counts are per DAG node class (ClassOf: forward/backward per (stage,
+// chunk), the last backward per stage, the gradient-sync nodes).
 #include "kareus/pipeline/solver.h"
 
 #include <algorithm>
@@ -54,7 +58,7 @@ constexpr int64_t kFastestBudget = 5'000'000;
 constexpr int64_t kSmallOptions = 160;
 constexpr int64_t kSmallBudget = 5'000'000;
 
-// Per (stage, direction): the real options' effective-energy front and its convex hull.
+// Per node class (ClassOf): the real options' effective-energy front and its convex hull.
 struct Spec {
   // Pareto front over (time, effective energy): time ascending, energy strictly descending.
   std::vector<double> time;
@@ -122,6 +126,53 @@ Spec BuildSpec(const std::vector<Option>& options, int gpus, double p_static_w, 
   return spec;
 }
 
+int SyncNodesPerStage(const Problem& problem) {
+  switch (problem.gradient_sync) {
+    case schedule::GradientSync::kNone: return 0;
+    case schedule::GradientSync::kAtEnd: return 1;
+    case schedule::GradientSync::kOverlapped: return problem.num_chunks;
+  }
+  return 0;
+}
+
+// Node classes: 2 per (stage, chunk) unit (forward, backward), then one last backward per
+// stage, then the sync nodes ([stage * K + chunk]).
+int ClassOf(const Problem& problem, const Dag& dag, int node) {
+  const schedule::DagNode& n = dag.nodes[static_cast<std::size_t>(node)];
+  const int units = problem.num_stages * problem.num_chunks;
+  if (n.node == schedule::NodeKind::kGradientSync) {
+    return 2 * units + problem.num_stages + n.stage * SyncNodesPerStage(problem) + n.chunk;
+  }
+  if (dag.LaunchesGradientSync(node)) return 2 * units + n.stage;
+  const int u = n.stage * problem.num_chunks + n.chunk;
+  return 2 * u + (n.kind == Direction::kForward ? 0 : 1);
+}
+
+const std::vector<Option>& ClassOptions(const Problem& problem, int cls) {
+  const int units = problem.num_stages * problem.num_chunks;
+  if (cls >= 2 * units + problem.num_stages) {
+    return problem.gradient_sync_options[static_cast<std::size_t>(cls - 2 * units - problem.num_stages)];
+  }
+  if (cls >= 2 * units) return problem.last_backward_options[static_cast<std::size_t>(cls - 2 * units)];
+  const std::size_t u = static_cast<std::size_t>(cls / 2);
+  return cls % 2 == 0 ? problem.forward_options[u] : problem.backward_options[u];
+}
+
+int NumClasses(const Problem& problem) {
+  return 2 * problem.num_stages * problem.num_chunks + problem.num_stages +
+         problem.num_stages * SyncNodesPerStage(problem);
+}
+
+// The stage a class belongs to (for its GPU count).
+int StageOfClass(const Problem& problem, int cls) {
+  const int units = problem.num_stages * problem.num_chunks;
+  if (cls >= 2 * units + problem.num_stages) {
+    return (cls - 2 * units - problem.num_stages) / std::max(SyncNodesPerStage(problem), 1);
+  }
+  if (cls >= 2 * units) return cls - 2 * units;
+  return cls / 2 / problem.num_chunks;
+}
+
 // Time (the longest path, schedule::StartTimes) and energy of `choice`.
 Evaluation EvaluateWith(const Problem& problem, const Dag& dag, const std::vector<int>& choice,
                         double p_static_w) {
@@ -134,8 +185,7 @@ Evaluation EvaluateWith(const Problem& problem, const Dag& dag, const std::vecto
   std::vector<double> durations(dag.nodes.size());
   for (std::size_t v = 0; v < dag.nodes.size(); ++v) {
     const Instruction& inst = dag.nodes[v];
-    const auto& list = inst.kind == Direction::kForward ? problem.forward_options[inst.stage]
-                                                        : problem.backward_options[inst.stage];
+    const auto& list = ClassOptions(problem, ClassOf(problem, dag, static_cast<int>(v)));
     const Option& o = list[static_cast<std::size_t>(choice[v])];
     durations[v] = o.time_s;
     const int gpus = problem.gpus_per_stage.empty() ? 1 : problem.gpus_per_stage[inst.stage];
@@ -269,21 +319,31 @@ class Engine {
 void Engine::BuildModel() {
   n_ = static_cast<int>(dag_.nodes.size());
   const int num_stages = problem_.num_stages;
+  class_.resize(n_);
+  for (int v = 0; v < n_; ++v) class_[v] = ClassOf(problem_, dag_, v);
   // Every time is compared against a tolerance relative to the slowest schedule's scale.
   double slowest_sum = 0.0;
-  for (const auto* lists : {&problem_.forward_options, &problem_.backward_options}) {
-    for (const auto& list : *lists) {
-      double t = 0.0;
-      for (const Option& o : list) t = std::max(t, o.time_s);
-      slowest_sum += t * problem_.num_microbatches;
-    }
+  for (int v = 0; v < n_; ++v) {
+    double t = 0.0;
+    for (const Option& o : ClassOptions(problem_, class_[v])) t = std::max(t, o.time_s);
+    slowest_sum += t;
   }
-  time_tol_ = 1e-12 * (slowest_sum + problem_.p2p_time_s * 2 * num_stages);
+  time_tol_ = 1e-12 * (slowest_sum + problem_.p2p_time_s * 2 * num_stages * problem_.num_chunks);
   for (int s = 0; s < num_stages; ++s) {
-    const int gpus = problem_.gpus_per_stage.empty() ? 1 : problem_.gpus_per_stage[s];
-    gpus_total_ += gpus;
-    specs_.push_back(BuildSpec(problem_.forward_options[s], gpus, options_.p_static_w, 100 * time_tol_));
-    specs_.push_back(BuildSpec(problem_.backward_options[s], gpus, options_.p_static_w, 100 * time_tol_));
+    gpus_total_ += problem_.gpus_per_stage.empty() ? 1 : problem_.gpus_per_stage[s];
+  }
+  // One spec per node class some node has (empty for the others: e.g. the last-backward
+  // classes without an overlapped gradient sync have no option list), with the GPUs of the
+  // class's stage.
+  std::vector<char> used(static_cast<std::size_t>(NumClasses(problem_)), 0);
+  for (int v = 0; v < n_; ++v) used[static_cast<std::size_t>(class_[v])] = 1;
+  specs_.resize(used.size());
+  for (int cls = 0; cls < static_cast<int>(used.size()); ++cls) {
+    if (!used[static_cast<std::size_t>(cls)]) continue;
+    const int stage = StageOfClass(problem_, cls);
+    const int gpus = problem_.gpus_per_stage.empty() ? 1 : problem_.gpus_per_stage[stage];
+    specs_[static_cast<std::size_t>(cls)] =
+        BuildSpec(ClassOptions(problem_, cls), gpus, options_.p_static_w, 100 * time_tol_);
   }
   pg_ = options_.p_static_w * gpus_total_;
   double slope_max = 0.0;
@@ -291,11 +351,6 @@ void Engine::BuildModel() {
     if (!spec.slope.empty()) slope_max = std::max(slope_max, spec.slope.front());
   }
   flow_tol_ = 1e-12 * std::max(1.0, slope_max) * std::max(1, n_);
-  class_.resize(n_);
-  for (int v = 0; v < n_; ++v) {
-    const Instruction& inst = dag_.nodes[v];
-    class_[v] = 2 * inst.stage + (inst.kind == Direction::kForward ? 0 : 1);
-  }
   // AON adjacency with lags (real-time passes).
   std::vector<std::vector<std::pair<int, double>>> preds(n_);
   std::vector<std::vector<std::pair<int, double>>> succs(n_);
@@ -695,8 +750,13 @@ void Engine::Exchange(std::vector<int>& choice, double deadline) const {
 void Engine::BuildChains() {
   chain_prev_.assign(static_cast<std::size_t>(n_), -1);
   chain_next_.assign(static_cast<std::size_t>(n_), -1);
+  const auto is_sync = [&](int v) {
+    return dag_.nodes[static_cast<std::size_t>(v)].node == schedule::NodeKind::kGradientSync;
+  };
   for (const DagEdge& e : dag_.edges) {
-    if (e.cross_stage) continue;
+    // The compute stream only: a gradient sync runs beside its stage's instructions (and an
+    // overlapped one branches off the chain), so it stays out of every chain.
+    if (e.cross_stage || is_sync(e.from) || is_sync(e.to)) continue;
     if (chain_next_[e.from] >= 0 || chain_prev_[e.to] >= 0) {
       chain_prev_.assign(static_cast<std::size_t>(n_), -1);
       chain_next_.assign(static_cast<std::size_t>(n_), -1);
@@ -959,11 +1019,18 @@ bool Engine::ExactAt(int64_t budget, double deadline, std::vector<int>& choice,
       }
     }
   }
-  double loose = 0.0;  // instructions in no chain, at their cheapest fitting option
-  for (int v = 0; v < n_; ++v) {
-    if (chain_of[v] >= 0) continue;
-    const Spec& spec = SpecOf(v);
-    loose += spec.eff[static_cast<std::size_t>(spec.Fit(deadline - head[v] - tail[v] + time_tol_))];
+  // Nodes in no chain (gradient syncs), each at its cheapest option that fits between its
+  // fastest head and tail: loose_after[k] sums those at order positions > k (the unplaced ones
+  // once position k is placed; a placed node's energy is in the state's).
+  std::vector<double> loose_after(static_cast<std::size_t>(n_), 0.0);
+  for (int k = n_ - 1; k > 0; --k) {
+    const int v = order[static_cast<std::size_t>(k)];
+    double own = 0.0;
+    if (chain_of[v] < 0) {
+      const Spec& spec = SpecOf(v);
+      own = spec.eff[static_cast<std::size_t>(spec.Fit(deadline - head[v] - tail[v] + time_tol_))];
+    }
+    loose_after[static_cast<std::size_t>(k) - 1] = loose_after[static_cast<std::size_t>(k)] + own;
   }
   auto chain_bound = [&](std::size_t c, int next, double free_from) {
     const std::vector<int>& chain = chains_[c];
@@ -1053,7 +1120,7 @@ bool Engine::ExactAt(int64_t budget, double deadline, std::vector<int>& choice,
         const double makespan = last_use[v] < 0 ? std::max(from.makespan[s], finish) : from.makespan[s];
         const double makespan_low = std::max({makespan, finish + tail[v], open_low});
         if (makespan_low > deadline + time_tol_) continue;
-        double low = from.energy[s] + spec.eff[j] + pg_ * makespan_low + loose;
+        double low = from.energy[s] + spec.eff[j] + pg_ * makespan_low + loose_after[static_cast<std::size_t>(k)];
         for (auto [c, src] : chain_sources) {
           const double free_from =
               src == -2 ? head[chains_[c][static_cast<std::size_t>(next[c])]]
@@ -1296,14 +1363,52 @@ Result Engine::Run() {
   return result;
 }
 
+// `where` names the unit ("stage 1", "stage 1 chunk 0"), `kind` the list ("backward").
+std::string CheckOptions(const std::vector<Option>& list, const std::string& where,
+                         const std::string& kind, const Options& options) {
+  const std::string what = where + " " + kind;
+  if (list.empty()) return where + " has no " + kind + " options";
+  double t_min = kInf;
+  double t_max = 0.0;
+  for (const Option& o : list) {
+    if (!(o.time_s > 0.0) || !std::isfinite(o.time_s) || !std::isfinite(o.energy_j) ||
+        o.energy_j < 0.0) {
+      return what + " option with time_s = " + std::to_string(o.time_s) + ", energy_j = " +
+             std::to_string(o.energy_j) + ": time must be > 0 and energy >= 0, finite";
+    }
+    t_min = std::min(t_min, o.time_s);
+    t_max = std::max(t_max, o.time_s);
+  }
+  if ((t_max - t_min) / options.unit_time_s > 5e7) {
+    return "unit_time_s is too small for the options' time range (over 5e7 quanta)";
+  }
+  return "";
+}
+
 std::string Validate(const Problem& problem, const Options& options) {
   if (const auto error = options.Validate()) return error->Message();
   const int stages = problem.num_stages;
   if (stages < 1) return "num_stages must be >= 1";
   if (problem.num_microbatches < 1) return "num_microbatches must be >= 1";
-  if (static_cast<int>(problem.forward_options.size()) != stages ||
-      static_cast<int>(problem.backward_options.size()) != stages) {
-    return "forward_options and backward_options need one list per stage";
+  try {
+    schedule::ValidateShape(problem.schedule, stages, problem.num_microbatches, problem.num_chunks);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  const int units = stages * problem.num_chunks;
+  if (static_cast<int>(problem.forward_options.size()) != units ||
+      static_cast<int>(problem.backward_options.size()) != units) {
+    return "forward_options and backward_options need one list per (stage, chunk)";
+  }
+  const bool overlapped = problem.gradient_sync == schedule::GradientSync::kOverlapped;
+  const int syncs = SyncNodesPerStage(problem);
+  if (static_cast<int>(problem.last_backward_options.size()) != (overlapped ? stages : 0)) {
+    return overlapped ? "an overlapped gradient sync needs last_backward_options per stage"
+                      : "last_backward_options are for an overlapped gradient sync only";
+  }
+  if (static_cast<int>(problem.gradient_sync_options.size()) != stages * syncs) {
+    return "gradient_sync_options need " + std::to_string(syncs) + " list(s) per stage for this "
+           "gradient sync (" + std::to_string(stages * syncs) + " in all)";
   }
   if (!problem.gpus_per_stage.empty() && static_cast<int>(problem.gpus_per_stage.size()) != stages) {
     return "gpus_per_stage needs one entry per stage (or none)";
@@ -1314,26 +1419,44 @@ std::string Validate(const Problem& problem, const Options& options) {
   if (!(problem.p2p_time_s >= 0.0) || !std::isfinite(problem.p2p_time_s)) {
     return "p2p_time_s must be >= 0";
   }
-  double slowest_sum = problem.p2p_time_s * 2 * stages;
-  for (int s = 0; s < stages; ++s) {
-    for (const auto* list : {&problem.forward_options[s], &problem.backward_options[s]}) {
-      const char* kind = list == &problem.forward_options[s] ? "forward" : "backward";
-      if (list->empty()) return "stage " + std::to_string(s) + " has no " + kind + " options";
-      double t_max = 0.0;
-      for (const Option& o : *list) {
-        if (!(o.time_s > 0.0) || !std::isfinite(o.time_s) || !std::isfinite(o.energy_j) ||
-            o.energy_j < 0.0) {
-          return "stage " + std::to_string(s) + " " + kind +
-                 " option with time_s = " + std::to_string(o.time_s) + ", energy_j = " +
-                 std::to_string(o.energy_j) + ": time must be > 0 and energy >= 0, finite";
-        }
-        t_max = std::max(t_max, o.time_s);
-      }
-      slowest_sum += t_max * problem.num_microbatches;
+  for (int u = 0; u < units; ++u) {
+    const std::string where = problem.num_chunks == 1
+                                  ? "stage " + std::to_string(u)
+                                  : "stage " + std::to_string(u / problem.num_chunks) + " chunk " +
+                                        std::to_string(u % problem.num_chunks);
+    if (std::string error = CheckOptions(problem.forward_options[u], where, "forward", options); !error.empty()) return error;
+    if (std::string error = CheckOptions(problem.backward_options[u], where, "backward", options); !error.empty()) return error;
+  }
+  for (int s = 0; s < static_cast<int>(problem.last_backward_options.size()); ++s) {
+    if (std::string error = CheckOptions(problem.last_backward_options[s], "stage " + std::to_string(s),
+                                         "last backward", options);
+        !error.empty()) {
+      return error;
+    }
+  }
+  for (int i = 0; i < static_cast<int>(problem.gradient_sync_options.size()); ++i) {
+    const std::string where = "stage " + std::to_string(i / std::max(syncs, 1)) +
+                              (i % std::max(syncs, 1) == 0 ? std::string() : " chunk " + std::to_string(i % syncs));
+    if (std::string error = CheckOptions(problem.gradient_sync_options[i], where, "gradient sync", options);
+        !error.empty()) {
+      return error;
     }
   }
   // Every path is at most the sum of all slowest durations: the frontier's deadlines stay
-  // countable.
+  // countable. (Per node class: its slowest option times the nodes it has at most.)
+  const auto slowest = [](const std::vector<Option>& list) {
+    double t = 0.0;
+    for (const Option& o : list) t = std::max(t, o.time_s);
+    return t;
+  };
+  double slowest_sum = problem.p2p_time_s * 2 * units;
+  for (int u = 0; u < units; ++u) {
+    slowest_sum += (slowest(problem.forward_options[u]) + slowest(problem.backward_options[u])) *
+                   problem.num_microbatches;
+  }
+  for (const auto* lists : {&problem.last_backward_options, &problem.gradient_sync_options}) {
+    for (const auto& list : *lists) slowest_sum += slowest(list);
+  }
   if (slowest_sum / options.unit_time_s > 1e7) {
     return "unit_time_s is too small for the options' times (over 1e7 deadlines)";
   }
@@ -1369,6 +1492,10 @@ std::optional<OptionError> Options::Validate() const {
   return std::nullopt;
 }
 
+const std::vector<Option>& OptionsOf(const Problem& problem, const schedule::Dag& dag, int node) {
+  return internal::ClassOptions(problem, internal::ClassOf(problem, dag, node));
+}
+
 Evaluation Evaluate(const Problem& problem, const schedule::Dag& dag, const std::vector<int>& choice,
                     double p_static_w) {
   KAREUS_CHECK(choice.size() == dag.nodes.size()) << "one option per DAG node";
@@ -1382,7 +1509,8 @@ Result Solve(const Problem& problem, const Options& options) {
     result.summary.message = error;
     return result;
   }
-  schedule::Dag dag = schedule::BuildDag(problem.schedule, problem.num_stages, problem.num_microbatches);
+  schedule::Dag dag = schedule::BuildDag(problem.schedule, problem.num_stages, problem.num_microbatches,
+                                         problem.num_chunks, problem.gradient_sync);
   internal::Engine engine(problem, options, std::move(dag));
   return engine.Run();
 }

@@ -131,6 +131,11 @@ std::optional<OptionError> SolveProfileOptions::Validate() const {
     return OptionError{"deadline_s", Describe(deadline_s),
                        "must be a finite number of seconds > 0 (0: the whole frontier)"};
   }
+  if (schedule == ScheduleKind::kInterleaved1F1B) {
+    return OptionError{"schedule", kareus::schedule::ToString(schedule),
+                       "must be 1f1b or gpipe (a Perseus profile has one option list per stage, "
+                       "no model chunks)"};
+  }
   return std::nullopt;
 }
 
@@ -143,6 +148,7 @@ std::optional<OptionError> ExportOptions::Validate() const {
 SolveProfileSummary SolveProfile(const SolveProfileOptions& options) {
   ThrowIfInvalid(options.Validate());
   PlanProblem problem{.method = options.method,
+                      .schedule = options.schedule,
                       .num_microbatches = options.num_microbatches,
                       .stages = ReadPerseusProfile(options.profile, options.num_stages)};
   for (StageOptions& stage : problem.stages) stage.gpus = options.gpus_per_stage;
@@ -150,6 +156,7 @@ SolveProfileSummary SolveProfile(const SolveProfileOptions& options) {
                       {"stages", options.num_stages},
                       {"microbatches", options.num_microbatches},
                       {"gpus_per_stage", options.gpus_per_stage},
+                      {"schedule", schedule::ToString(options.schedule)},
                       {"static_power_w", options.p_static_w},
                       {"unit_time_s", options.unit_time_s}};
   const PlanResult result =

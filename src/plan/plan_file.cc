@@ -152,6 +152,26 @@ PlannedInstruction ParseInstruction(const Json& json, const std::string& path,
   }
   instruction.time_s = GetNonNegative(json, path, "time_s", 0.0);
   instruction.energy_j = GetNonNegative(json, path, "energy_j", 0.0);
+  if (has_chunks && json.contains("gradient_sync") && !json["gradient_sync"].is_null()) {
+    const std::string sync_path = Path(path, "gradient_sync");
+    const Json& sync = json["gradient_sync"];
+    RequireObject(sync, sync_path);
+    InstructionGradientSync g;
+    g.sms = GetInt(sync, sync_path, "sms", 1, "must be >= 1 (SMs of the reduction kernel)");
+    if (sync.contains("overlapped")) {
+      if (!sync["overlapped"].is_boolean()) {
+        ThrowInput(Path(sync_path, "overlapped"), Shown(sync["overlapped"]), "must be true or false");
+      }
+      g.overlapped = sync["overlapped"].get<bool>();
+    }
+    if (instruction.kind != Direction::kBackward || instruction.microbatch != num_microbatches - 1) {
+      ThrowInput(sync_path, Shown(sync),
+                 fmt::format("only the last backward of a chunk (microbatch {}) launches the "
+                             "gradient sync",
+                             num_microbatches - 1));
+    }
+    instruction.gradient_sync = g;
+  }
   if (json.contains("partitions")) {
     const Json& partitions = GetArray(json, path, "partitions");
     std::set<std::string> seen;
@@ -170,29 +190,48 @@ PlannedInstruction ParseInstruction(const Json& json, const std::string& path,
 
 // The rules the header promises: exactly M forwards and M backwards, each microbatch once per
 // direction, and the schedule's exact order, reported at the first place it differs.
+const char* ScheduleName(ScheduleKind kind) {
+  switch (kind) {
+    case ScheduleKind::k1F1B: return "1F1B";
+    case ScheduleKind::kGPipe: return "GPipe";
+    case ScheduleKind::kInterleaved1F1B: return "interleaved 1F1B";
+  }
+  return "?";
+}
+
 void CheckStageOrder(const PlannedStage& stage, int num_stages, int num_microbatches,
-                     ScheduleKind kind) {
+                     int virtual_stages, ScheduleKind kind) {
   const std::string path = fmt::format("stages[{}].instructions", stage.stage);
   int forwards = 0;
   int backwards = 0;
   for (const PlannedInstruction& instruction : stage.instructions) {
     (instruction.kind == Direction::kForward ? forwards : backwards) += 1;
   }
-  if (forwards != num_microbatches || backwards != num_microbatches) {
+  const int per_direction = num_microbatches * virtual_stages;
+  if (forwards != per_direction || backwards != per_direction) {
     ThrowInput(path, fmt::format("{} forwards and {} backwards", forwards, backwards),
-               fmt::format("each stage must run exactly num_microbatches ({}) forwards and "
-                           "as many backwards",
-                           num_microbatches));
+               virtual_stages == 1
+                   ? fmt::format("each stage must run exactly num_microbatches ({}) forwards and "
+                                 "as many backwards",
+                                 num_microbatches)
+                   : fmt::format("each stage must run exactly num_microbatches x virtual_stages "
+                                 "({} x {}) forwards and as many backwards",
+                                 num_microbatches, virtual_stages));
   }
   const std::vector<schedule::Instruction> expected =
-      schedule::StageOrder(kind, num_stages, stage.stage, num_microbatches);
+      schedule::StageOrder(kind, num_stages, stage.stage, num_microbatches, virtual_stages);
   for (size_t i = 0; i < expected.size(); ++i) {
     const schedule::Instruction got = Scheduled(stage, stage.instructions[i]);
     if (got != expected[i]) {
       ThrowInput(fmt::format("{}[{}]", path, i), schedule::ToString(got),
-                 fmt::format("{} order of stage {} of {} with {} microbatches expects {} here",
-                             kind == ScheduleKind::k1F1B ? "1F1B" : "GPipe", stage.stage,
-                             num_stages, num_microbatches, schedule::ToString(expected[i])));
+                 virtual_stages == 1
+                     ? fmt::format("{} order of stage {} of {} with {} microbatches expects {} here",
+                                   ScheduleName(kind), stage.stage, num_stages, num_microbatches,
+                                   schedule::ToString(expected[i]))
+                     : fmt::format("{} order of stage {} of {} with {} microbatches and {} chunks "
+                                   "expects {} here",
+                                   ScheduleName(kind), stage.stage, num_stages, num_microbatches,
+                                   virtual_stages, schedule::ToString(expected[i])));
     }
   }
 }
@@ -220,23 +259,35 @@ Json ToJson(const Plan& plan) {
       for (const PartitionKnobs& knobs : instruction.partitions) {
         partitions.push_back({{"type", knobs.type}, {"sms", knobs.sms}, {"slot", knobs.slot}});
       }
-      instructions.push_back({{"kind", schedule::ToString(instruction.kind)},
-                              {"chunk", instruction.chunk},
-                              {"microbatch", instruction.microbatch},
-                              {"freq_mhz", instruction.freq_mhz},
-                              {"mode", schedule::ToString(instruction.mode)},
-                              {"time_s", instruction.time_s},
-                              {"energy_j", instruction.energy_j},
-                              {"partitions", std::move(partitions)}});
+      Json item{{"kind", schedule::ToString(instruction.kind)},
+                {"chunk", instruction.chunk},
+                {"microbatch", instruction.microbatch},
+                {"freq_mhz", instruction.freq_mhz},
+                {"mode", schedule::ToString(instruction.mode)},
+                {"time_s", instruction.time_s},
+                {"energy_j", instruction.energy_j},
+                {"partitions", std::move(partitions)}};
+      if (instruction.gradient_sync) {
+        item["gradient_sync"] = {{"sms", instruction.gradient_sync->sms},
+                                 {"overlapped", instruction.gradient_sync->overlapped}};
+      }
+      instructions.push_back(std::move(item));
     }
-    stages.push_back(
-        {{"stage", stage.stage}, {"gpus", stage.gpus}, {"instructions", std::move(instructions)}});
+    Json item{{"stage", stage.stage}, {"gpus", stage.gpus}, {"instructions", std::move(instructions)}};
+    if (stage.gradient_sync) {
+      item["gradient_sync"] = {{"freq_mhz", stage.gradient_sync->freq_mhz},
+                               {"sms", stage.gradient_sync->sms},
+                               {"time_s", stage.gradient_sync->time_s},
+                               {"energy_j", stage.gradient_sync->energy_j}};
+    }
+    stages.push_back(std::move(item));
   }
   return Json{{"format", kPlanFormat},
               {"method", plan.method},
               {"workload", plan.workload.is_null() ? Json::object() : plan.workload},
               {"schedule", schedule::ToString(plan.schedule)},
               {"num_microbatches", plan.num_microbatches},
+              {"virtual_stages", plan.virtual_stages},
               {"iteration",
                {{"time_s", plan.iteration.time_s},
                 {"energy_j", plan.iteration.energy_j},
@@ -258,9 +309,12 @@ Plan PlanFromJson(const Json& json) {
   try {
     plan.schedule = schedule::ScheduleKindFromString(schedule);
   } catch (const InputError&) {
-    ThrowInput("schedule", schedule, "must be \"1f1b\" or \"gpipe\"");
+    ThrowInput("schedule", schedule, "must be \"1f1b\", \"gpipe\" or \"interleaved-1f1b\"");
   }
   plan.num_microbatches = GetInt(json, "", "num_microbatches", 1, "must be >= 1");
+  if (!version1 && json.contains("virtual_stages")) {
+    plan.virtual_stages = GetInt(json, "", "virtual_stages", 1, "must be >= 1");
+  }
   if (json.contains("iteration")) {
     const Json& iteration = json["iteration"];
     RequireObject(iteration, "iteration");
@@ -274,6 +328,17 @@ Plan PlanFromJson(const Json& json) {
   const Json& stages = GetArray(json, "", "stages");
   if (stages.empty()) ThrowInput("stages", "[]", "a plan needs at least one stage");
   const int num_stages = static_cast<int>(stages.size());
+  try {
+    schedule::ValidateShape(plan.schedule, num_stages, plan.num_microbatches, plan.virtual_stages);
+  } catch (const InputError&) {
+    ThrowInput("virtual_stages", std::to_string(plan.virtual_stages),
+               plan.schedule == ScheduleKind::kInterleaved1F1B
+                   ? fmt::format("an interleaved-1f1b plan needs virtual_stages >= 2, at least 2 "
+                                 "stages and num_microbatches a multiple of the stages (has {} "
+                                 "stages, {} microbatches)",
+                                 num_stages, plan.num_microbatches)
+                   : fmt::format("must be 1 for the {} schedule", schedule));
+  }
   for (int s = 0; s < num_stages; ++s) {
     const std::string path = fmt::format("stages[{}]", s);
     RequireObject(stages[s], path);
@@ -293,7 +358,24 @@ Plan PlanFromJson(const Json& json) {
           instructions[i], fmt::format("{}.instructions[{}]", path, i), plan.num_microbatches,
           /*has_chunks=*/!version1));
     }
-    internal::CheckStageOrder(stage, num_stages, plan.num_microbatches, plan.schedule);
+    if (!version1 && stages[s].contains("gradient_sync") && !stages[s]["gradient_sync"].is_null()) {
+      const std::string sync_path = path + ".gradient_sync";
+      const Json& sync = stages[s]["gradient_sync"];
+      RequireObject(sync, sync_path);
+      StageGradientSync g;
+      g.freq_mhz = GetInt(sync, sync_path, "freq_mhz", 1, "must be a positive clock in MHz");
+      g.sms = GetInt(sync, sync_path, "sms", 1, "must be >= 1 (SMs of the reduction kernel)");
+      g.time_s = GetNonNegative(sync, sync_path, "time_s", 0.0);
+      g.energy_j = GetNonNegative(sync, sync_path, "energy_j", 0.0);
+      stage.gradient_sync = g;
+    }
+    if (s > 0 && stage.gradient_sync.has_value() != plan.stages.front().gradient_sync.has_value()) {
+      ThrowInput(path + ".gradient_sync", stage.gradient_sync ? "present" : "(missing)",
+                 "every stage has a gradient sync or none does (stage 0 " +
+                     std::string(plan.stages.front().gradient_sync ? "has one)" : "has none)"));
+    }
+    internal::CheckStageOrder(stage, num_stages, plan.num_microbatches, plan.virtual_stages,
+                              plan.schedule);
     plan.stages.push_back(std::move(stage));
   }
   return plan;

@@ -10,20 +10,28 @@
 namespace kareus::plan {
 namespace {
 
+std::vector<pipeline::Option> ToPipeline(const std::vector<InstructionOption>& options) {
+  std::vector<pipeline::Option> out;
+  out.reserve(options.size());
+  for (const InstructionOption& o : options) out.push_back({o.time_s, o.energy_j});
+  return out;
+}
+
 pipeline::Problem ToPipeline(const PlanProblem& problem) {
   pipeline::Problem out{.schedule = problem.schedule,
-                        .num_stages = static_cast<int>(problem.stages.size()),
+                        .num_stages = problem.NumStages(),
                         .num_microbatches = problem.num_microbatches,
+                        .num_chunks = problem.num_chunks,
                         .p2p_time_s = problem.p2p_time_s};
-  for (const StageOptions& stage : problem.stages) {
-    std::vector<pipeline::Option> forward;
-    std::vector<pipeline::Option> backward;
-    for (const InstructionOption& o : stage.forward) forward.push_back({o.time_s, o.energy_j});
-    for (const InstructionOption& o : stage.backward) backward.push_back({o.time_s, o.energy_j});
-    out.forward_options.push_back(std::move(forward));
-    out.backward_options.push_back(std::move(backward));
-    out.gpus_per_stage.push_back(stage.gpus);
+  for (std::size_t u = 0; u < problem.stages.size(); ++u) {
+    const StageOptions& unit = problem.stages[u];
+    out.forward_options.push_back(ToPipeline(unit.forward));
+    out.backward_options.push_back(ToPipeline(unit.backward));
+    if (u % static_cast<std::size_t>(problem.num_chunks) == 0) out.gpus_per_stage.push_back(unit.gpus);
   }
+  out.gradient_sync = problem.gradient_sync;
+  for (const auto& options : problem.last_backward) out.last_backward_options.push_back(ToPipeline(options));
+  for (const auto& options : problem.sync_nodes) out.gradient_sync_options.push_back(ToPipeline(options));
   return out;
 }
 
@@ -35,6 +43,19 @@ std::string PlanFileName(std::size_t index) {
 }
 
 }  // namespace
+
+const InstructionOption& ChosenOption(const PlanProblem& problem, const schedule::Dag& dag,
+                                      int node, int choice) {
+  const schedule::DagNode& n = dag.nodes[static_cast<std::size_t>(node)];
+  const std::size_t index = static_cast<std::size_t>(choice);
+  if (n.node == schedule::NodeKind::kGradientSync) {
+    return problem.sync_nodes[static_cast<std::size_t>(n.stage * problem.SyncNodesPerStage() + n.chunk)][index];
+  }
+  if (dag.LaunchesGradientSync(node)) return problem.last_backward[static_cast<std::size_t>(n.stage)][index];
+  const StageOptions& unit =
+      problem.stages[static_cast<std::size_t>(n.stage * problem.num_chunks + n.chunk)];
+  return n.kind == Direction::kForward ? unit.forward[index] : unit.backward[index];
+}
 
 PlanResult SolvePlans(const PlanProblem& problem, const pipeline::Options& options) {
   PlanResult result;
@@ -85,31 +106,51 @@ Plan BuildPlan(const PlanProblem& problem, const pipeline::Result& result, std::
   plan.workload = problem.workload;
   plan.schedule = problem.schedule;
   plan.num_microbatches = problem.num_microbatches;
+  plan.virtual_stages = problem.num_chunks;
   plan.iteration = {.time_s = point.cost.time_s,
                     .energy_j = point.cost.energy_j,
                     .static_energy_j = point.cost.static_energy_j,
                     .dynamic_energy_j = point.cost.dynamic_energy_j};
   const schedule::Dag& dag = result.dag;
-  plan.stages.resize(problem.stages.size());
-  for (std::size_t s = 0; s < problem.stages.size(); ++s) {
-    plan.stages[s].stage = static_cast<int>(s);
-    plan.stages[s].gpus = problem.stages[s].gpus;
+  const int num_stages = problem.NumStages();
+  plan.stages.resize(static_cast<std::size_t>(num_stages));
+  for (int s = 0; s < num_stages; ++s) {
+    plan.stages[s].stage = s;
+    plan.stages[s].gpus = problem.stages[static_cast<std::size_t>(s * problem.num_chunks)].gpus;
   }
-  // Node ids are stage-major in execution order, so appending keeps the schedule's order.
+  // Node ids are stage-major in execution order, so appending keeps the schedule's order; the
+  // gradient syncs come after every instruction: the tail is the stage's, a chunk's sync the
+  // knobs of the chunk's last backward, which launches it.
   for (std::size_t v = 0; v < dag.nodes.size(); ++v) {
-    const schedule::Instruction& inst = dag.nodes[v];
-    const bool forward = inst.kind == Direction::kForward;
-    const StageOptions& stage = problem.stages[inst.stage];
-    const InstructionOption& o = (forward ? stage.forward : stage.backward)[point.choice[v]];
-    plan.stages[inst.stage].instructions.push_back(
-        {.kind = inst.kind,
-         .chunk = inst.chunk,
-         .microbatch = inst.microbatch,
-         .freq_mhz = o.freq_mhz,
-         .mode = o.mode,
-         .partitions = o.partitions,
-         .time_s = o.time_s,
-         .energy_j = o.energy_j});
+    const schedule::DagNode& inst = dag.nodes[v];
+    const InstructionOption& o = ChosenOption(problem, dag, static_cast<int>(v), point.choice[v]);
+    PlannedStage& stage = plan.stages[static_cast<std::size_t>(inst.stage)];
+    if (inst.node == schedule::NodeKind::kGradientSync) {
+      const int sms = o.gradient_sync ? o.gradient_sync->sms : 0;
+      if (inst.chunk == 0) {
+        stage.gradient_sync = StageGradientSync{.freq_mhz = o.freq_mhz, .sms = sms,
+                                                .time_s = o.time_s, .energy_j = o.energy_j};
+        continue;
+      }
+      for (PlannedInstruction& launching : stage.instructions) {
+        if (launching.kind == Direction::kBackward && launching.chunk == inst.chunk &&
+            launching.microbatch == problem.num_microbatches - 1) {
+          launching.gradient_sync = InstructionGradientSync{.sms = sms, .overlapped = true};
+        }
+      }
+      continue;
+    }
+    stage.instructions.push_back({.kind = inst.kind,
+                                  .chunk = inst.chunk,
+                                  .microbatch = inst.microbatch,
+                                  .freq_mhz = o.freq_mhz,
+                                  .mode = o.mode,
+                                  .partitions = o.partitions,
+                                  .time_s = o.time_s,
+                                  .energy_j = o.energy_j,
+                                  .gradient_sync = dag.LaunchesGradientSync(static_cast<int>(v))
+                                                       ? o.gradient_sync
+                                                       : std::nullopt});
   }
   return plan;
 }

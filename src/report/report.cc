@@ -94,6 +94,7 @@ std::string TimelinePlot(const Json& timeline) {
     }
   }
   const int stages = static_cast<int>(timeline["stages"].size());
+  const bool interleaved = timeline.value("schedule", std::string()) == "interleaved-1f1b";
   const int width = 1100, row = 46, left = 80, top = 30;
   const int height = top + stages * row + 70;
   auto x = [&](double t) { return left + t / end * (width - left - 30); };
@@ -109,17 +110,33 @@ std::string TimelinePlot(const Json& timeline) {
       const int f = ins["freq_mhz"];
       const double u = f_hi == f_lo ? 1.0 : double(f - f_lo) / double(f_hi - f_lo);
       const bool forward = ins["kind"] == "forward";
-      const std::string text = std::string(forward ? "F" : "B") + std::to_string(ins["microbatch"].get<int>());
-      s += "<rect x='" + Num(x0, 1) + "' y='" + Num(y + 4, 1) + "' width='" +
-           Num(std::max(x1 - x0, 0.5), 1) + "' height='" + std::to_string(row - 10) + "' fill='" +
-           internal::HeatColor(u) + "' stroke='" + (forward ? "#ffffff" : "#222222") +
-           "' stroke-width='1'><title>" + Escape(text + ": " + std::to_string(f) + " MHz, " +
+      const bool sync = ins["kind"] == "gradient_sync";
+      // "F3", with interleaved chunks "F3.1" (microbatch 3 on chunk 1); "GS" the stage's
+      // gradient-sync tail, "GS.1" chunk 1's buckets (on the communication stream: a thin bar
+      // at the bottom of the row, under the compute it overlaps).
+      const int chunk = ins.value("chunk", 0);
+      std::string text = sync ? "GS" : std::string(forward ? "F" : "B") + std::to_string(ins["microbatch"].get<int>());
+      if (interleaved && (!sync || chunk > 0)) text += "." + std::to_string(chunk);
+      if (const auto it = ins.find("gradient_sync"); it != ins.end()) {
+        text += std::string(" +DP sync ") + ((*it)["overlapped"].get<bool>() ? "overlapped" : "after") +
+                ", " + std::to_string((*it)["sms"].get<int>()) + " SMs";
+      }
+      const bool lane = sync && chunk > 0;
+      const double top_y = lane ? y + row - 12 : y + 4;
+      const int height = lane ? 8 : row - 10;
+      s += "<rect x='" + Num(x0, 1) + "' y='" + Num(top_y, 1) + "' width='" +
+           Num(std::max(x1 - x0, 0.5), 1) + "' height='" + std::to_string(height) + "' fill='" +
+           internal::HeatColor(u) + "' stroke='" + (forward ? "#ffffff" : sync ? "#7a1fa2" : "#222222") +
+           "' stroke-width='" + (sync ? "2" : "1") + "'" + (sync ? " stroke-dasharray='4 2'" : "") +
+           "><title>" + Escape(text + ": " + std::to_string(f) + " MHz, " +
                                                  ins.value("mode", std::string()) + ", " +
                                                  Num(ins["start_s"], 3) + "-" + Num(ins["end_s"], 3) + " s") +
            "</title></rect>";
-      if (x1 - x0 > 22) {
+      if (lane) continue;
+      const std::string label = text.substr(0, text.find(' '));
+      if (x1 - x0 > 6.0 * static_cast<double>(label.size()) + 4.0) {
         s += "<text x='" + Num((x0 + x1) / 2, 1) + "' y='" + Num(y + row / 2.0 + 2, 1) +
-             "' font-size='10' text-anchor='middle'>" + text + "</text>";
+             "' font-size='10' text-anchor='middle'>" + Escape(label) + "</text>";
       }
     }
   }
@@ -137,7 +154,8 @@ std::string TimelinePlot(const Json& timeline) {
   s += "<text x='" + Num(left - 6, 1) + "' y='" + Num(bar_y + 9, 1) +
        "' font-size='10' text-anchor='end'>" + std::to_string(f_lo) + " MHz</text>";
   s += "<text x='" + Num(left + 306, 1) + "' y='" + Num(bar_y + 9, 1) + "' font-size='10'>" +
-       std::to_string(f_hi) + " MHz (white border: forward, dark: backward)</text>";
+       std::to_string(f_hi) + " MHz (white border: forward, dark: backward" +
+       (interleaved ? "; F3.1 = microbatch 3 on chunk 1" : "") + "; dashed: gradient sync)</text>";
   return s + "</svg>";
 }
 
@@ -202,6 +220,9 @@ struct Tables {
   std::vector<std::vector<std::string>> interpolated;
   std::vector<std::string> composition_header = {"method", "composed options", "time error % min / median / max", "energy error % min / median / max"};
   std::vector<std::vector<std::string>> composition;
+  std::vector<std::string> cost_header = {"method", "profile (s)", "compose (s)", "solve (s)", "evaluate (s)", "profiling GPU-hours"};
+  std::vector<std::vector<std::string>> cost;
+  std::string peak_memory;  // "" when the summary has none
 };
 
 Tables BuildTables(const Json& summary) {
@@ -249,6 +270,19 @@ Tables BuildTables(const Json& summary) {
     t.composition.push_back({label(m["method"]), std::to_string(c["options"].get<int>()),
                              spread(c["time_error_pct"]), spread(c["energy_error_pct"])});
   }
+  // The planner's own cost: wall time per phase on this machine, and the process's peak memory.
+  for (const Json& m : summary["methods"]) {
+    const Json phases = m.value("phase_wall_s", Json::object());
+    auto phase = [&](const char* name) {
+      return phases.contains(name) ? FormatFixed(phases[name], 1) : std::string("--");
+    };
+    t.cost.push_back({label(m["method"]), phase("profile"), phase("compose"), phase("solve"),
+                      phase("evaluate"),
+                      m.contains("profiling_gpu_hours") ? FormatFixed(m["profiling_gpu_hours"], 2) : "--"});
+  }
+  if (summary.contains("peak_rss_mib")) {
+    t.peak_memory = "Peak memory of the planning process: " + FormatFixed(summary["peak_rss_mib"], 0) + " MiB";
+  }
   return t;
 }
 
@@ -275,6 +309,9 @@ std::string RenderTables(const Json& summary) {
     out += "\nComposition error (composed estimate vs the instruction evaluated end to end):\n";
     out += TextTable(t.composition_header, t.composition);
   }
+  out += "\nPlanning cost (wall time per phase on this machine):\n";
+  out += TextTable(t.cost_header, t.cost);
+  if (!t.peak_memory.empty()) out += t.peak_memory + "\n";
   return out;
 }
 
@@ -310,8 +347,15 @@ std::string RenderHtml(const Json& summary) {
             "percent; Kareus's includes its profiling noise, the oracle's is composition "
             "alone.</p>";
   }
+  html += "<h3>Planning cost</h3>" + HtmlTable(t.cost_header, t.cost) +
+          "<p class='note'>Wall time per phase of this run on the machine that planned it" +
+          (t.peak_memory.empty() ? std::string() : "; " + Escape(t.peak_memory)) + ".</p>";
+  const std::string schedule = summary["timeline"].value("schedule", std::string("1f1b"));
+  const std::string schedule_name = schedule == "interleaved-1f1b" ? "interleaved 1F1B"
+                                    : schedule == "gpipe"          ? "GPipe"
+                                                                   : "1F1B";
   html += "<h2>Fastest " + Escape(summary["timeline"].value("label", std::string("Kareus"))) +
-          " plan: 1F1B timeline coloured by clock</h2>" + TimelinePlot(summary["timeline"]);
+          " plan: " + schedule_name + " timeline coloured by clock</h2>" + TimelinePlot(summary["timeline"]);
   html += "<h2>Partition frontiers per clock (measured)</h2>" +
           PartitionPlots(summary.value("partition_frontiers", Json()));
   html += "<h2>Workload and settings</h2><pre>" + Escape(w.dump(2)) + "</pre><pre>" +

@@ -203,6 +203,58 @@ int kareus_executor_on_instruction_end(KareusExecutor* executor, const char* kin
       [&] { NotNull(executor, "executor")->impl->OnInstructionEnd(NotNull(kind, "kind")); });
 }
 
+int kareus_executor_on_instruction_begin_chunk(KareusExecutor* executor, const char* kind,
+                                               int chunk) {
+  return Guard([&] {
+    NotNull(executor, "executor")->impl->OnInstructionBegin(NotNull(kind, "kind"), chunk);
+  });
+}
+
+int kareus_executor_on_instruction_end_chunk(KareusExecutor* executor, const char* kind, int chunk) {
+  return Guard([&] {
+    NotNull(executor, "executor")->impl->OnInstructionEnd(NotNull(kind, "kind"), chunk);
+  });
+}
+
+int kareus_executor_on_gradient_sync_begin(KareusExecutor* executor) {
+  return Guard([&] { NotNull(executor, "executor")->impl->OnGradientSyncBegin(); });
+}
+
+int kareus_executor_on_gradient_sync_end(KareusExecutor* executor) {
+  return Guard([&] { NotNull(executor, "executor")->impl->OnGradientSyncEnd(); });
+}
+
+int kareus_executor_current_chunk(const KareusExecutor* executor, int* chunk) {
+  return Guard([&] {
+    NotNull(chunk, "chunk");
+    *chunk = Current(*NotNull(executor, "executor")->impl).chunk;
+  });
+}
+
+int kareus_executor_gradient_sync(const KareusExecutor* executor, int* found, int* sms,
+                                  int* overlapped) {
+  return Guard([&] {
+    NotNull(found, "found");
+    const auto sync = NotNull(executor, "executor")->impl->gradient_sync();
+    *found = sync ? 1 : 0;
+    if (!sync) return;
+    if (sms != nullptr) *sms = sync->sms;
+    if (overlapped != nullptr) *overlapped = sync->overlapped ? 1 : 0;
+  });
+}
+
+int kareus_executor_stage_gradient_sync(const KareusExecutor* executor, int* found, int* freq_mhz,
+                                        int* sms) {
+  return Guard([&] {
+    NotNull(found, "found");
+    const auto& sync = NotNull(executor, "executor")->impl->stage_gradient_sync();
+    *found = sync ? 1 : 0;
+    if (!sync) return;
+    if (freq_mhz != nullptr) *freq_mhz = sync->freq_mhz;
+    if (sms != nullptr) *sms = sync->sms;
+  });
+}
+
 int kareus_executor_current(const KareusExecutor* executor, KareusInstruction* out) {
   return Guard([&] {
     NotNull(out, "out");

@@ -20,6 +20,12 @@ schedule::Direction ParseKind(std::string_view kind) {
   return schedule::DirectionFromString(std::string(kind));
 }
 
+// "backward" or "backward (chunk 1)": what the loop said it began.
+std::string Began(schedule::Direction kind, std::optional<int> chunk) {
+  if (!chunk) return schedule::ToString(kind);
+  return fmt::format("{} (chunk {})", schedule::ToString(kind), *chunk);
+}
+
 }  // namespace
 
 FrontierChoice ChooseFrontierPoint(const plan::FrontierFile& frontier, double target_time_s,
@@ -88,15 +94,20 @@ void PlanExecutor::Validate(const plan::Plan& plan) const {
   const int max_mhz = supported.front();
   const int min_mhz = supported.back();
   const plan::PlannedStage& stage = plan.stages[options_.stage];
-  for (size_t i = 0; i < stage.instructions.size(); ++i) {
-    const int freq_mhz = stage.instructions[i].freq_mhz;
+  auto check = [&](int freq_mhz, const std::string& field) {
     if (freq_mhz > max_mhz || freq_mhz < min_mhz) {
-      ThrowInput(fmt::format("stages[{}].instructions[{}].freq_mhz", options_.stage, i),
-                 std::to_string(freq_mhz),
+      ThrowInput(field, std::to_string(freq_mhz),
                  fmt::format("outside the clocks GPU {} supports ({}..{} MHz); was the plan "
                              "made for another GPU?",
                              controller_->gpu(), min_mhz, max_mhz));
     }
+  };
+  for (size_t i = 0; i < stage.instructions.size(); ++i) {
+    check(stage.instructions[i].freq_mhz,
+          fmt::format("stages[{}].instructions[{}].freq_mhz", options_.stage, i));
+  }
+  if (stage.gradient_sync) {
+    check(stage.gradient_sync->freq_mhz, fmt::format("stages[{}].gradient_sync.freq_mhz", options_.stage));
   }
 }
 
@@ -109,6 +120,7 @@ void PlanExecutor::Mismatch(const std::string& what) {
   next_index_ = 0;
   in_step_ = false;
   in_instruction_ = false;
+  in_gradient_sync_ = false;
   if (controller_ != nullptr) controller_->RequestReset();
   throw InputError(fmt::format("plan order mismatch on stage {} at step {}, instruction {}: {}",
                                options_.stage, step, index, what));
@@ -129,6 +141,7 @@ void PlanExecutor::OnStepBegin() {
 
 void PlanExecutor::OnStepEnd() {
   const auto& instructions = stage_plan().instructions;
+  if (in_gradient_sync_) Mismatch("on_step_end came during the gradient sync (missing on_gradient_sync_end)");
   if (in_instruction_) {
     Mismatch(fmt::format("on_step_end came while {} was running",
                          Describe(instructions[current_index_])));
@@ -143,12 +156,20 @@ void PlanExecutor::OnStepEnd() {
   ApplyPendingSwap();
 }
 
-void PlanExecutor::OnInstructionBegin(std::string_view kind) {
-  const schedule::Direction got = ParseKind(kind);
+void PlanExecutor::OnInstructionBegin(std::string_view kind) { Begin(ParseKind(kind), std::nullopt); }
+void PlanExecutor::OnInstructionBegin(std::string_view kind, int chunk) { Begin(ParseKind(kind), chunk); }
+void PlanExecutor::OnInstructionEnd(std::string_view kind) { End(ParseKind(kind), std::nullopt); }
+void PlanExecutor::OnInstructionEnd(std::string_view kind, int chunk) { End(ParseKind(kind), chunk); }
+
+void PlanExecutor::Begin(schedule::Direction got, std::optional<int> chunk) {
   if (in_instruction_) {
     Mismatch(fmt::format("{} began while {} was still running (missing on_instruction_end)",
-                         schedule::ToString(got),
-                         Describe(stage_plan().instructions[current_index_])));
+                         Began(got, chunk), Describe(stage_plan().instructions[current_index_])));
+  }
+  if (in_gradient_sync_) {
+    Mismatch(fmt::format("{} began during the gradient sync (missing on_gradient_sync_end, or "
+                         "on_step_end?)",
+                         Began(got, chunk)));
   }
   // Zeus's on_step_begin is a no-op, so its users may not call it: the first instruction after
   // a step end opens the next step (and installs a pending plan swap, so take references into
@@ -158,13 +179,14 @@ void PlanExecutor::OnInstructionBegin(std::string_view kind) {
   if (next_index_ >= static_cast<int>(instructions.size())) {
     Mismatch(fmt::format("the loop began {} but the plan has only {} instructions per step for "
                          "this stage (missing on_step_end, or a plan for fewer microbatches?)",
-                         schedule::ToString(got), instructions.size()));
+                         Began(got, chunk), instructions.size()));
   }
   const plan::PlannedInstruction& expected = instructions[next_index_];
-  if (got != expected.kind) {
+  if (got != expected.kind || (chunk && *chunk != expected.chunk)) {
     Mismatch(fmt::format("the training loop began {}, the plan expects {} (is the plan for this "
-                         "stage, pipeline size and number of microbatches?)",
-                         schedule::ToString(got), Describe(expected)));
+                         "stage, pipeline size, number of microbatches{}?)",
+                         Began(got, chunk), Describe(expected),
+                         plan_.virtual_stages > 1 ? " and virtual stages" : ""));
   }
   current_index_ = next_index_;
   ++next_index_;
@@ -172,18 +194,43 @@ void PlanExecutor::OnInstructionBegin(std::string_view kind) {
   if (controller_ != nullptr) controller_->RequestClock(expected.freq_mhz);
 }
 
-void PlanExecutor::OnInstructionEnd(std::string_view kind) {
-  const schedule::Direction got = ParseKind(kind);
+void PlanExecutor::End(schedule::Direction got, std::optional<int> chunk) {
   if (!in_instruction_) {
-    Mismatch(fmt::format("on_instruction_end({}) came with no instruction running",
-                         schedule::ToString(got)));
+    Mismatch(fmt::format("on_instruction_end({}) came with no instruction running", Began(got, chunk)));
   }
   const plan::PlannedInstruction& running = stage_plan().instructions[current_index_];
-  if (got != running.kind) {
-    Mismatch(fmt::format("on_instruction_end({}) came while {} was running", schedule::ToString(got),
+  if (got != running.kind || (chunk && *chunk != running.chunk)) {
+    Mismatch(fmt::format("on_instruction_end({}) came while {} was running", Began(got, chunk),
                          Describe(running)));
   }
   in_instruction_ = false;
+}
+
+void PlanExecutor::OnGradientSyncBegin() {
+  if (in_instruction_) {
+    Mismatch(fmt::format("on_gradient_sync_begin came while {} was running",
+                         Describe(stage_plan().instructions[current_index_])));
+  }
+  if (in_gradient_sync_) Mismatch("on_gradient_sync_begin came twice (missing on_gradient_sync_end)");
+  const auto& instructions = stage_plan().instructions;
+  if (next_index_ != static_cast<int>(instructions.size())) {
+    Mismatch(fmt::format("on_gradient_sync_begin came after {} of {} instructions; the gradient "
+                         "sync follows the step's last instruction",
+                         next_index_, instructions.size()));
+  }
+  in_gradient_sync_ = true;
+  const auto& sync = stage_plan().gradient_sync;
+  if (sync && controller_ != nullptr) controller_->RequestClock(sync->freq_mhz);
+}
+
+void PlanExecutor::OnGradientSyncEnd() {
+  if (!in_gradient_sync_) Mismatch("on_gradient_sync_end came without on_gradient_sync_begin");
+  in_gradient_sync_ = false;
+}
+
+std::optional<plan::InstructionGradientSync> PlanExecutor::gradient_sync() const {
+  if (current_index_ < 0) return std::nullopt;
+  return current_instruction().gradient_sync;
 }
 
 const plan::PlannedInstruction& PlanExecutor::current_instruction() const {
@@ -201,12 +248,15 @@ std::optional<plan::PartitionKnobs> PlanExecutor::Knobs(std::string_view partiti
 
 void PlanExecutor::SwapPlan(plan::Plan plan) {
   if (plan.stages.size() != plan_.stages.size() ||
-      plan.num_microbatches != plan_.num_microbatches) {
-    ThrowInput("plan", fmt::format("{} stages x {} microbatches", plan.stages.size(),
-                                   plan.num_microbatches),
+      plan.num_microbatches != plan_.num_microbatches || plan.schedule != plan_.schedule ||
+      plan.virtual_stages != plan_.virtual_stages) {
+    ThrowInput("plan", fmt::format("{} stages x {} microbatches ({}, {} chunks)", plan.stages.size(),
+                                   plan.num_microbatches, schedule::ToString(plan.schedule),
+                                   plan.virtual_stages),
                fmt::format("a swapped-in plan must be for the same job ({} stages x {} "
-                           "microbatches)",
-                           plan_.stages.size(), plan_.num_microbatches));
+                           "microbatches, {}, {} chunks)",
+                           plan_.stages.size(), plan_.num_microbatches,
+                           schedule::ToString(plan_.schedule), plan_.virtual_stages));
   }
   Validate(plan);
   {

@@ -3,6 +3,7 @@
 // kernel list at every collective; with two nanobatches every segment yields two partitions,
 // the segment's compute of one nanobatch overlapping the other nanobatch's collective.
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <optional>
 
@@ -189,12 +190,12 @@ PartitionType MakeType(const Occurrence& o, Direction direction) {
   return t;
 }
 
-std::vector<Op> NonPartitionOps(const Workload& w, int stage, Direction direction) {
+// `first`: the unit holding the embedding (stage 0, chunk 0); `last`: the one holding the final
+// norm, output layer and loss (the last stage's last chunk).
+std::vector<Op> NonPartitionOps(const Workload& w, bool first, bool last, Direction direction) {
   const Shard s(w, w.microbatch_size);
   const double th = double(s.tokens) * s.hidden;
   const double tv = double(s.tokens) * s.vocab;
-  const bool first = stage == 0;
-  const bool last = stage == w.parallelism.pp - 1;
   std::vector<Op> ops;
   const double bf16 = internal::kBf16Bytes;
   if (direction == Direction::kForward) {
@@ -293,14 +294,27 @@ const PartitionType& WorkloadModel::Type(const std::string& name) const {
   return partition_types[index];
 }
 
+const StageModel& WorkloadModel::Unit(int stage, int chunk) const {
+  KAREUS_CHECK(stage >= 0 && stage < num_stages && chunk >= 0 && chunk < num_chunks)
+      << "stage " << stage << " chunk " << chunk;
+  return stages[static_cast<std::size_t>(stage * num_chunks + chunk)];
+}
+
 const InstructionModel& WorkloadModel::Instruction(int stage, Direction direction) const {
-  KAREUS_CHECK(stage >= 0 && stage < static_cast<int>(stages.size())) << "stage " << stage;
-  const StageModel& s = stages[static_cast<std::size_t>(stage)];
+  return Instruction(stage, 0, direction);
+}
+
+const InstructionModel& WorkloadModel::Instruction(int stage, int chunk, Direction direction) const {
+  const StageModel& s = Unit(stage, chunk);
   return direction == Direction::kForward ? s.forward : s.backward;
 }
 
 std::vector<Op> FixedWorkOps(const WorkloadModel& model, int stage, Direction direction) {
-  const InstructionModel& ins = model.Instruction(stage, direction);
+  return FixedWorkOps(model, stage, 0, direction);
+}
+
+std::vector<Op> FixedWorkOps(const WorkloadModel& model, int stage, int chunk, Direction direction) {
+  const InstructionModel& ins = model.Instruction(stage, chunk, direction);
   std::vector<Op> ops = ins.non_partition_ops;
   for (const PartitionUse& use : ins.uses) {
     const auto& compute = model.partition_types[use.type].compute_ops;
@@ -315,6 +329,147 @@ double WorkloadModel::IterationFlops() const {
     flops += double(stage.gpus) * workload.microbatches * (stage.forward.flops + stage.backward.flops);
   }
   return flops;
+}
+
+namespace {
+
+// Splits a unit's backward non-partition work at the embedding: what runs before the layers
+// (loss, output layer, final norm: the last unit) and after them (the embedding: the first).
+bool IsEmbedding(const Op& op) { return op.module == "embedding"; }
+
+// Megatron-Core's bucket default (distributed_data_parallel.py): max(40M, 1M x DP) parameters.
+double DefaultBucketParameters(const Workload& w) {
+  return std::max(40e6, 1e6 * w.parallelism.dp);
+}
+
+// The gradient buckets of every unit, in the order the backward completes them: the output
+// layer and final norm (last unit), the layers from the last to the first, the embedding (first
+// unit). Parameters are this GPU's TP shard (CP and DP replicate them). A bucket closes when it
+// holds bucket_parameters (a layer larger than a bucket fills several, each complete when the
+// layer's backward ends); the remainder is the last bucket. Without overlap Megatron-LM uses one
+// bucket for everything (bucket_size None).
+void BuildGradientSync(WorkloadModel& model) {
+  const Workload& w = model.workload;
+  GradientSyncModel& sync = model.gradient_sync;
+  sync.enabled = w.HasGradientSync();
+  if (!sync.enabled) return;
+  sync.group_size = w.parallelism.dp * w.parallelism.cp;
+  sync.inter_node = w.parallelism.tp * w.parallelism.cp * w.parallelism.dp > kGpusPerNode;
+  sync.collective = w.gradient_sync.distributed_optimizer ? CollectiveType::kReduceScatter
+                                                          : CollectiveType::kAllReduce;
+  sync.overlap = w.gradient_sync.overlap;
+  sync.bucket_parameters = w.gradient_sync.bucket_parameters > 0
+                               ? static_cast<double>(w.gradient_sync.bucket_parameters)
+                               : DefaultBucketParameters(w);
+  sync.sm_choices = {1, 2, 4, 8, 16};
+  const int library = w.gpu.interconnect.library_default_sms;
+  if (std::find(sync.sm_choices.begin(), sync.sm_choices.end(), library) == sync.sm_choices.end()) {
+    sync.sm_choices.push_back(library);
+    std::sort(sync.sm_choices.begin(), sync.sm_choices.end());
+  }
+  const double bucket = sync.overlap ? sync.bucket_parameters : std::numeric_limits<double>::infinity();
+  const Shard shard(w, 1);
+  const double tp = w.parallelism.tp;
+  const double layer_parameters = double(w.model.LayerParameters()) / double(w.model.layers) / tp;
+  const double vocab_parameters = double(shard.vocab) * double(w.model.hidden);  // per TP rank
+  for (StageModel& unit : model.stages) {
+    const std::vector<Op> order = BackwardKernelOrder(model, unit.stage, unit.chunk);
+    const int last_index = static_cast<int>(order.size()) - 1;
+    // (parameters, index of the kernel after which their gradients are complete); the order
+    // is head (non-embedding non-partition kernels), the layers, then the embedding.
+    std::vector<std::pair<double, int>> items;
+    const bool last_unit = unit.stage == model.num_stages - 1 && unit.chunk == model.num_chunks - 1;
+    const bool first_unit = unit.stage == 0 && unit.chunk == 0;
+    int head = 0;
+    for (const Op& op : unit.backward.non_partition_ops) head += IsEmbedding(op) ? 0 : 1;
+    if (last_unit) {
+      const bool tied_single = w.model.tied_embeddings && first_unit;
+      items.push_back({(tied_single ? 0.0 : vocab_parameters) + double(w.model.hidden), head - 1});
+    }
+    const int tail = static_cast<int>(unit.backward.non_partition_ops.size()) - head;
+    const int per_layer = (last_index + 1 - head - tail) / std::max(unit.layers, 1);
+    for (int l = 0; l < unit.layers; ++l) items.push_back({layer_parameters, head + (l + 1) * per_layer - 1});
+    if (first_unit) items.push_back({vocab_parameters, last_index});
+    double held = 0.0;
+    int ready = 0;
+    auto emit = [&](double parameters) {
+      GradientBucket b;
+      b.parameters = parameters;
+      b.ready_after = ready;
+      b.collective = Collective("grad_bucket_" + std::to_string(unit.gradient_buckets.size()),
+                                sync.collective, parameters * w.gradient_sync.reduce_bytes,
+                                sync.group_size, 1);
+      unit.gradient_buckets.push_back(std::move(b));
+    };
+    for (const auto& [parameters, after] : items) {
+      held += parameters;
+      ready = after;
+      while (held >= bucket) {
+        emit(bucket);
+        held -= bucket;
+      }
+    }
+    if (held > 0.0) emit(held);
+  }
+}
+
+}  // namespace
+
+std::vector<Op> BackwardKernelOrder(const WorkloadModel& model, int stage, int chunk) {
+  const Workload& w = model.workload;
+  const StageModel& unit = model.Unit(stage, chunk);
+  const std::vector<Op> forward = LayerForwardOps(w, w.microbatch_size);
+  const std::vector<Op> backward = LayerBackwardOps(w, w.microbatch_size);
+  std::vector<Op> order;
+  for (const Op& op : unit.backward.non_partition_ops) {
+    if (!IsEmbedding(op)) order.push_back(op);
+  }
+  for (int l = 0; l < unit.layers; ++l) {
+    if (w.recompute == Recompute::kFull) order.insert(order.end(), forward.begin(), forward.end());
+    order.insert(order.end(), backward.begin(), backward.end());
+  }
+  for (const Op& op : unit.backward.non_partition_ops) {
+    if (IsEmbedding(op)) order.push_back(op);
+  }
+  return order;
+}
+
+namespace {
+
+int LastKernel(const WorkloadModel& model, int stage, int chunk) {
+  return static_cast<int>(BackwardKernelOrder(model, stage, chunk).size()) - 1;
+}
+
+}  // namespace
+
+std::vector<GradientBucket> LastBackwardBuckets(const WorkloadModel& model, int stage) {
+  if (!model.gradient_sync.enabled || !model.gradient_sync.overlap) return {};
+  const int last = LastKernel(model, stage, 0);
+  std::vector<GradientBucket> out;
+  for (const GradientBucket& b : model.Unit(stage, 0).gradient_buckets) {
+    if (b.ready_after < last) out.push_back(b);
+  }
+  return out;
+}
+
+std::vector<GradientBucket> GradientSyncBuckets(const WorkloadModel& model, int stage, int chunk) {
+  if (!model.gradient_sync.enabled) return {};
+  if (!model.gradient_sync.overlap) {
+    if (chunk != 0) return {};
+    std::vector<GradientBucket> out;
+    for (int c = model.num_chunks - 1; c >= 0; --c) {
+      const auto& buckets = model.Unit(stage, c).gradient_buckets;
+      out.insert(out.end(), buckets.begin(), buckets.end());
+    }
+    return out;
+  }
+  if (chunk > 0) return model.Unit(stage, chunk).gradient_buckets;
+  const int last = LastKernel(model, stage, 0);
+  std::vector<GradientBucket> out;
+  for (const GradientBucket& b : model.Unit(stage, 0).gradient_buckets) {
+    if (b.ready_after >= last) out.push_back(b);
+  }
+  return out;
 }
 
 WorkloadModel BuildWorkloadModel(const Workload& w) {
@@ -350,10 +505,19 @@ WorkloadModel BuildWorkloadModel(const Workload& w) {
     }
   }
 
-  for (int s = 0; s < w.parallelism.pp; ++s) {
+  const int pp = w.parallelism.pp;
+  const int chunks = w.parallelism.virtual_stages;
+  model.num_stages = pp;
+  model.num_chunks = chunks;
+  for (int u = 0; u < pp * chunks; ++u) {
+    const int s = u / chunks;
+    const int chunk = u % chunks;
+    const bool first = s == 0 && chunk == 0;
+    const bool last = s == pp - 1 && chunk == chunks - 1;
     StageModel stage;
     stage.stage = s;
-    stage.layers = w.parallelism.layers_per_stage[s];
+    stage.chunk = chunk;
+    stage.layers = w.parallelism.layers_per_stage[s] / chunks;
     stage.gpus = w.GpusPerStage();
     const Shard full(w, w.microbatch_size);
     for (Direction d : {Direction::kForward, Direction::kBackward}) {
@@ -370,9 +534,9 @@ WorkloadModel BuildWorkloadModel(const Workload& w) {
           ins.sequential_ops.insert(ins.sequential_ops.end(), bwd_full.begin(), bwd_full.end());
         }
       }
-      ins.non_partition_ops = NonPartitionOps(w, s, d);
+      ins.non_partition_ops = NonPartitionOps(w, first, last, d);
       ins.flops = ComputeFlops(ins.sequential_ops) + ComputeFlops(ins.non_partition_ops);
-      const bool sends = d == Direction::kForward ? s < w.parallelism.pp - 1 : s > 0;
+      const bool sends = d == Direction::kForward ? !last : !first;
       ins.p2p_send = Collective(d == Direction::kForward ? "p2p_activation" : "p2p_gradient",
                                 CollectiveType::kP2P,
                                 sends ? internal::kBf16Bytes * double(full.tokens) * full.hidden : 0.0,
@@ -403,6 +567,7 @@ WorkloadModel BuildWorkloadModel(const Workload& w) {
     }
     model.stages.push_back(std::move(stage));
   }
+  BuildGradientSync(model);
   return model;
 }
 
@@ -433,15 +598,36 @@ Json WorkloadModel::ToJson() const {
       if (ins->p2p_send.bytes > 0) j["p2p_send"] = ins->p2p_send.ToJson();
       instructions.push_back(std::move(j));
     }
-    stages_json.push_back({{"stage", stage.stage},
-                           {"layers", stage.layers},
-                           {"gpus", stage.gpus},
-                           {"instructions", instructions}});
+    Json unit{{"stage", stage.stage},
+              {"chunk", stage.chunk},
+              {"layers", stage.layers},
+              {"gpus", stage.gpus},
+              {"instructions", instructions}};
+    if (!stage.gradient_buckets.empty()) {
+      double parameters = 0.0, bytes = 0.0;
+      for (const GradientBucket& b : stage.gradient_buckets) {
+        parameters += b.parameters;
+        bytes += b.collective.bytes;
+      }
+      unit["gradient_sync"] = {{"buckets", stage.gradient_buckets.size()},
+                               {"parameters", parameters},
+                               {"bytes", bytes}};
+    }
+    stages_json.push_back(std::move(unit));
   }
   Json out{{"workload", workload.ToJson()},
+           {"schedule", schedule::ToString(workload.Schedule())},
            {"nanobatching", nanobatching},
            {"iteration_flops", IterationFlops()},
            {"stages", stages_json}};
+  if (gradient_sync.enabled) {
+    out["gradient_sync"] = {{"group_size", gradient_sync.group_size},
+                            {"inter_node", gradient_sync.inter_node},
+                            {"collective", ToString(gradient_sync.collective)},
+                            {"overlap", gradient_sync.overlap},
+                            {"bucket_parameters", gradient_sync.bucket_parameters},
+                            {"sm_choices", gradient_sync.sm_choices}};
+  }
   if (!nanobatching) {
     out["nanobatching_note"] =
         workload.CanNanobatch()

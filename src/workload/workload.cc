@@ -110,6 +110,11 @@ Json Workload::ToJson() const {
               {"sequence_length", sequence_length},
               {"microbatches", microbatches},
               {"recompute", ToString(recompute)},
+              {"gradient_sync",
+               {{"distributed_optimizer", gradient_sync.distributed_optimizer},
+                {"overlap", gradient_sync.overlap},
+                {"bucket_parameters", gradient_sync.bucket_parameters},
+                {"reduce_dtype", gradient_sync.reduce_bytes == 2 ? "bf16" : "fp32"}}},
               {"nanobatching_possible", CanNanobatch()}};
 }
 
@@ -152,6 +157,8 @@ Workload WorkloadFromYaml(const std::string& yaml_text, const std::string& sourc
   w.parallelism.cp = par.Has("cp") ? static_cast<int>(PositiveInt(par, "cp")) : 1;
   w.parallelism.pp = par.Has("pp") ? static_cast<int>(PositiveInt(par, "pp")) : 1;
   w.parallelism.dp = par.Has("dp") ? static_cast<int>(PositiveInt(par, "dp")) : 1;
+  w.parallelism.virtual_stages =
+      par.Has("virtual_stages") ? static_cast<int>(PositiveInt(par, "virtual_stages")) : 1;
   const ModelConfig& m = w.model;
   const int tp = w.parallelism.tp, cp = w.parallelism.cp, pp = w.parallelism.pp;
   RequireDivisible(par, "tp", m.heads, "model.heads", tp, "tp");
@@ -182,10 +189,54 @@ Workload WorkloadFromYaml(const std::string& yaml_text, const std::string& sourc
     }
   }
   par.RejectUnknownKeys();
+  const int virtual_stages = w.parallelism.virtual_stages;
+  if (virtual_stages > 1) {
+    // Megatron-LM's interleaved schedule: more than one stage, and every virtual stage of a
+    // rank holds the same number of layers (arguments.py).
+    if (pp < 2) {
+      par.Fail("virtual_stages", Describe(virtual_stages),
+               "needs pp >= 2 (interleaved 1F1B splits a pipeline of several stages; pp = " +
+                   Describe(pp) + ")");
+    }
+    for (int s = 0; s < pp; ++s) {
+      const int layers = w.parallelism.layers_per_stage[s];
+      if (layers % virtual_stages != 0) {
+        par.Fail("virtual_stages", Describe(virtual_stages),
+                 "must divide every stage's layers (stage " + Describe(s) + " has " +
+                     Describe(layers) + "): Megatron-LM gives each model chunk of a stage the "
+                     "same number of layers");
+      }
+    }
+  }
 
   w.microbatch_size = static_cast<int>(PositiveInt(root, "microbatch_size"));
   w.sequence_length = PositiveInt(root, "sequence_length");
   w.microbatches = static_cast<int>(PositiveInt(root, "microbatches"));
+  if (virtual_stages > 1 && w.microbatches % pp != 0) {
+    root.Fail("microbatches", Describe(w.microbatches),
+              "must be a multiple of parallelism.pp (" + Describe(pp) +
+                  ") with parallelism.virtual_stages = " + Describe(virtual_stages) +
+                  " (Megatron-LM's interleaved schedule runs microbatches in groups of one "
+                  "pipeline size per model chunk)");
+  }
+  if (root.Has("gradient_sync")) {
+    const YamlMap sync = root.Map("gradient_sync");
+    GradientSyncConfig& g = w.gradient_sync;
+    if (sync.Has("distributed_optimizer")) g.distributed_optimizer = sync.Bool("distributed_optimizer");
+    if (sync.Has("overlap")) g.overlap = sync.Bool("overlap");
+    if (sync.Has("bucket_parameters")) g.bucket_parameters = PositiveInt(sync, "bucket_parameters");
+    if (sync.Has("reduce_dtype")) {
+      const std::string dtype = sync.String("reduce_dtype");
+      if (dtype == "fp32") {
+        g.reduce_bytes = 4;
+      } else if (dtype == "bf16") {
+        g.reduce_bytes = 2;
+      } else {
+        sync.Fail("reduce_dtype", dtype, "must be fp32 or bf16");
+      }
+    }
+    sync.RejectUnknownKeys();
+  }
   // Context parallelism splits the sequence into 2*CP chunks for causal load balance
   // (Megatron-Core), so the sequence must divide by 2*CP.
   if (w.sequence_length % (2 * cp) != 0) {

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 
 #include <gmock/gmock.h>
@@ -106,6 +107,46 @@ TEST(CliSolve, DeadlineWritesTheLeastEnergyPlanForOneDeadline) {
   EXPECT_EQ(infeasible.exit_code, 2);
   EXPECT_THAT(infeasible.err, ::testing::HasSubstr("deadline"));
   EXPECT_FALSE(fs::exists(dir / "infeasible"));
+}
+
+// A GPipe solve writes GPipe plans, and kareus export writes them in their order: per stage
+// every forward, then every backward.
+TEST(CliSolve, GPipePlansAreSolvedWrittenAndExported) {
+  const fs::path dir = Scratch("gpipe");
+  WriteProfile(dir / "profile.csv");
+  const auto solve = RunKareus("solve " + (dir / "profile.csv").string() +
+                               " --stages 2 --microbatches 4 --static-power 85 --schedule gpipe"
+                               " --out " + (dir / "out").string() + " --json");
+  ASSERT_EQ(solve.exit_code, 0) << solve.err;
+  const Json plan = ReadJsonFile(dir / "out" / "plan.json");
+  EXPECT_EQ(plan["schedule"], "gpipe");
+  for (const Json& stage : plan["stages"]) {
+    ASSERT_EQ(stage["instructions"].size(), 8u);
+    for (std::size_t i = 0; i < 8; ++i) {
+      EXPECT_EQ(stage["instructions"][i]["kind"], i < 4 ? "forward" : "backward");
+      EXPECT_EQ(stage["instructions"][i]["microbatch"], static_cast<int>(i % 4));
+    }
+  }
+  const auto zeus = RunKareus("export " + (dir / "out" / "plan.json").string() +
+                              " --format zeus --out " + (dir / "zeus").string());
+  ASSERT_EQ(zeus.exit_code, 0) << zeus.err;
+  std::ifstream in(dir / "zeus" / "freqs_pipeline_00000.py");
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // Stage 0's list: four forwards, then four backwards.
+  const std::size_t first_backward = text.find("'backward'");
+  ASSERT_NE(first_backward, std::string::npos) << text;
+  std::size_t forwards = 0;
+  for (std::size_t at = text.find("'forward'"); at != std::string::npos && at < first_backward;
+       at = text.find("'forward'", at + 1)) {
+    ++forwards;
+  }
+  EXPECT_EQ(forwards, 4u) << text;
+  const auto bad = RunKareus("solve " + (dir / "profile.csv").string() +
+                             " --stages 2 --microbatches 4 --static-power 85 --schedule interleaved-1f1b"
+                             " --out " + (dir / "bad").string());
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_THAT(bad.err, ::testing::HasSubstr("--schedule"));
+  EXPECT_FALSE(fs::exists(dir / "bad"));
 }
 
 TEST(CliSolve, BadProfileExitsTwoNamingTheLineAndWritesNothing) {

@@ -64,7 +64,7 @@ class SyntheticBackend : public measure::Backend {
   // overlap hides most of the shorter of the two, better with comm knobs near 12 SMs.
   static measure::Sample InstructionTruth(const workload::WorkloadModel& model,
                                           const measure::InstructionRequest& r) {
-    const workload::InstructionModel& ins = model.Instruction(r.stage, r.direction);
+    const workload::InstructionModel& ins = model.Instruction(r.stage, r.chunk, r.direction);
     const double f = r.knobs.freq_mhz / 1410.0;
     double comm_bytes = 0.0;
     for (const workload::Op& op : ins.sequential_ops) {
@@ -118,7 +118,7 @@ class SyntheticBackend : public measure::Backend {
     for (std::size_t i = 0; i < batch.size(); ++i) {
       const auto& r = batch[i];
       double flops = 0.0;
-      for (const workload::Op& op : workload::FixedWorkOps(model, r.stage, r.direction)) flops += op.flops;
+      for (const workload::Op& op : workload::FixedWorkOps(model, r.stage, r.chunk, r.direction)) flops += op.flops;
       const double f = r.freq_mhz / 1410.0;
       measure::Sample s;
       s.time_s = flops / (180e12 * f) + 1e-4;
@@ -129,6 +129,43 @@ class SyntheticBackend : public measure::Backend {
       s.gpus = measure::InstructionGpus(model);
       s.noise_free = true;
       s = Noisy(s, "fixed" + std::to_string(r.stage) + schedule::ToString(r.direction) + std::to_string(r.freq_mhz));
+      s.seconds = 12.0;
+      Account(s.GpuSeconds(), 1);
+      on_sample(i, s);
+    }
+  }
+
+  // Gradient buckets on a network of 20 GB/s per SM up to 50 GB/s; overlapped with the
+  // backward's compute (which loses 1 % per reduction SM while they overlap).
+  void MeasureGradientSync(const workload::WorkloadModel& model,
+                           const std::vector<measure::GradientSyncRequest>& batch,
+                           const measure::SampleCallback& on_sample) override {
+    if (batch.empty()) return;
+    Account(10.0 * measure::GradientSyncGpus(model), 0);
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      const auto& r = batch[i];
+      const auto buckets = r.work == measure::GradientSyncWork::kSyncNode
+                               ? workload::GradientSyncBuckets(model, r.stage, r.chunk)
+                               : workload::LastBackwardBuckets(model, r.stage);
+      double bytes = 0.0;
+      for (const auto& b : buckets) bytes += b.collective.bytes;
+      const double f = r.freq_mhz / 1410.0;
+      const double comm_s = bytes / std::min(50e9, 20e9 * r.sms) + 1e-4;
+      double compute_s = 0.0;
+      if (r.work == measure::GradientSyncWork::kOverlapped) {
+        compute_s = model.Instruction(r.stage, 0, schedule::Direction::kBackward).flops /
+                    (180e12 * f) * (1.0 + 0.01 * r.sms);
+      }
+      measure::Sample s;
+      s.time_s = std::max(compute_s, comm_s);
+      s.static_energy_j = 85.0 * s.time_s;
+      s.dynamic_energy_j = (260.0 * std::pow(f, 2.6) + 40.0) * compute_s + (5.0 + r.sms) * comm_s;
+      s.energy_j = s.static_energy_j + s.dynamic_energy_j;
+      s.realized_freq_mhz = r.freq_mhz;
+      s.gpus = measure::GradientSyncGpus(model);
+      s.noise_free = true;
+      s = Noisy(s, std::string("sync") + measure::ToString(r.work) + std::to_string(r.stage) +
+                       std::to_string(r.chunk) + std::to_string(r.freq_mhz) + std::to_string(r.sms));
       s.seconds = 12.0;
       Account(s.GpuSeconds(), 1);
       on_sample(i, s);

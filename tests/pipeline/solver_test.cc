@@ -257,6 +257,166 @@ TEST(Solver, GPipeP2pAndGpusPerStage) {
   }
 }
 
+// Every node takes its class's options: forwards and backwards per (stage, chunk), each
+// stage's last instruction (launching the overlapped gradient sync) its own list, each sync
+// node its own. With one option per class the only point's time is the longest path over those
+// durations, computed here from the node's identity.
+TEST(Solver, NodeClassesTakeTheirOwnOptions) {
+  const int stages = 2, chunks = 2, microbatches = 4;
+  Problem problem{.schedule = ScheduleKind::kInterleaved1F1B, .num_stages = stages,
+                  .num_microbatches = microbatches, .num_chunks = chunks};
+  problem.gradient_sync = schedule::GradientSync::kOverlapped;
+  auto one = [](double t) { return std::vector<Option>{{.time_s = t, .energy_j = 200.0 * t}}; };
+  for (int u = 0; u < stages * chunks; ++u) {
+    problem.forward_options.push_back(one(0.010 + 0.001 * u));
+    problem.backward_options.push_back(one(0.020 + 0.002 * u));
+  }
+  for (int s = 0; s < stages; ++s) {
+    problem.last_backward_options.push_back(one(0.050 + 0.003 * s));
+    for (int c = 0; c < chunks; ++c) problem.gradient_sync_options.push_back(one(0.030 + 0.010 * s + 0.005 * c));
+  }
+  problem.gpus_per_stage = {2, 3};
+  problem.p2p_time_s = 0.001;
+  const Result result = Solve(problem, {.p_static_w = kStaticW});
+  ASSERT_EQ(result.summary.status, Status::kReachedMinimumTime) << result.summary.message;
+  ASSERT_EQ(result.points.size(), 1u);
+  const Dag& dag = result.dag;
+  ASSERT_EQ(static_cast<int>(dag.nodes.size()), 2 * stages * chunks * microbatches + stages * chunks);
+  std::vector<double> durations;
+  double effective = 0.0;
+  for (const schedule::DagNode& node : dag.nodes) {
+    const int u = node.stage * chunks + node.chunk;
+    double t;
+    if (node.node == schedule::NodeKind::kGradientSync) {
+      t = 0.030 + 0.010 * node.stage + 0.005 * node.chunk;
+    } else if (node.kind == schedule::Direction::kForward) {
+      t = 0.010 + 0.001 * u;
+    } else if (node.chunk == 0 && node.microbatch == microbatches - 1) {
+      t = 0.050 + 0.003 * node.stage;
+    } else {
+      t = 0.020 + 0.002 * u;
+    }
+    durations.push_back(t);
+    effective += problem.gpus_per_stage[node.stage] * (200.0 - kStaticW) * t;
+  }
+  const double makespan = schedule::StartTimes(dag, durations, 0.001).makespan;
+  EXPECT_NEAR(result.points[0].cost.time_s, makespan, 1e-12);
+  EXPECT_NEAR(result.points[0].cost.energy_j, effective + kStaticW * 5 * makespan, 1e-9);
+}
+
+// Interleaved 1F1B with an overlapped gradient sync on a DAG small enough to enumerate every
+// assignment: the fastest point is the true minimum time and every point is within a few
+// percent of the least energy any assignment reaches within its time.
+TEST(Solver, InterleavedWithGradientSyncAgainstEnumeration) {
+  std::mt19937_64 rng(11);
+  const int stages = 2, chunks = 2, microbatches = 2;
+  Problem problem{.schedule = ScheduleKind::kInterleaved1F1B, .num_stages = stages,
+                  .num_microbatches = microbatches, .num_chunks = chunks};
+  problem.gradient_sync = schedule::GradientSync::kOverlapped;
+  for (int u = 0; u < stages * chunks; ++u) {
+    problem.forward_options.push_back(RandomOptions(rng, 0.010, 2));
+    problem.backward_options.push_back(RandomOptions(rng, 0.020, 2));
+  }
+  for (int s = 0; s < stages; ++s) {
+    problem.last_backward_options.push_back(RandomOptions(rng, 0.030, 2));
+    problem.gradient_sync_options.push_back(RandomOptions(rng, 0.015, 2));  // the tail
+    problem.gradient_sync_options.push_back(RandomOptions(rng, 0.025, 1));  // chunk 1
+  }
+  problem.p2p_time_s = 0.0005;
+  const Result result = Solve(problem, {.p_static_w = kStaticW});
+  ASSERT_EQ(result.summary.status, Status::kReachedMinimumTime) << result.summary.message;
+  const Dag& dag = result.dag;
+  const std::size_t n = dag.nodes.size();
+  ASSERT_EQ(n, 20u);
+  std::vector<int> free_nodes;  // nodes with two options
+  for (std::size_t v = 0; v < n; ++v) {
+    if (OptionsOf(problem, dag, static_cast<int>(v)).size() == 2) free_nodes.push_back(static_cast<int>(v));
+  }
+  ASSERT_EQ(free_nodes.size(), 18u);
+  std::vector<pareto::Point> all;  // every assignment: (time, energy)
+  std::vector<int> choice(n, 0);
+  for (uint32_t mask = 0; mask < (1u << free_nodes.size()); ++mask) {
+    for (std::size_t i = 0; i < free_nodes.size(); ++i) choice[free_nodes[i]] = (mask >> i) & 1;
+    const Evaluation e = Evaluate(problem, dag, choice, kStaticW);
+    all.push_back({.time_s = e.time_s, .energy_j = e.energy_j});
+  }
+  const std::vector<pareto::Point> best = pareto::Filter(all);
+  EXPECT_NEAR(result.points.back().cost.time_s, best.front().time_s, 1e-12);
+  for (const IterationPoint& point : result.points) {
+    double least = std::numeric_limits<double>::infinity();
+    for (const pareto::Point& p : best) {
+      if (p.time_s <= point.cost.time_s + 1e-12) least = std::min(least, p.energy_j);
+    }
+    EXPECT_LE(point.cost.energy_j, least * 1.06) << "at " << point.cost.time_s << " s";
+    EXPECT_GE(point.cost.energy_j, least - 1e-9);
+  }
+}
+
+// Issue 17's exact search with issue 14's node kinds: interleaved 1F1B with a gradient sync at
+// the end and overlapped, small enough to enumerate every assignment. The problem is small, so
+// every grid deadline gets the exact search, whose completion bound groups a stage's chunks in
+// one chain and counts the sync nodes alone: every point it proves (`exact`) must be the least
+// energy of any assignment within the point's deadline (an invalid bound would prune that
+// plan and "prove" a worse one), and every point's convex energy must stay a lower bound.
+TEST(Solver, ExactSearchWithChunksAndGradientSyncAgainstEnumeration) {
+  for (const auto sync : {schedule::GradientSync::kAtEnd, schedule::GradientSync::kOverlapped}) {
+    SCOPED_TRACE(sync == schedule::GradientSync::kAtEnd ? "at end" : "overlapped");
+    std::mt19937_64 rng(23);
+    const int stages = 2, chunks = 2, microbatches = 2;
+    Problem problem{.schedule = ScheduleKind::kInterleaved1F1B, .num_stages = stages,
+                    .num_microbatches = microbatches, .num_chunks = chunks};
+    problem.gradient_sync = sync;
+    for (int u = 0; u < stages * chunks; ++u) {
+      problem.forward_options.push_back(RandomOptions(rng, 0.010, 2));
+      problem.backward_options.push_back(RandomOptions(rng, 0.020, 2));
+    }
+    for (int s = 0; s < stages; ++s) {
+      if (sync == schedule::GradientSync::kOverlapped) {
+        problem.last_backward_options.push_back(RandomOptions(rng, 0.030, 2));
+        problem.gradient_sync_options.push_back(RandomOptions(rng, 0.015, 2));  // the tail
+        problem.gradient_sync_options.push_back(RandomOptions(rng, 0.025, 1));  // chunk 1
+      } else {
+        problem.gradient_sync_options.push_back(RandomOptions(rng, 0.040, 2));
+      }
+    }
+    problem.gpus_per_stage = {2, 1};
+    problem.p2p_time_s = 0.0005;
+    const Result result = Solve(problem, {.p_static_w = kStaticW});
+    ASSERT_EQ(result.summary.status, Status::kReachedMinimumTime) << result.summary.message;
+    const Dag& dag = result.dag;
+    const std::size_t n = dag.nodes.size();
+    std::vector<int> free_nodes;  // nodes with two options
+    for (std::size_t v = 0; v < n; ++v) {
+      if (OptionsOf(problem, dag, static_cast<int>(v)).size() == 2) free_nodes.push_back(static_cast<int>(v));
+    }
+    ASSERT_EQ(free_nodes.size(), 18u);
+    std::vector<pareto::Point> all;
+    std::vector<int> choice(n, 0);
+    for (uint32_t mask = 0; mask < (1u << free_nodes.size()); ++mask) {
+      for (std::size_t i = 0; i < free_nodes.size(); ++i) choice[free_nodes[i]] = (mask >> i) & 1;
+      const Evaluation e = Evaluate(problem, dag, choice, kStaticW);
+      all.push_back({.time_s = e.time_s, .energy_j = e.energy_j});
+    }
+    const std::vector<pareto::Point> best = pareto::Filter(all);
+    EXPECT_NEAR(result.points.back().cost.time_s, best.front().time_s, 1e-12);
+    int proven = 0;
+    for (const IterationPoint& point : result.points) {
+      double least = std::numeric_limits<double>::infinity();
+      for (const pareto::Point& p : best) {
+        if (p.time_s <= point.deadline_s + 1e-12) least = std::min(least, p.energy_j);
+      }
+      EXPECT_LE(point.cost.time_s, point.deadline_s + 1e-12);
+      EXPECT_GE(point.cost.energy_j, least - 1e-9);
+      EXPECT_LE(point.model_energy_j, least + 1e-9) << "at deadline " << point.deadline_s;
+      if (point.exact) {
+        ++proven;
+        EXPECT_NEAR(point.cost.energy_j, least, 1e-9 * least) << "at deadline " << point.deadline_s;
+      }
+    }
+    EXPECT_EQ(proven, static_cast<int>(result.points.size()));
+  }
+}
+
 TEST(Solver, StepLimitAndInvalidInputAreStatuses) {
   std::mt19937_64 rng(4);
   Problem problem = RandomProblem(rng);
@@ -270,6 +430,22 @@ TEST(Solver, StepLimitAndInvalidInputAreStatuses) {
   EXPECT_TRUE(bad.points.empty());
   problem.backward_options[0] = {{-1.0, 3.0}};
   EXPECT_EQ(Solve(problem, {}).summary.status, Status::kInvalidInput);
+  problem.backward_options[0] = {{1.0, 3.0}};
+  problem.gradient_sync = schedule::GradientSync::kOverlapped;
+  problem.gradient_sync_options.assign(problem.num_stages, {{1.0, 3.0}});  // no last backwards
+  const Result half = Solve(problem, {});
+  EXPECT_EQ(half.summary.status, Status::kInvalidInput);
+  EXPECT_NE(half.summary.message.find("last_backward_options"), std::string::npos) << half.summary.message;
+  problem.gradient_sync = schedule::GradientSync::kAtEnd;
+  problem.gradient_sync_options.clear();
+  const Result missing = Solve(problem, {});
+  EXPECT_EQ(missing.summary.status, Status::kInvalidInput);
+  EXPECT_NE(missing.summary.message.find("gradient_sync_options"), std::string::npos) << missing.summary.message;
+  problem.gradient_sync = schedule::GradientSync::kNone;
+  problem.schedule = ScheduleKind::kInterleaved1F1B;  // one chunk: not an interleaved schedule
+  const Result shape = Solve(problem, {});
+  EXPECT_EQ(shape.summary.status, Status::kInvalidInput);
+  EXPECT_NE(shape.summary.message.find("chunks"), std::string::npos) << shape.summary.message;
 }
 
 }  // namespace

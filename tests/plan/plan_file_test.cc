@@ -162,7 +162,7 @@ TEST(PlanFile, FieldRulesAreNamed) {
   const std::vector<Case> cases{
       {"/num_microbatches", 0, "num_microbatches = 0: must be >= 1"},
       {"/num_microbatches", 2.5, "num_microbatches = 2.5: must be an integer"},
-      {"/schedule", "zero-bubble", "schedule = zero-bubble: must be \"1f1b\" or \"gpipe\""},
+      {"/schedule", "zero-bubble", "schedule = zero-bubble: must be \"1f1b\", \"gpipe\" or \"interleaved-1f1b\""},
       {"/stages/0/instructions/1/chunk", -1, "stages[0].instructions[1].chunk = -1: must be >= 0"},
       {"/stages/0/instructions/1/chunk", 1, "expects forward 1 here"},
       {"/stages", Json::array(), "at least one stage"},

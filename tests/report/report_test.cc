@@ -82,6 +82,26 @@ TEST(Report, TerminalTablesShowDashForInfeasible) {
   EXPECT_NE(text.find("--"), std::string::npos);
 }
 
+// The planner's cost: wall time per phase of each method and the process's peak memory, when
+// the summary has them ("--" for a phase a method did not run).
+TEST(Report, PlanningCostTableWithPhasesAndPeakMemory) {
+  Json summary = SyntheticSummary();
+  EXPECT_EQ(RenderTables(summary).find("Peak memory"), std::string::npos);
+  summary["peak_rss_mib"] = 133.8;
+  for (Json& m : summary["methods"]) {
+    if (m["method"] == "kareus") {
+      m["phase_wall_s"] = {{"profile", 5.04}, {"compose", 0.01}, {"solve", 277.12}, {"evaluate", 0.7}};
+      m["profiling_gpu_hours"] = 76.5155;
+    }
+  }
+  const std::string text = RenderTables(summary);
+  EXPECT_NE(text.find("Planning cost"), std::string::npos) << text;
+  EXPECT_NE(text.find("277.1"), std::string::npos) << text;
+  EXPECT_NE(text.find("76.52"), std::string::npos) << text;
+  EXPECT_NE(text.find("Peak memory of the planning process: 134 MiB"), std::string::npos) << text;
+  EXPECT_NE(RenderHtml(summary).find("Planning cost"), std::string::npos);
+}
+
 TEST(Report, WritesASampleForTheBrowserCheck) {
   // The CTest entry report_render_check renders this file in headless Chromium.
   const char* dir = std::getenv("KAREUS_BINARY_DIR");

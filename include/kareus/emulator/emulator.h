@@ -62,6 +62,9 @@ SimResult SimulateSequential(const hw::GpuSpec& gpu, const std::vector<workload:
 // composition is checked against.
 SimResult SimulateInstruction(const workload::WorkloadModel& model, int stage,
                               schedule::Direction direction, const InstructionKnobs& knobs);
+// The same for model chunk `chunk` of the stage (interleaved 1F1B); the overload above is chunk 0.
+SimResult SimulateInstruction(const workload::WorkloadModel& model, int stage, int chunk,
+                              schedule::Direction direction, const InstructionKnobs& knobs);
 
 // Measurement emulation: what a profiler would read on a real GPU under the published protocol
 // (clock settle + measurement window + cool-down), with seeded multiplicative noise.

@@ -24,11 +24,12 @@ namespace kareus::measure {
 // before the next one is taken (a killed run then loses at most one measurement).
 using SampleCallback = std::function<void(std::size_t index, const Sample& sample)>;
 
-// One whole forward or backward instruction of a stage, run with `knobs`.
+// One whole forward or backward instruction of a stage's model chunk, run with `knobs`.
 struct InstructionRequest {
   int stage = 0;
   schedule::Direction direction = schedule::Direction::kForward;
   InstructionKnobs knobs;
+  int chunk = 0;  // model chunk (interleaved 1F1B); 0 otherwise
 };
 
 // The fixed work of one instruction at one clock (workload::FixedWorkOps): the kernels outside
@@ -38,6 +39,27 @@ struct FixedWorkRequest {
   int stage = 0;
   schedule::Direction direction = schedule::Direction::kForward;
   int freq_mhz = 0;
+  int chunk = 0;  // model chunk (interleaved 1F1B); 0 otherwise
+};
+
+// What of the data-parallel gradient reduction to measure (the buckets of
+// workload::LastBackwardBuckets / GradientSyncBuckets; Megatron-Core DDP):
+enum class GradientSyncWork {
+  kOverlapped,   // the stage's last instruction (the last backward of chunk 0, sequential
+                 // execution) with LastBackwardBuckets(stage) reduced as it completes them:
+                 // until both end
+  kLastBuckets,  // LastBackwardBuckets(stage) alone (reduced right after that backward)
+  kSyncNode,     // GradientSyncBuckets(stage, chunk) alone: the DAG's sync node of (stage, chunk)
+};
+const char* ToString(GradientSyncWork work);  // "overlapped" | "last_buckets" | "sync_node"
+
+// One gradient-sync measurement at a locked clock, the reduction kernel on `sms` SMs.
+struct GradientSyncRequest {
+  int stage = 0;
+  int chunk = 0;  // kSyncNode only
+  GradientSyncWork work = GradientSyncWork::kSyncNode;
+  int freq_mhz = 0;
+  int sms = 0;
 };
 
 class Backend {
@@ -76,6 +98,12 @@ class Backend {
                                 const std::vector<FixedWorkRequest>& batch,
                                 const SampleCallback& on_sample) = 0;
 
+  // Measures data-parallel gradient syncs of `model` (one stage replica; the reduction spans
+  // its DP x CP replicas). Only called for workloads with a gradient sync (DP x CP > 1).
+  virtual void MeasureGradientSync(const workload::WorkloadModel& model,
+                                   const std::vector<GradientSyncRequest>& batch,
+                                   const SampleCallback& on_sample) = 0;
+
   // A noise-free twin for the oracle and the evaluation of plans, or nullptr when the backend
   // cannot provide one (a real GPU has no noise-free reading).
   virtual std::unique_ptr<Backend> NoiseFreeTwin() const { return nullptr; }
@@ -87,6 +115,8 @@ class Backend {
                                  const std::vector<InstructionRequest>& batch);
   std::vector<Sample> MeasureAll(const workload::WorkloadModel& model,
                                  const std::vector<FixedWorkRequest>& batch);
+  std::vector<Sample> MeasureAll(const workload::WorkloadModel& model,
+                                 const std::vector<GradientSyncRequest>& batch);
 
   double GpuSeconds() const { return gpu_seconds_; }      // measurements + batch overheads
   int64_t Measurements() const { return measurements_; }  // requests measured so far
@@ -111,6 +141,8 @@ using BackendFactory = std::function<std::unique_ptr<Backend>(const workload::Wo
 // instruction's stage replica (TP x CP).
 int PartitionGpus(const workload::PartitionType& partition);
 int InstructionGpus(const workload::WorkloadModel& model);
+// A gradient-sync measurement occupies the stage's replicas: TP x CP x DP GPUs.
+int GradientSyncGpus(const workload::WorkloadModel& model);
 
 // A stable 64-bit key of (workload signature, partition, knobs): the emulator's noise key.
 uint64_t ConfigurationKey(const std::string& workload_signature, const std::string& partition,

@@ -36,6 +36,9 @@ class Evaluator {
   // Per request, the instruction run with its knobs (per GPU).
   virtual std::vector<measure::Sample> EvaluateInstructions(
       const workload::WorkloadModel& model, const std::vector<measure::InstructionRequest>& batch) = 0;
+  // Per request, the gradient-sync work run with its knobs (per GPU).
+  virtual std::vector<measure::Sample> EvaluateGradientSync(
+      const workload::WorkloadModel& model, const std::vector<measure::GradientSyncRequest>& batch) = 0;
   // Cost of the evaluations so far (GPU-seconds, as measure::Backend counts them).
   virtual double GpuSeconds() const = 0;
 };

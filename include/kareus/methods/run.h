@@ -65,8 +65,12 @@ struct MethodResult {
   // as predicted). Tables and files report these; predictions stay in solved.solve.points.
   std::vector<pipeline::Evaluation> evaluated;
   // The evaluated duration and energy of every instruction option some frontier plan uses,
-  // per stage: [stage][0 forward | 1 backward][option index].
+  // per (stage, chunk) unit: [unit][0 forward | 1 backward][option index]; with a gradient
+  // sync, of the stages' last instructions [stage][option] and of the sync nodes
+  // [stage * K + chunk][option] (plan::PlanProblem's lists).
   std::vector<std::array<std::map<int, measure::Sample>, 2>> option_evaluations;
+  std::vector<std::map<int, measure::Sample>> last_backward_evaluations;
+  std::vector<std::map<int, measure::Sample>> sync_evaluations;
   double profiling_gpu_seconds = 0.0;   // cost of every measurement the plans rest on
   int64_t measurements = 0;             // configurations and instructions measured
   double evaluation_gpu_seconds = 0.0;  // cost of evaluating the plans
@@ -90,6 +94,7 @@ struct RunResult {
   double static_power_w = 0.0;  // the backend's P_static (planning)
   double idle_power_w = 0.0;    // the backend's idle power (evaluation)
   std::vector<MethodResult> methods;
+  double peak_rss_mib = 0.0;  // the process's peak resident memory after planning (getrusage)
   RunSummary summary;     // summary.json (ToJson(summary))
 };
 

@@ -122,18 +122,21 @@ struct InterpolatedRow {
 };
 
 struct TimelineInstruction {
-  std::string kind;
+  std::string kind;  // "forward" | "backward" | "gradient_sync" (the stage's sync tail)
   int chunk = 0;
   int microbatch = 0;
   double start_s = 0.0;
   double end_s = 0.0;
   int freq_mhz = 0;
   std::string mode;
+  int sync_sms = 0;              // SMs of the gradient reduction it runs (0: none)
+  bool sync_overlapped = false;  // its buckets ran during it
 };
 
 struct Timeline {
   std::string method;
   std::string label;
+  std::string schedule;  // schedule::ToString of the plan's schedule
   std::vector<std::vector<TimelineInstruction>> stages;  // [stage] in execution order
 };
 
@@ -179,6 +182,7 @@ struct RunSummary {
   std::map<std::string, std::optional<double>> checks;  // project acceptance checks
   Timeline timeline;        // the main method's fastest plan
   std::vector<PartitionFrontier> partition_frontiers;
+  double peak_rss_mib = 0.0;  // the planning process's peak resident memory
 };
 
 // summary.json ({"format": kSummaryFormat, ...}).

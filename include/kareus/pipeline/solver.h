@@ -34,15 +34,30 @@ struct Option {
   double energy_j = 0.0;
 };
 
+// The options of every DAG node come from one list per node class (OptionsOf): per (stage,
+// chunk) unit u = stage * num_chunks + chunk, the forwards and the backwards; with a gradient
+// sync (schedule::GradientSync), per stage the last backward when it launches the sync
+// (kOverlapped), and per sync node its options.
 struct Problem {
   schedule::ScheduleKind schedule = schedule::ScheduleKind::k1F1B;
   int num_stages = 0;
   int num_microbatches = 0;
-  std::vector<std::vector<Option>> forward_options = {};   // [stage] options of every forward
-  std::vector<std::vector<Option>> backward_options = {};  // [stage] options of every backward
+  int num_chunks = 1;  // model chunks per stage (interleaved 1F1B: >= 2)
+  std::vector<std::vector<Option>> forward_options = {};   // [u] options of every forward
+  std::vector<std::vector<Option>> backward_options = {};  // [u] options of every backward
+  schedule::GradientSync gradient_sync = schedule::GradientSync::kNone;
+  // kOverlapped: [stage] the stage's last instruction (the last backward of chunk 0), which
+  // reduces the buckets it completes during or right after it.
+  std::vector<std::vector<Option>> last_backward_options = {};
+  // [stage * K + c] for the K = Dag::SyncNodesPerStage() sync nodes of each stage (c = 0: the
+  // tail after the stage's last instruction; c > 0: chunk c's buckets, kOverlapped).
+  std::vector<std::vector<Option>> gradient_sync_options = {};
   std::vector<int> gpus_per_stage = {};  // GPUs running each stage (TP x CP x DP); empty = 1 each
   double p2p_time_s = 0.0;          // transfer time on every cross-stage edge
 };
+
+// The option list of DAG node `node` (the node classes above).
+const std::vector<Option>& OptionsOf(const Problem& problem, const schedule::Dag& dag, int node);
 
 struct Options {
   double unit_time_s = 1e-3;  // spacing of the frontier's deadlines (Perseus default 1 ms)
@@ -80,7 +95,7 @@ struct IterationPoint {
                                 // are <= T*, below which the relaxation's energy falls with time)
   bool exact = false;        // proven the least energy at deadline_s (the exact search finished;
                              // model_energy_j is then this point's energy)
-  std::vector<int> choice;  // per DAG node: index into its stage's forward/backward options
+  std::vector<int> choice;  // per DAG node: index into its class's options (OptionsOf)
 };
 
 enum class Status {

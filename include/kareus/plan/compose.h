@@ -63,6 +63,9 @@ struct InstructionOption {
   int freq_mhz = 0;
   ExecutionMode mode = ExecutionMode::kSequential;
   std::vector<PartitionKnobs> partitions = {};  // per type, in input order; empty if sequential
+  // The data-parallel gradient reduction this option runs: a chunk's last backward (its
+  // buckets during or after it) or a stage's sync tail (sms; `overlapped` unused).
+  std::optional<InstructionGradientSync> gradient_sync = std::nullopt;
 };
 
 struct ComposeSummary {

@@ -33,6 +33,7 @@ struct SolveProfileOptions {
   std::filesystem::path out;          // output folder (plan.json, frontier.json, plans/)
   std::string method = "perseus";     // written into the plans
   double deadline_s = 0.0;            // > 0: only the plan for this deadline (plan.json)
+  ScheduleKind schedule = ScheduleKind::k1F1B;  // 1F1B or GPipe (a profile has no chunks)
 
   // The first invalid field (its name here), its value and the rule; nullopt when valid.
   std::optional<OptionError> Validate() const;

@@ -14,8 +14,10 @@
 
 namespace kareus::plan {
 
-// Version 2 added each instruction's model `chunk` and the GPipe schedule; version 1 files
-// (1F1B, no chunks) are still read.
+// Version 2 added each instruction's model `chunk`, the GPipe and interleaved 1F1B schedules
+// (with `virtual_stages`) and the data-parallel gradient sync (optional `gradient_sync` of a
+// stage and of the last backward of each chunk); version 1 files (1F1B, no chunks) are still
+// read.
 inline constexpr const char* kPlanFormat = "kareus.plan/2";
 inline constexpr const char* kPlanFormatV1 = "kareus.plan/1";
 inline constexpr const char* kFrontierFormat = "kareus.frontier/1";
@@ -32,6 +34,24 @@ struct PartitionKnobs {
   std::string slot;  // launch slot, e.g. "norm_0": the collective starts with this compute op
 };
 
+// The data-parallel gradient reduction a launching instruction (the last backward of each
+// chunk, microbatch M-1) runs: its buckets reduced during it (overlapped) or right after it, by
+// a reduction kernel on `sms` SMs, at the instruction's clock. In Megatron-LM the SMs are the
+// DP communicator's NCCL CTAs (nccl_communicator_config_path: min_ctas = max_ctas = sms).
+struct InstructionGradientSync {
+  int sms = 0;
+  bool overlapped = true;
+};
+
+// The stage's gradient sync left after its last instruction (the exposed tail): its own clock
+// and reduction SMs, and the predicted cost.
+struct StageGradientSync {
+  int freq_mhz = 0;
+  int sms = 0;
+  double time_s = 0.0;
+  double energy_j = 0.0;  // per GPU
+};
+
 struct PlannedInstruction {
   Direction kind = Direction::kForward;
   int chunk = 0;     // model chunk (virtual stage); 0 unless the schedule interleaves chunks
@@ -42,12 +62,14 @@ struct PlannedInstruction {
                                            // library defaults (NCCL, launched at partition start)
   double time_s = 0.0;                     // predicted duration of this instruction
   double energy_j = 0.0;                   // predicted energy per GPU of this instruction
+  std::optional<InstructionGradientSync> gradient_sync = std::nullopt;  // launching backwards
 };
 
 struct PlannedStage {
   int stage = 0;
   int gpus = 1;  // GPUs running this stage (TP x CP x DP)
   std::vector<PlannedInstruction> instructions;  // in execution order (schedule::StageOrder)
+  std::optional<StageGradientSync> gradient_sync = std::nullopt;  // DP x CP > 1
 };
 
 struct IterationCost {
@@ -62,6 +84,7 @@ struct Plan {
   Json workload;             // the workload this plan was made for (free-form object)
   ScheduleKind schedule = ScheduleKind::k1F1B;
   int num_microbatches = 0;
+  int virtual_stages = 1;    // model chunks per stage (interleaved 1F1B: >= 2)
   IterationCost iteration;
   std::vector<PlannedStage> stages;
 };
@@ -71,10 +94,12 @@ schedule::Instruction Scheduled(const PlannedStage& stage, const PlannedInstruct
 
 // Serialization. ToJson writes {"format": kPlanFormat, ...}. FromJson validates everything a
 // runtime relies on and throws InputError naming the field and the rule: format/version (2, or
-// 1), stage numbering 0..S-1, per stage exactly num_microbatches forwards and backwards, in
-// exactly the schedule::StageOrder of the plan's schedule ("1f1b" or "gpipe"; version 1: 1f1b
-// only), positive clocks, sms >= 1, known kinds and modes, each partition type at most once per
-// instruction.
+// 1), stage numbering 0..S-1, the schedule's shape (schedule::ValidateShape with
+// virtual_stages), per stage exactly num_microbatches x virtual_stages forwards and backwards,
+// in exactly the schedule::StageOrder of the plan's schedule ("1f1b", "gpipe" or
+// "interleaved-1f1b"; version 1: 1f1b only), positive clocks, sms >= 1, known kinds and modes,
+// each partition type at most once per instruction; a gradient sync on every stage or none,
+// an instruction's only on the last backward of a chunk.
 // Fields added by a later writer of the same version are ignored; a missing "mode" reads as
 // sequential, missing predictions (time_s, energy_j) as 0.
 Json ToJson(const Plan& plan);

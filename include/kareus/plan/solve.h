@@ -8,6 +8,7 @@
 //                  point's iteration index (0 = slowest, as Perseus numbers its files).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <filesystem>
 #include <string>
@@ -20,10 +21,11 @@
 
 namespace kareus::plan {
 
+// The options of one (stage, chunk) unit (one per stage unless the schedule interleaves chunks).
 struct StageOptions {
   int gpus = 1;                              // GPUs running the stage (TP x CP x DP)
-  std::vector<InstructionOption> forward;    // options of every forward of the stage
-  std::vector<InstructionOption> backward;   // options of every backward of the stage
+  std::vector<InstructionOption> forward;    // options of every forward of the unit
+  std::vector<InstructionOption> backward;   // options of every backward of the unit
 };
 
 struct PlanProblem {
@@ -31,9 +33,29 @@ struct PlanProblem {
   Json workload = Json::object();       // free-form description written into every file
   ScheduleKind schedule = ScheduleKind::k1F1B;
   int num_microbatches = 0;
-  std::vector<StageOptions> stages = {};
+  int num_chunks = 1;                   // model chunks per stage (interleaved 1F1B: >= 2)
+  std::vector<StageOptions> stages = {};  // [stage * num_chunks + chunk]
+  // The data-parallel gradient sync (schedule::GradientSync; pipeline::Problem's lists):
+  // last_backward[stage] (kOverlapped) the options of the stage's last instruction, whose
+  // gradient_sync says how it reduces its buckets; sync_nodes[stage * K + chunk] the options of
+  // the K sync nodes of each stage (chunk 0: the tail, its own clock; chunk c > 0: the chunk's
+  // buckets beside the later compute).
+  schedule::GradientSync gradient_sync = schedule::GradientSync::kNone;
+  std::vector<std::vector<InstructionOption>> last_backward = {};
+  std::vector<std::vector<InstructionOption>> sync_nodes = {};
   double p2p_time_s = 0.0;              // transfer time on every cross-stage edge
+
+  int NumStages() const { return static_cast<int>(stages.size()) / std::max(num_chunks, 1); }
+  int SyncNodesPerStage() const {
+    return gradient_sync == schedule::GradientSync::kNone       ? 0
+           : gradient_sync == schedule::GradientSync::kAtEnd    ? 1
+                                                                : num_chunks;
+  }
 };
+
+// The option `choice` of DAG node `node` of a solve of `problem` (pipeline::OptionsOf's classes).
+const InstructionOption& ChosenOption(const PlanProblem& problem, const schedule::Dag& dag,
+                                      int node, int choice);
 
 struct PlanResult {
   pipeline::Result solve;              // frontier points in iteration order (slowest first)

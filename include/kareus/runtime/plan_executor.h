@@ -4,6 +4,13 @@
 // (reference/perseus-lowtime-zeus.md §B1, kareus-official.md §5.2). Each instruction begin
 // checks the loop against the plan's order, asks the controller for the instruction's clock and
 // exposes the instruction's comm-kernel knobs to the model code.
+//
+// Interleaved 1F1B: the loop may pass the model chunk it runs (Megatron-LM's model_chunk_id /
+// vp_stage in forward_step_helper and backward_step_helper), which is then checked too; without
+// it the executor follows the plan's order, chunks included. Data parallelism: the last
+// backward of each chunk carries the gradient reduction's knobs (gradient_sync()), and
+// on_gradient_sync_begin/end around Megatron's finalize_model_grads apply the clock of the
+// stage's sync tail.
 #pragma once
 
 #include <filesystem>
@@ -63,6 +70,15 @@ class PlanExecutor {
   void OnStepEnd();  // all the stage's instructions must have run; applies a pending swap
   void OnInstructionBegin(std::string_view kind);  // "forward" | "backward"
   void OnInstructionEnd(std::string_view kind);
+  // The same, with the model chunk the loop runs (checked against the plan).
+  void OnInstructionBegin(std::string_view kind, int chunk);
+  void OnInstructionEnd(std::string_view kind, int chunk);
+  // Around the stage's data-parallel gradient sync after its last instruction (Megatron-LM:
+  // finalize_model_grads, which waits for the buckets still in flight): applies the plan's
+  // clock for the sync tail. A no-op when the plan has no gradient sync (DP = 1). Must come
+  // after the step's last instruction and before on_step_end.
+  void OnGradientSyncBegin();
+  void OnGradientSyncEnd();
 
   // Where the loop stands. step(): the current (or next) step, 0-based. instruction_index():
   // the running instruction, or the next one between instructions.
@@ -77,6 +93,15 @@ class PlanExecutor {
   // The comm knobs of `partition_type` in the current instruction; nullopt when the type has
   // none (sequential execution, or a type the plan does not tune: use the library default).
   std::optional<plan::PartitionKnobs> Knobs(std::string_view partition_type) const;
+  // The gradient reduction the current instruction launches (the last backward of a chunk):
+  // the reduction kernel's SMs and whether its buckets overlap the instruction; nullopt for
+  // any other instruction or without data parallelism.
+  std::optional<plan::InstructionGradientSync> gradient_sync() const;
+  // This stage's sync tail (clock, SMs, prediction); nullopt without data parallelism.
+  const std::optional<plan::StageGradientSync>& stage_gradient_sync() const {
+    return stage_plan().gradient_sync;
+  }
+  bool in_gradient_sync() const { return in_gradient_sync_; }
 
   const plan::Plan& plan() const { return plan_; }
   const plan::PlannedStage& stage_plan() const { return plan_.stages[options_.stage]; }
@@ -96,6 +121,8 @@ class PlanExecutor {
   void Validate(const plan::Plan& plan) const;
   [[noreturn]] void Mismatch(const std::string& what);
   void ApplyPendingSwap();
+  void Begin(schedule::Direction kind, std::optional<int> chunk);
+  void End(schedule::Direction kind, std::optional<int> chunk);
 
   plan::Plan plan_;
   PlanExecutorOptions options_;
@@ -104,6 +131,7 @@ class PlanExecutor {
   int next_index_ = 0;  // index of the next instruction to begin within the step
   bool in_step_ = false;
   bool in_instruction_ = false;
+  bool in_gradient_sync_ = false;
   int current_index_ = -1;
 
   mutable std::mutex swap_mutex_;

@@ -106,22 +106,60 @@ struct InstructionModel {
   double flops = 0.0;  // all compute kernels of the instruction, full microbatch
 };
 
+// One bucket of the data-parallel gradient reduction (Megatron-Core DDP): the all-reduce
+// (reduce-scatter with the distributed optimizer) of a group of parameters' gradients over the
+// DP x CP replicas, launched once the backward has produced all of them.
+struct GradientBucket {
+  Op collective;            // kCollective; bytes = parameters x reduce bytes, group = DP x CP
+  double parameters = 0.0;  // parameters of this GPU's shard in the bucket
+  int ready_after = 0;      // complete when kernel `ready_after` of BackwardKernelOrder has ended
+};
+
+// The model of one (stage, chunk) unit: with interleaved 1F1B every stage holds several model
+// chunks (virtual stages), each with its own layers and instructions; otherwise chunk 0 only.
 struct StageModel {
   int stage = 0;
+  int chunk = 0;
   int layers = 0;
   int gpus = 1;  // TP x CP x DP
   InstructionModel forward;
   InstructionModel backward;
+  // The unit's gradient buckets in launch order (the backward completes the last layers'
+  // gradients first); empty without data-parallel gradients.
+  std::vector<GradientBucket> gradient_buckets;
 };
+
+// How the gradient reduction runs (all stages alike).
+struct GradientSyncModel {
+  bool enabled = false;     // DP x CP > 1
+  int group_size = 1;       // DP x CP replicas reducing each gradient
+  // The group spans nodes of kGpusPerNode GPUs (TP x CP x DP > 8): the ring's slowest links are
+  // the inter-node network (the GPU preset's inter_node_* figures); else NVLink.
+  bool inter_node = false;
+  CollectiveType collective = CollectiveType::kAllReduce;
+  bool overlap = true;
+  double bucket_parameters = 0.0;
+  std::vector<int> sm_choices;  // SMs the planner may give the reduction kernel
+};
+
+inline constexpr int kGpusPerNode = 8;  // HGX/DGX nodes (p4d, p5)
 
 struct WorkloadModel {
   Workload workload;
   bool nanobatching = true;  // false when the microbatch cannot be split in two
   std::vector<PartitionType> partition_types;  // empty when !nanobatching
+  // One entry per (stage, chunk) unit, stage-major: index stage * chunks + chunk (with one
+  // chunk per stage, index = stage).
   std::vector<StageModel> stages;
+  int num_stages = 1;  // pipeline stages (PP)
+  int num_chunks = 1;  // model chunks per stage (virtual_stages)
+  GradientSyncModel gradient_sync;
 
   const PartitionType& Type(const std::string& name) const;  // KAREUS_CHECKs that it exists
-  const InstructionModel& Instruction(int stage, schedule::Direction direction) const;
+  // The unit of (stage, chunk); KAREUS_CHECKs the range.
+  const StageModel& Unit(int stage, int chunk) const;
+  const InstructionModel& Instruction(int stage, schedule::Direction direction) const;  // chunk 0
+  const InstructionModel& Instruction(int stage, int chunk, schedule::Direction direction) const;
   double IterationFlops() const;  // all GPUs of one pipeline replica x dp, one iteration
   Json ToJson() const;            // the `kareus partitions --json` document
 };
@@ -137,5 +175,26 @@ WorkloadModel BuildWorkloadModel(const Workload& workload);
 // transformer block (non_partition_ops) followed by the compute of every partition occurrence
 // that carries no collective, run back to back. Empty when there is none.
 std::vector<Op> FixedWorkOps(const WorkloadModel& model, int stage, schedule::Direction direction);
+std::vector<Op> FixedWorkOps(const WorkloadModel& model, int stage, int chunk,
+                             schedule::Direction direction);
+
+// The backward of (stage, chunk) in sequential execution in the order the GPU runs it: the
+// loss and output layer (last unit), then per layer, last layer first, its recomputed forward
+// (full recompute) and its backward kernels, then the embedding (first unit). The same kernels
+// as sequential_ops + non_partition_ops; gradient buckets refer to positions in it.
+std::vector<Op> BackwardKernelOrder(const WorkloadModel& model, int stage, int chunk);
+
+// Where the buckets are reduced (schedule::GradientSync of the DAG):
+//   overlap: the stage's last instruction (the last backward of chunk 0) reduces the buckets it
+//     completes before it ends during it or right after it (LastBackwardBuckets); the sync
+//     node of (stage, 0), the tail, the buckets complete only when it ends; the sync node of
+//     (stage, c > 0) every bucket of chunk c, after the chunk's last backward, on the
+//     communication stream while the stage's later instructions compute;
+//   no overlap: nothing with the backwards; the one sync node of the stage, after its last
+//     instruction, every bucket of every chunk (Megatron-LM reduces them in
+//     finalize_model_grads).
+// Empty without data-parallel gradients.
+std::vector<GradientBucket> LastBackwardBuckets(const WorkloadModel& model, int stage);
+std::vector<GradientBucket> GradientSyncBuckets(const WorkloadModel& model, int stage, int chunk);
 
 }  // namespace kareus::workload

@@ -10,6 +10,7 @@
 
 #include "kareus/common/json.h"
 #include "kareus/hw/gpu_spec.h"
+#include "kareus/schedule/schedule.h"
 
 namespace kareus::workload {
 
@@ -38,7 +39,22 @@ struct Parallelism {
   int cp = 1;
   int pp = 1;
   int dp = 1;
+  // Model chunks per pipeline stage (Megatron-LM's virtual pipeline size): > 1 runs the
+  // interleaved 1F1B schedule; each stage's layers split evenly over its chunks.
+  int virtual_stages = 1;
   std::vector<int> layers_per_stage;  // size pp, sums to the model's layers
+};
+
+// The data-parallel gradient reduction at the end of every iteration (Megatron-Core's
+// DistributedDataParallel): the gradients of each stage are reduced over its DP x CP replicas,
+// in buckets launched as the backward completes them (overlap_grad_reduce).
+struct GradientSyncConfig {
+  bool distributed_optimizer = false;  // reduce-scatter (ZeRO-1 optimizer) instead of all-reduce
+  bool overlap = true;                 // --overlap-grad-reduce: buckets during the last backward
+  int64_t bucket_parameters = 0;       // parameters per bucket; 0 = Megatron-Core's default
+                                       // max(40M, 1M x DP); without overlap one bucket
+  int reduce_bytes = 4;                // bytes per gradient element: fp32 (Megatron reduces a
+                                       // bf16 model's gradients in fp32 by default), 2 = bf16
 };
 
 struct Workload {
@@ -50,10 +66,18 @@ struct Workload {
   int64_t sequence_length = 0;
   int microbatches = 1;       // per iteration (per data-parallel replica)
   Recompute recompute = Recompute::kFull;
+  GradientSyncConfig gradient_sync;
   // The workload's `gpu.power_limit_w` (already applied to gpu.power.cap_w); 0 when the file
   // keeps the preset's default limit.
   double power_limit_w = 0.0;
 
+  // Interleaved 1F1B when the stages hold several model chunks, else 1F1B.
+  schedule::ScheduleKind Schedule() const {
+    return parallelism.virtual_stages > 1 ? schedule::ScheduleKind::kInterleaved1F1B
+                                          : schedule::ScheduleKind::k1F1B;
+  }
+  // Data-parallel gradients to reduce at the end of the iteration (DP x CP > 1).
+  bool HasGradientSync() const { return parallelism.dp * parallelism.cp > 1; }
   int GpusPerStage() const { return parallelism.tp * parallelism.cp * parallelism.dp; }
   int TotalGpus() const { return GpusPerStage() * parallelism.pp; }
   // Two nanobatches need at least two sequences per microbatch; otherwise only sequential
@@ -67,7 +91,8 @@ struct Workload {
 
 // Loads and validates a workload file. Throws InputError whose message names the file, the
 // field, the value and the rule (unknown preset, divisibility by TP/CP, PP > layers, layer split,
-// non-positive numbers, unknown keys).
+// non-positive numbers, unknown keys; with virtual_stages > 1 Megatron-LM's rules: pp >= 2,
+// microbatches a multiple of pp, each stage's layers a multiple of virtual_stages).
 Workload LoadWorkloadFile(const std::filesystem::path& path);
 Workload WorkloadFromYaml(const std::string& yaml_text, const std::string& source_name);
 

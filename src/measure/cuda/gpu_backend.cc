@@ -655,10 +655,10 @@ void GpuBackend::MeasureInstructions(const workload::WorkloadModel& model,
   for (const InstructionRequest& request : batch) {
     CheckClock(request.knobs.freq_mhz);
     // The emulator validates stage, mode and knobs (InputError listing the choices).
-    emulator::SimulateInstruction(validation_model_, request.stage, request.direction, request.knobs);
+    emulator::SimulateInstruction(validation_model_, request.stage, request.chunk, request.direction, request.knobs);
     const InstructionPlan plan = ResolveInstruction(model_, request);
     specs.push_back(MeasureSpec{
-        .what = fmt::format("stage {} {} {} MHz ({})", request.stage, schedule::ToString(request.direction),
+        .what = fmt::format("stage {} chunk {} {} {} MHz ({})", request.stage, request.chunk, schedule::ToString(request.direction),
                             request.knobs.freq_mhz, schedule::ToString(request.knobs.mode)),
         .freq_mhz = MeasureClock(request.knobs.freq_mhz),
         .comms = InstructionComms(model_, plan),
@@ -674,7 +674,7 @@ void GpuBackend::MeasureFixedWork(const workload::WorkloadModel& model, const st
   std::vector<MeasureSpec> specs;
   for (const FixedWorkRequest& request : batch) {
     CheckClock(request.freq_mhz);
-    std::vector<workload::Op> ops = workload::FixedWorkOps(model_, request.stage, request.direction);
+    std::vector<workload::Op> ops = workload::FixedWorkOps(model_, request.stage, request.chunk, request.direction);
     KAREUS_CHECK(!ops.empty()) << "stage " << request.stage << " " << schedule::ToString(request.direction)
                                << " has no fixed work";
     specs.push_back(MeasureSpec{
@@ -685,6 +685,22 @@ void GpuBackend::MeasureFixedWork(const workload::WorkloadModel& model, const st
         .build = [this, ops](const CommHandleOf& comm_of) { return SequentialProgram(ops, model_.workload, comm_of); }});
   }
   RunBatch(InstructionLayout(model_), specs, on_sample);
+}
+
+// The ranks this backend runs are one replica's TP x CP group (InstructionLayout); the
+// data-parallel reduction spans DP x CP replicas, on other nodes for a large job. Not measured
+// here: a clear refusal instead of a made-up figure.
+void GpuBackend::MeasureGradientSync(const workload::WorkloadModel& model,
+                                     const std::vector<GradientSyncRequest>& batch,
+                                     const SampleCallback& on_sample) {
+  (void)on_sample;
+  if (batch.empty()) return;
+  CheckModel(model);
+  ThrowInput("parallelism.dp", std::to_string(model.workload.parallelism.dp),
+             "the cuda backend measures one replica's TP x CP group and not the data-parallel "
+             "gradient sync across DP x CP = " +
+                 std::to_string(model.workload.parallelism.dp * model.workload.parallelism.cp) +
+                 " replicas; plan a workload with a gradient sync with --backend emulator");
 }
 
 }  // namespace kareus::measure::internal

@@ -123,6 +123,8 @@ class GpuBackend final : public Backend {
                            const SampleCallback& on_sample) override;
   void MeasureFixedWork(const workload::WorkloadModel& model, const std::vector<FixedWorkRequest>& batch,
                         const SampleCallback& on_sample) override;
+  void MeasureGradientSync(const workload::WorkloadModel& model, const std::vector<GradientSyncRequest>& batch,
+                           const SampleCallback& on_sample) override;
 
   // Runs `specs` on the ranks of `layout`, in order, each rank on its own thread; `on_reading` is
   // called (on rank 0's thread) as soon as a measurement exists. Clocks locked here are reset

@@ -271,7 +271,7 @@ Program ComputeOnlyProgram(const workload::PartitionType& partition, const workl
 // --- Instructions -------------------------------------------------------------------------------
 
 InstructionPlan ResolveInstruction(const workload::WorkloadModel& model, const InstructionRequest& request) {
-  const workload::InstructionModel& instr = model.Instruction(request.stage, request.direction);
+  const workload::InstructionModel& instr = model.Instruction(request.stage, request.chunk, request.direction);
   InstructionPlan plan;
   plan.nanobatched = request.knobs.mode == schedule::ExecutionMode::kNanobatched &&
                      model.nanobatching && !instr.sequence.empty();

@@ -514,6 +514,37 @@ TEST(CudaBackend, FixedWorkRunsSequentiallyOnTheStageReplica) {
   for (const auto& l : launches) EXPECT_EQ(l.stream, internal::kComputeStream);
 }
 
+// Interleaved 1F1B: a request for a model chunk runs that chunk's kernels (stage 0's chunk 0
+// holds the embedding, chunk 1 does not), and the data-parallel gradient sync, which spans
+// replicas this backend does not run, is refused naming parallelism.dp.
+TEST(CudaBackend, ModelChunksAndTheGradientSyncRefusal) {
+  const auto model = workload::BuildWorkloadModel(workload::WorkloadFromYaml(
+      "name: chunks\nmodel: llama3.2-3b\ngpu: H200-SXM\nparallelism: {tp: 2, pp: 2, dp: 2, virtual_stages: 2}\n"
+      "microbatch_size: 4\nsequence_length: 2048\nmicrobatches: 4\nrecompute: full\n",
+      "chunks"));
+  FakeConfig config;
+  config.devices = 2;
+  Rig rig = MakeRig(model, config);
+  std::vector<std::size_t> launches;
+  for (int chunk : {0, 1}) {
+    const std::vector<FixedWorkRequest> batch = {
+        {.stage = 0, .direction = schedule::Direction::kForward, .freq_mhz = 1980, .chunk = chunk}};
+    ASSERT_EQ(rig.backend->MeasureAll(model, batch).size(), 1u);
+    launches.push_back(rig.system->opened().front()->last_launches().size());
+  }
+  EXPECT_EQ(launches[0], workload::FixedWorkOps(model, 0, 0, schedule::Direction::kForward).size());
+  EXPECT_EQ(launches[1], workload::FixedWorkOps(model, 0, 1, schedule::Direction::kForward).size());
+  EXPECT_NE(launches[0], launches[1]);
+  try {
+    rig.backend->MeasureAll(model, std::vector<GradientSyncRequest>{
+                                       {.stage = 0, .work = GradientSyncWork::kLastBuckets, .freq_mhz = 1980, .sms = 8}});
+    FAIL() << "the gradient sync was measured";
+  } catch (const InputError& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("parallelism.dp"));
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("--backend emulator"));
+  }
+}
+
 TEST(CudaBackend, UnavailableBackendsFailCleanly) {
   // Without CUDA the build says so; with CUDA, a machine without a driver or GPU gives an
   // EnvironmentError naming what is missing (and a machine with one passes the check).

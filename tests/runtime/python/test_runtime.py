@@ -229,3 +229,42 @@ def test_nvml_index_for_cuda_device(monkeypatch):
     assert kareus.nvml_index_for_cuda_device(0) == 3
     with pytest.raises(kareus.EnvironmentError):
         kareus.nvml_index_for_cuda_device(2)
+
+
+def test_interleaved_hooks_with_chunks_and_the_gradient_sync(log):
+    """Interleaved 1F1B (2 stages x 4 microbatches x 2 chunks) with a data-parallel gradient
+    sync: the hooks take Megatron's model_chunk_id, a launching backward serves its sync knobs,
+    on_gradient_sync_begin locks the stage's tail clock, and a wrong chunk is refused."""
+    import json
+    path = DATA / "plan_interleaved_2x4x2.json"
+    planned = json.loads(path.read_text())
+    stage = planned["stages"][0]
+    controller = kareus.FrequencyController(gpu=0, install_signal_handlers=False, coalesce=False)
+    executor = kareus.PlanExecutor(path, stage=0, controller=controller,
+                                   schedule="interleaved-1f1b")
+    assert executor.schedule == "interleaved-1f1b"
+    assert executor.stage_gradient_sync["freq_mhz"] == stage["gradient_sync"]["freq_mhz"]
+    assert executor.stage_gradient_sync["sms"] == stage["gradient_sync"]["sms"]
+    for instruction in stage["instructions"]:
+        executor.on_instruction_begin(instruction["kind"], instruction["chunk"])
+        assert executor.current["chunk"] == instruction["chunk"]
+        if "gradient_sync" in instruction:
+            assert executor.gradient_sync == instruction["gradient_sync"]
+        else:
+            assert executor.gradient_sync is None
+        executor.on_instruction_end(instruction["kind"], instruction["chunk"])
+    executor.on_gradient_sync_begin()
+    executor.on_gradient_sync_end()
+    executor.on_step_end()
+    controller.wait_idle()
+    del executor, controller
+    expected, last = [], 0
+    for freq in [i["freq_mhz"] for i in stage["instructions"]] + [stage["gradient_sync"]["freq_mhz"]]:
+        if freq != last:
+            expected.append(f"set {freq}")
+        last = freq
+    assert clock_calls(log, 0) == expected + ["reset"]
+
+    executor = kareus.PlanExecutor(path, stage=0)
+    with pytest.raises(kareus.InputError, match="chunk"):
+        executor.on_instruction_begin("forward", 1)  # the plan's first forward is chunk 0
