@@ -187,6 +187,10 @@ std::optional<OptionError> SolveProfileOptions::Validate() const {
                        fmt::format("must be in [1, {}]", kMaxGpusPerStage)};
   }
   if (out.empty()) return OptionError{"out", "\"\"", "an output folder is required"};
+  if (!(deadline_s >= 0) || !std::isfinite(deadline_s)) {
+    return OptionError{"deadline_s", Describe(deadline_s),
+                       "must be a finite number of seconds > 0 (0: the whole frontier)"};
+  }
   if (schedule == ScheduleKind::kInterleaved1F1B) {
     return OptionError{"schedule", kareus::schedule::ToString(schedule),
                        "must be 1f1b or gpipe (a Perseus profile has one option list per stage, "
@@ -218,24 +222,30 @@ SolveProfileSummary SolveProfile(const SolveProfileOptions& options) {
                       {"static_power_w", options.p_static_w},
                       {"unit_time_s", options.unit_time_s}};
   // A long solve shows where it is (on a terminal): steps taken and the iteration time left to
-  // shorten, in quanta, from the slowest schedule to the fastest.
+  // shorten, from the slowest schedule to the fastest.
   Progress progress(/*enabled=*/true);
   std::function<void(const pipeline::SolveProgress&)> show;
   if (progress.active()) show = [&progress](const pipeline::SolveProgress& p) {
-    const double range = static_cast<double>(p.quanta_slowest - p.quanta_fastest);
-    const double done = range > 0 ? (p.quanta_slowest - p.quanta_now) / range : 1.0;
-    progress.Update(fmt::format("solve: step {}, iteration {} of {}..{} quanta ({:.0f} %)",
-                                p.step, p.quanta_now, p.quanta_fastest, p.quanta_slowest,
+    const double range = p.time_slowest_s - p.time_fastest_s;
+    const double done = range > 0 ? (p.time_slowest_s - p.time_now_s) / range : 1.0;
+    progress.Update(fmt::format("solve: step {}, iteration {:.4f} s of {:.4f}..{:.4f} s ({:.0f} %)",
+                                p.step, p.time_now_s, p.time_fastest_s, p.time_slowest_s,
                                 100.0 * done));
   };
   const PlanResult result = SolvePlans(problem, {.unit_time_s = options.unit_time_s,
                                                  .p_static_w = options.p_static_w,
+                                                 .deadline_s = options.deadline_s,
                                                  .progress = show});
   progress.Finish();
   if (result.solve.summary.status == pipeline::Status::kInvalidInput) {
     throw InputError("profile " + options.profile.string() + ": the solver refused it: " +
                      result.solve.summary.message +
                      " (the profile's time column and --unit-time set the quanta)");
+  }
+  if (result.solve.summary.status == pipeline::Status::kDeadlineInfeasible) {
+    ThrowInput("deadline", Describe(options.deadline_s),
+               "must be >= the minimum iteration time " +
+                   Describe(result.solve.summary.min_time_s) + " s");
   }
   if (result.solve.points.empty()) {  // not expected within the bounds above; never a crash
     throw InputError(fmt::format("profile {}: the solve produced no frontier point ({}: {}); "
@@ -248,8 +258,22 @@ SolveProfileSummary SolveProfile(const SolveProfileOptions& options) {
   SolveProfileSummary summary;
   summary.solver = result.solve.summary;
   summary.points = result.solve.points.size();
+  if (result.solve.points.empty()) {
+    ThrowInput("profile", options.profile.string(),
+               std::string("the solver returned no plan (") +
+                   pipeline::ToString(result.solve.summary.status) + ": " +
+                   result.solve.summary.message + ")");
+  }
   summary.fastest = result.solve.points.back().cost;
   summary.cheapest = result.solve.points.front().cost;
+  if (options.deadline_s > 0) {
+    const Plan plan = BuildPlan(problem, result.solve, result.solve.points.size() - 1);
+    PlanFromJson(ToJson(plan));
+    WritePlanFile(folder.staging() / "plan.json", plan);
+    folder.Commit();
+    summary.files.plan = options.out / "plan.json";
+    return summary;
+  }
   const WrittenFiles staged = WriteSolveOutputs(folder.staging(), problem, result);
   folder.Commit();
   // The files as they are now, in the output folder.

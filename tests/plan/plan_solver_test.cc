@@ -281,10 +281,10 @@ TEST(SolvePlans, ProgressIsReportedAfterEveryStep) {
   ASSERT_FALSE(seen.empty());
   for (std::size_t i = 0; i < seen.size(); ++i) {
     EXPECT_EQ(seen[i].step, static_cast<int64_t>(i) + 1);
-    EXPECT_GE(seen[i].quanta_now, seen[i].quanta_fastest);
-    EXPECT_LT(seen[i].quanta_now, seen[i].quanta_slowest);
+    EXPECT_GE(seen[i].time_now_s, seen[i].time_fastest_s - 1e-9);
+    EXPECT_LT(seen[i].time_now_s, seen[i].time_slowest_s);
     if (i > 0) {
-      EXPECT_LT(seen[i].quanta_now, seen[i - 1].quanta_now);
+      EXPECT_LT(seen[i].time_now_s, seen[i - 1].time_now_s);
     }
   }
 }

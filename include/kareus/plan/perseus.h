@@ -38,6 +38,7 @@ struct SolveProfileOptions {
   int gpus_per_stage = 1;             // GPUs per stage; the CSV's energies are per GPU
   std::filesystem::path out;          // output folder (plan.json, frontier.json, plans/)
   std::string method = "perseus";     // written into the plans
+  double deadline_s = 0.0;            // > 0: only the plan for this deadline (plan.json)
   ScheduleKind schedule = ScheduleKind::k1F1B;  // 1F1B or GPipe (a profile has no chunks)
 
   // The first invalid field (its name here), its value and the rule; nullopt when valid.
@@ -55,6 +56,9 @@ struct SolveProfileSummary {
 // `kareus solve`: validates every input (flags within their bounds, the output folder, the whole
 // CSV) before anything is written; writes the outputs as a whole (OutputFolder: `out` then holds
 // exactly this solve's files). On a terminal, a progress line shows the solver's steps.
+// With deadline_s > 0 it writes only plan.json: the least-energy plan whose iteration time is
+// at most the deadline (InputError, nothing written, when the deadline is below the minimum
+// iteration time).
 SolveProfileSummary SolveProfile(const SolveProfileOptions& options);
 
 enum class ExportFormat { kZeus, kKareusScheds };
