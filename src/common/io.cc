@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
@@ -344,6 +345,12 @@ void OutputFolder::Commit() {
   committed_ = true;
 }
 
+namespace {
+std::atomic<const char*> g_termination_message{nullptr};
+}  // namespace
+
+void SetTerminationMessage(const char* message) { g_termination_message.store(message); }
+
 void RemoveTemporariesOnTermination() {
   static std::once_flag once;
   std::call_once(once, [] {
@@ -360,6 +367,10 @@ void RemoveTemporariesOnTermination() {
     std::thread([signals] {
       int signal_number = 0;
       if (sigwait(&signals, &signal_number) != 0) return;
+      const char* message = g_termination_message.load();
+      if (message != nullptr && signal_number == SIGTERM) {
+        [[maybe_unused]] const ssize_t n = ::write(2, message, std::strlen(message));
+      }
       // Held until the process is gone: no temporary is created after the clean-up.
       TemporariesMutex().lock();
       for (const std::string& path : Temporaries()) {

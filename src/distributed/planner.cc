@@ -8,6 +8,7 @@
 #include <cstring>
 #include <atomic>
 #include <cstdio>
+#include <optional>
 #include <thread>
 
 #include "distributed/coordinator.h"
@@ -94,11 +95,15 @@ void InstallTerminateMessage() {
   action.sa_handler = OnTerminate;
   sigemptyset(&action.sa_mask);
   if (sigaction(SIGTERM, &action, &g_previous_term) == 0) g_term_installed = true;
+  // Where SIGTERM is blocked and taken by the clean-up thread (the kareus CLI), that thread
+  // writes the line instead.
+  SetTerminationMessage(kStoppedMessage);
 }
 
 void RemoveTerminateMessage() {
   if (g_term_installed) sigaction(SIGTERM, &g_previous_term, nullptr);
   g_term_installed = false;
+  SetTerminationMessage(nullptr);
 }
 
 }  // namespace
@@ -292,6 +297,11 @@ methods::EvaluationResult Planner::Evaluate(const std::vector<std::filesystem::p
                            " workloads for " + std::to_string(loaded.size()) + " files");
   }
   const std::size_t n = loaded.size();
+  std::optional<OutputFolder> folder;  // OUT is replaced as a whole at the end, as one process does
+  if (!out.empty()) {
+    folder.emplace(out);
+    for (const auto& w : loaded) folder->Keep(StoreOf(options, w, out));
+  }
   std::vector<workload::WorkloadModel> models;
   models.reserve(n);  // the profilers keep pointers to them
   std::vector<std::unique_ptr<measure::Backend>> backends;
@@ -321,9 +331,9 @@ methods::EvaluationResult Planner::Evaluate(const std::vector<std::filesystem::p
   std::vector<bool> finished(n, false);
   auto on_done = [&](std::size_t w) {
     return [&, w](FinishedWorkload done) {
-      if (!out.empty()) {
+      if (folder) {
         for (const auto& [path, contents] : done.files) {
-          WriteFileAtomic(out / loaded[w].name / path, contents);
+          WriteFileAtomic(folder->staging() / loaded[w].name / path, contents);
         }
       }
       rows[w] = Json::parse(done.row);
@@ -351,9 +361,10 @@ methods::EvaluationResult Planner::Evaluate(const std::vector<std::filesystem::p
     result.evaluation["rows"].push_back(std::move(rows[w]));
   }
   result.table = report::RenderEvaluationTable(result.evaluation);
-  if (!out.empty()) {
-    WriteJsonFile(out / "evaluation.json", result.evaluation);
-    WriteFileAtomic(out / "evaluation.txt", result.table);
+  if (folder) {
+    WriteJsonFile(folder->staging() / "evaluation.json", result.evaluation);
+    WriteFileAtomic(folder->staging() / "evaluation.txt", result.table);
+    folder->Commit();
   }
   return result;
 }

@@ -79,6 +79,11 @@ class OutputFolder {
 // exists: the signals are blocked in the calling thread and every thread it creates later.
 void RemoveTemporariesOnTermination();
 
+// A line the clean-up of RemoveTemporariesOnTermination writes to stderr when SIGTERM ends the
+// process (e.g. rank 0 of an MPI job saying what the store holds); nullptr for none. The text
+// must outlive the process (a string literal).
+void SetTerminationMessage(const char* message);
+
 // The folder holding GPU and model presets: $KAREUS_DATA_DIR, else the source tree's data/
 // recorded at build time, else <prefix>/share/kareus/data next to the executable.
 std::filesystem::path DataDir();
