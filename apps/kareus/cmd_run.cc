@@ -186,7 +186,7 @@ void AddEvaluateCommand(CLI::App& app) {
     const measure::BackendFactory backend = MakeBackendFactory(rank_backend());
     methods::EvaluationResult result;
     if (session->distributed()) {
-      for (const auto& path : paths) workload::LoadWorkloadFile(path);  // input errors first
+      methods::LoadEvaluationWorkloads(paths);  // input errors first, as one process
       distributed::Planner planner(*session, make_spec, planner_options);
       result = planner.Evaluate(paths, options, backend, context, args->out);
       ReportRanks(planner, args->distributed, args->quiet);

@@ -18,7 +18,6 @@
 #include "kareus/common/io.h"
 #include "kareus/common/progress.h"
 #include "kareus/common/table.h"
-#include "kareus/report/report.h"
 #include "kareus/workload/workload.h"
 
 namespace kareus::distributed {
@@ -189,15 +188,6 @@ mobo::ProfileSummary Planner::Profile(int index, const workload::WorkloadModel& 
 
 namespace {
 
-// The methods::EvaluateWorkloads store rule: --store for every workload, else one per
-// workload under out/.
-std::filesystem::path StoreOf(const methods::RunOptions& options, const workload::Workload& w,
-                              const std::filesystem::path& out) {
-  if (!options.profile.store.empty()) return options.profile.store;
-  if (!out.empty()) return out / w.name / "measurements.sqlite";
-  return {};
-}
-
 // Whether the flow of `model` profiles partition types through the profiler hook (a profiled,
 // overlapping method on a workload that can nanobatch; methods measuring through the
 // noise-free twin profile on their own).
@@ -208,15 +198,6 @@ bool ProfilesOnRanks(const methods::RunOptions& options, const workload::Workloa
   });
 }
 
-Json EvaluationRow(const methods::RunResult& run, const std::string& name) {
-  const Json summary = methods::ToJson(run.summary);
-  return Json{{"workload", name},
-              {"max_throughput", summary["max_throughput"]},
-              {"frontier_table", summary["frontier_table"]},
-              {"interpolated", summary["interpolated"]},
-              {"checks", summary["checks"]}};
-}
-
 }  // namespace
 
 WorkerSpec EvaluateSpec(const std::vector<std::filesystem::path>& workloads,
@@ -224,8 +205,7 @@ WorkerSpec EvaluateSpec(const std::vector<std::filesystem::path>& workloads,
                         const measure::BackendFactory& make_backend, const Context& context,
                         const std::filesystem::path& out) {
   WorkerSpec spec;
-  std::vector<workload::Workload> loaded;
-  for (const auto& path : workloads) loaded.push_back(workload::LoadWorkloadFile(path));
+  const std::vector<workload::Workload> loaded = methods::LoadEvaluationWorkloads(workloads);
   for (const auto& w : loaded) spec.models.push_back(workload::BuildWorkloadModel(w));
   spec.make_backend = make_backend;
   spec.seed = context.seed;
@@ -233,7 +213,7 @@ WorkerSpec EvaluateSpec(const std::vector<std::filesystem::path>& workloads,
                     int index, const std::optional<mobo::ProfileSummary>& profile) {
     const workload::Workload& w = loaded.at(index);
     methods::RunOptions per = options;
-    per.profile.store = StoreOf(options, w, out);
+    per.profile.store = methods::EvaluationStore(options, w, out);
     per.quiet = true;
     per.profiler = [&profile](const workload::WorkloadModel& model, const mobo::ProfileOptions& popts,
                               measure::Backend& backend, const Context& ctx) {
@@ -276,7 +256,7 @@ WorkerSpec EvaluateSpec(const std::vector<std::filesystem::path>& workloads,
       }
       std::filesystem::remove_all(tmp);
     }
-    done.row = EvaluationRow(run, w.name).dump();
+    done.row = methods::EvaluationRow(run, w.name).dump();
     return done;
   };
   return spec;
@@ -289,8 +269,7 @@ methods::EvaluationResult Planner::Evaluate(const std::vector<std::filesystem::p
                                             const std::filesystem::path& out) {
   ThrowIfInvalid(options.Validate());
   // Validate every file (and every method's needs) before running anything.
-  std::vector<workload::Workload> loaded;
-  for (const auto& path : workloads) loaded.push_back(workload::LoadWorkloadFile(path));
+  const std::vector<workload::Workload> loaded = methods::LoadEvaluationWorkloads(workloads);
   const auto& ids = state_->coordinator->identities();
   if (ids.size() != loaded.size()) {
     throw EnvironmentError("rank 0's executor set up " + std::to_string(ids.size()) +
@@ -300,7 +279,7 @@ methods::EvaluationResult Planner::Evaluate(const std::vector<std::filesystem::p
   std::optional<OutputFolder> folder;  // OUT is replaced as a whole at the end, as one process does
   if (!out.empty()) {
     folder.emplace(out);
-    for (const auto& w : loaded) folder->Keep(StoreOf(options, w, out));
+    for (const auto& w : loaded) folder->Keep(methods::EvaluationStore(options, w, out));
   }
   std::vector<workload::WorkloadModel> models;
   models.reserve(n);  // the profilers keep pointers to them
@@ -320,7 +299,7 @@ methods::EvaluationResult Planner::Evaluate(const std::vector<std::filesystem::p
     }
     if (ProfilesOnRanks(options, models[w])) {
       mobo::ProfileOptions profile = options.profile;
-      profile.store = StoreOf(options, loaded[w], out);
+      profile.store = methods::EvaluationStore(options, loaded[w], out);
       profile.oracle = false;  // as the flow profiles
       profilers[w] = std::make_unique<mobo::WorkloadProfiler>(models[w], profile, *backends[w], quiet);
     }
@@ -354,13 +333,10 @@ methods::EvaluationResult Planner::Evaluate(const std::vector<std::filesystem::p
   }
   coordinator.Run();
 
-  methods::EvaluationResult result;
-  result.evaluation = Json{{"format", "kareus.evaluation/1"}, {"rows", Json::array()}};
   for (std::size_t w = 0; w < n; ++w) {
     KAREUS_CHECK(finished[w]) << loaded[w].name << " was not finished";
-    result.evaluation["rows"].push_back(std::move(rows[w]));
   }
-  result.table = report::RenderEvaluationTable(result.evaluation);
+  methods::EvaluationResult result = methods::MakeEvaluation(std::move(rows));
   if (folder) {
     WriteJsonFile(folder->staging() / "evaluation.json", result.evaluation);
     WriteFileAtomic(folder->staging() / "evaluation.txt", result.table);

@@ -54,12 +54,8 @@ void WriteRunOutputs(const RunResult& run, const std::filesystem::path& out) {
   WriteFileAtomic(out / "report.html", report::RenderHtml(summary));
 }
 
-EvaluationResult EvaluateWorkloads(const std::vector<std::filesystem::path>& workloads,
-                                   const RunOptions& options,
-                                   const measure::BackendFactory& make_backend,
-                                   const Context& context, const std::filesystem::path& out) {
-  ThrowIfInvalid(options.Validate());
-  // Validate every file before running anything; each workload writes OUT/<name>.
+std::vector<workload::Workload> LoadEvaluationWorkloads(
+    const std::vector<std::filesystem::path>& workloads) {
   std::vector<workload::Workload> loaded;
   for (const auto& path : workloads) {
     loaded.push_back(workload::LoadWorkloadFile(path));
@@ -71,36 +67,57 @@ EvaluationResult EvaluateWorkloads(const std::vector<std::filesystem::path>& wor
       }
     }
   }
+  return loaded;
+}
+
+std::filesystem::path EvaluationStore(const RunOptions& options, const workload::Workload& w,
+                                      const std::filesystem::path& out) {
+  if (!options.profile.store.empty()) return options.profile.store;
+  if (!out.empty()) return out / w.name / "measurements.sqlite";
+  return {};
+}
+
+Json EvaluationRow(const RunResult& run, const std::string& workload_name) {
+  const Json summary = ToJson(run.summary);
+  return Json{{"workload", workload_name},
+              {"max_throughput", summary["max_throughput"]},
+              {"frontier_table", summary["frontier_table"]},
+              {"interpolated", summary["interpolated"]},
+              {"checks", summary["checks"]}};
+}
+
+EvaluationResult MakeEvaluation(std::vector<Json> rows) {
+  EvaluationResult result;
+  result.evaluation = Json{{"format", "kareus.evaluation/1"}, {"rows", Json::array()}};
+  for (Json& row : rows) result.evaluation["rows"].push_back(std::move(row));
+  result.table = report::RenderEvaluationTable(result.evaluation);
+  return result;
+}
+
+EvaluationResult EvaluateWorkloads(const std::vector<std::filesystem::path>& workloads,
+                                   const RunOptions& options,
+                                   const measure::BackendFactory& make_backend,
+                                   const Context& context, const std::filesystem::path& out) {
+  ThrowIfInvalid(options.Validate());
+  // Validate every file before running anything; each workload writes OUT/<name>.
+  const std::vector<workload::Workload> loaded = LoadEvaluationWorkloads(workloads);
   std::optional<OutputFolder> folder;  // OUT is replaced as a whole at the end
   if (!out.empty()) {
     folder.emplace(out);
-    for (const auto& w : loaded) {
-      folder->Keep(options.profile.store.empty() ? out / w.name / "measurements.sqlite"
-                                                 : options.profile.store);
-    }
+    for (const auto& w : loaded) folder->Keep(EvaluationStore(options, w, out));
   }
-  EvaluationResult result;
-  result.evaluation = Json{{"format", "kareus.evaluation/1"}, {"rows", Json::array()}};
+  std::vector<Json> rows;
   for (const auto& w : loaded) {
     RunOptions per = options;
-    if (!options.profile.store.empty()) {
-      per.profile.store = options.profile.store;
-    } else if (!out.empty()) {
-      per.profile.store = out / w.name / "measurements.sqlite";
-    }
+    per.profile.store = EvaluationStore(options, w, out);
     if (!options.quiet && kareus::Progress::StderrIsTerminal()) {
       std::fprintf(stderr, "kareus: workload %s\n", w.name.c_str());
     }
     const RunResult run = RunWorkload(w, per, make_backend, context);
     if (folder) WriteRunOutputs(run, folder->staging() / w.name);
-    const Json summary = ToJson(run.summary);
-    result.evaluation["rows"].push_back({{"workload", w.name},
-                                         {"max_throughput", summary["max_throughput"]},
-                                         {"frontier_table", summary["frontier_table"]},
-                                         {"interpolated", summary["interpolated"]},
-                                         {"checks", summary["checks"]}});
+    rows.push_back(EvaluationRow(run, w.name));
   }
-  result.table = report::RenderEvaluationTable(result.evaluation);
+  EvaluationResult result = MakeEvaluation(std::move(rows));
   if (folder) {
     WriteJsonFile(folder->staging() / "evaluation.json", result.evaluation);
     WriteFileAtomic(folder->staging() / "evaluation.txt", result.table);

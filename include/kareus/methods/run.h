@@ -133,4 +133,19 @@ EvaluationResult EvaluateWorkloads(const std::vector<std::filesystem::path>& wor
                                    const measure::BackendFactory& make_backend,
                                    const Context& context, const std::filesystem::path& out);
 
+// The pieces of EvaluateWorkloads that distributed evaluation (distributed/) shares, so both
+// follow one rule:
+// - every workload file loaded and checked before anything runs; each writes OUT/<name>, so two
+//   workloads of one evaluation with one name are an InputError naming both files;
+std::vector<workload::Workload> LoadEvaluationWorkloads(
+    const std::vector<std::filesystem::path>& workloads);
+// - a workload's measurement store: --store for every workload, else OUT/<name>/
+//   measurements.sqlite; empty (no store) when neither is given;
+std::filesystem::path EvaluationStore(const RunOptions& options, const workload::Workload& w,
+                                      const std::filesystem::path& out);
+// - its row of evaluation.json;
+Json EvaluationRow(const RunResult& run, const std::string& workload_name);
+// - the document and the combined table from the rows (in workload order).
+EvaluationResult MakeEvaluation(std::vector<Json> rows);
+
 }  // namespace kareus::methods
