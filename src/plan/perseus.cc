@@ -267,9 +267,9 @@ SolveProfileSummary SolveProfile(const SolveProfileOptions& options) {
   summary.fastest = result.solve.points.back().cost;
   summary.cheapest = result.solve.points.front().cost;
   if (options.deadline_s > 0) {
-    const Plan plan = BuildPlan(problem, result.solve, result.solve.points.size() - 1);
-    PlanFromJson(ToJson(plan));
-    WritePlanFile(folder.staging() / "plan.json", plan);
+    // One file, validated by WritePlanFile before it is written, inside the staging folder.
+    WritePlanFile(folder.staging() / "plan.json",
+                  BuildPlan(problem, result.solve, result.solve.points.size() - 1));
     folder.Commit();
     summary.files.plan = options.out / "plan.json";
     return summary;
