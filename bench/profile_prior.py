@@ -52,9 +52,15 @@ PERTURBATIONS = {
 FAMILIES = [["01"], ["02", "03", "04"], ["05", "06", "07"], ["08", "09", "10"]]
 
 
-def workloads():
+SELECTED = None  # --workloads: the two-digit prefixes to run; None: all ten
+
+
+def workloads(all_of_them=False):
     paper = os.path.join(ROOT, "examples", "paper")
-    return sorted(os.path.join(paper, f) for f in os.listdir(paper) if f.endswith(".yaml"))
+    found = sorted(os.path.join(paper, f) for f in os.listdir(paper) if f.endswith(".yaml"))
+    if SELECTED is None or all_of_them:
+        return found
+    return [w for w in found if os.path.basename(w)[:2] in SELECTED]
 
 
 def profile(args, workload, fraction, seed, setting, store=None, related=None):
@@ -67,6 +73,7 @@ def profile(args, workload, fraction, seed, setting, store=None, related=None):
     else:
         perturbation = PERTURBATIONS["P1" if setting == "transfer" else setting]
         cmd += ["--prior", "model", "--prior-perturb", perturbation]
+    cmd += args.extra
     if store:
         cmd += ["--store", store]
     if related:
@@ -84,7 +91,7 @@ def related_store(args, first, fraction, seed):
     if not os.path.exists(store + ".done"):
         if os.path.exists(store):
             os.remove(store)
-        base = next(w for w in workloads() if os.path.basename(w)[:2] == first)
+        base = next(w for w in workloads(True) if os.path.basename(w)[:2] == first)
         profile(args, base, fraction, seed, "transfer", store=store)
         open(store + ".done", "w").close()
     return store
@@ -125,7 +132,14 @@ def main():
     parser.add_argument("--out", default=None, help="folder for results.json and stores")
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--markdown", action="store_true", help="tables as Markdown")
+    parser.add_argument("--workloads", default=None,
+                        help="comma-separated prefixes of examples/paper (e.g. 02,08); default all")
+    parser.add_argument("--extra", default="",
+                        help="further kareus profile flags, space-separated (e.g. '--strategy believer')")
     args = parser.parse_args()
+    args.extra = args.extra.split()
+    global SELECTED
+    SELECTED = set(args.workloads.split(",")) if args.workloads else None
     args.out = args.out or os.path.join(ROOT, "build", "bench-profile-prior")
     os.makedirs(args.out, exist_ok=True)
     fractions = [float(f) for f in args.fractions.split(",")]

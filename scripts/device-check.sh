@@ -46,10 +46,12 @@ if [ "${1:-}" = "--bundle" ]; then
     cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKAREUS_WITH_CUDA=ON \
       -DKAREUS_BUILD_BENCHMARKS=OFF "${launcher[@]}"
   fi
-  cmake --build "$dir" -j "$(nproc)" --target kareus cuda_device_test
+  cmake --build "$dir" -j "$(nproc)" --target kareus cuda_device_test kareus_clock_watcher
   rm -rf "$BUNDLE"
   mkdir -p "$BUNDLE/bin" "$BUNDLE/lib" "$BUNDLE/lib-fallback"
-  cp "$dir/apps/kareus/kareus" "$dir/tests/measure/cuda/cuda_device_test" "$BUNDLE/bin/"
+  # kareus-clock-watcher beside kareus: the runtime finds it there and locks no clock without it.
+  cp "$dir/apps/kareus/kareus" "$dir/tests/measure/cuda/cuda_device_test" \
+    "$dir/src/runtime/kareus-clock-watcher" "$BUNDLE/bin/"
   strip "$BUNDLE/bin/"* || true
   # Every shared library the binaries load except the C library's, the driver's and the GPU
   # machine's own; libstdc++ and libgcc_s only as a fallback (a newer one there is preferred).

@@ -9,7 +9,10 @@ packages=(
   libeigen3-dev libxgboost-dev libboost-graph-dev nlohmann-json3-dev libyaml-cpp-dev
   libcli11-dev libspdlog-dev libfmt-dev libsqlite3-dev sqlite3
   libgtest-dev libgmock-dev libbenchmark-dev
+  clang libclang-rt-14-dev
+  libglpk-dev  # the exact mixed-integer reference of tests/pipeline (pipeline_test only)
   python3 python3-dev pybind11-dev python3-pytest python3-jsonschema
+  openmpi-bin libopenmpi-dev
   python3-torch  # examples/pytorch and its test (PyTorch 1.13, CPU, gloo; about 3 min to install)
   chromium
 )

@@ -6,11 +6,14 @@
 #include <optional>
 
 #include "commands.h"
+#include "distributed_flags.h"
 #include "flags.h"
 #include "kareus/common/context.h"
 #include "kareus/common/error.h"
 #include "kareus/common/json.h"
 #include "kareus/common/table.h"
+#include "kareus/distributed/planner.h"
+#include "kareus/distributed/session.h"
 #include "kareus/mobo/profiler.h"
 #include "kareus/workload/ops.h"
 
@@ -21,6 +24,7 @@ void AddProfileCommand(CLI::App& app) {
     std::string workload;
     ProfilerFlags profiler;
     BackendFlags backend;
+    DistributedFlags distributed;
     uint64_t seed = Context{}.seed;
     std::vector<std::string> partitions;
     bool oracle = false;
@@ -36,6 +40,7 @@ void AddProfileCommand(CLI::App& app) {
                    "SQLite measurement store: every measurement is committed as it arrives; a "
                    "rerun resumes without re-measuring");
   AddBackendFlags(cmd, args->backend);
+  AddDistributedFlags(cmd, args->distributed);
   cmd->add_option("--seed", args->seed, "Root seed (noise, designs, surrogates)")
       ->capture_default_str();
   cmd->add_option("--partition", args->partitions, "Profile only these partition types");
@@ -45,15 +50,42 @@ void AddProfileCommand(CLI::App& app) {
   cmd->add_flag("--json", args->json, "Print JSON");
   cmd->add_flag("--evaluations", args->evaluations, "With --json: every evaluated configuration");
   cmd->callback([args]() {
+    // Under mpirun every rank runs this command; ranks other than 0 measure what rank 0 plans.
+    const std::unique_ptr<distributed::Session> session = distributed::Session::Open();
+    // Under mpirun with --backend cuda each rank measures on GPUs of its own.
+    const auto rank_backend = [args, &session](const workload::WorkloadModel& model) {
+      return RankBackendFlags(args->backend, *session,
+                              [&model]() { return MeasurementGroupGpus({model}, false); });
+    };
+    const auto make_spec = [args, rank_backend]() {
+      distributed::WorkerSpec spec;
+      spec.models.push_back(workload::BuildWorkloadModel(workload::LoadWorkloadFile(args->workload)));
+      spec.make_backend = MakeBackendFactory(rank_backend(spec.models.front()));
+      spec.seed = args->seed;
+      return spec;
+    };
+    if (!session->planner()) {
+      distributed::ServeWorker(*session, make_spec);
+      return;
+    }
     mobo::ProfileOptions options = ToProfileOptions(args->profiler);
     options.partitions = args->partitions;
     options.oracle = args->oracle;
-    const measure::BackendFactory make_backend = MakeBackendFactory(args->backend);
+    const distributed::PlannerOptions planner_options =
+        ToPlannerOptions(args->distributed, args->backend.backend);
     const workload::WorkloadModel model =
         workload::BuildWorkloadModel(workload::LoadWorkloadFile(args->workload));
+    const measure::BackendFactory make_backend = MakeBackendFactory(rank_backend(model));
     const std::unique_ptr<measure::Backend> backend = make_backend(model, args->seed);
-    const mobo::ProfileSummary summary = mobo::ProfileWorkload(
-        model, options, *backend, Context{.seed = args->seed, .quiet = args->quiet});
+    const Context context{.seed = args->seed, .quiet = args->quiet};
+    std::unique_ptr<distributed::Planner> planner;
+    if (session->distributed()) {
+      planner = std::make_unique<distributed::Planner>(*session, make_spec, planner_options);
+    }
+    const mobo::ProfileSummary summary =
+        planner ? planner->Profile(0, model, options, *backend, context)
+                : mobo::ProfileWorkload(model, options, *backend, context);
+    if (planner) ReportRanks(*planner, args->distributed, args->quiet);
     if (args->json) {
       std::fputs(DumpJson(summary.ToJson(args->evaluations)).c_str(), stdout);
       return;

@@ -6,10 +6,14 @@
 #include <sstream>
 
 #include "commands.h"
+#include "distributed_flags.h"
 #include "flags.h"
 #include "kareus/common/context.h"
 #include "kareus/common/error.h"
+#include "kareus/common/io.h"
 #include "kareus/common/json.h"
+#include "kareus/distributed/planner.h"
+#include "kareus/distributed/session.h"
 #include "kareus/methods/run.h"
 #include "kareus/report/report.h"
 
@@ -22,6 +26,7 @@ struct RunArgs {
   std::string methods;
   ProfilerFlags profiler;
   BackendFlags backend;
+  DistributedFlags distributed;
   std::string evaluation = methods::ToString(methods::RunOptions{}.evaluation);
   uint64_t seed = Context{}.seed;
   double unit_time_ms = methods::RunOptions{}.unit_time_s * 1e3;
@@ -43,6 +48,7 @@ void AddSharedOptions(CLI::App* cmd, RunArgs& args, const std::string& store_hel
                       methods::MethodNames() + ")");
   AddProfilerFlags(cmd, args.profiler, store_help);
   AddBackendFlags(cmd, args.backend);
+  AddDistributedFlags(cmd, args.distributed);
   cmd->add_option("--evaluation", args.evaluation,
                   "How finished plans are evaluated: auto (the backend's noise-free twin, else "
                   "measured runs) | noise-free | measured | none (tables say 'not evaluated')")
@@ -84,14 +90,52 @@ void AddRunCommand(CLI::App& app) {
   cmd->add_option("WORKLOAD", args->workloads, "Workload file (YAML)")->required()->expected(1);
   AddSharedOptions(cmd, *args, "SQLite measurement store (default: OUT/measurements.sqlite); a rerun resumes");
   cmd->callback([args]() {
+    // Under mpirun every rank runs this command; ranks other than 0 measure the partition
+    // units rank 0 plans; rank 0 runs the rest of the flow and writes every file.
+    const std::unique_ptr<distributed::Session> session = distributed::Session::Open();
+    // Under mpirun with --backend cuda each rank measures on GPUs of its own.
+    const auto rank_backend = [args, &session]() {
+      return RankBackendFlags(args->backend, *session, [args]() {
+        return MeasurementGroupGpus(
+            {workload::BuildWorkloadModel(workload::LoadWorkloadFile(args->workloads.front()))},
+            true);
+      });
+    };
+    const auto make_spec = [args, rank_backend]() {
+      distributed::WorkerSpec spec;
+      spec.models.push_back(
+          workload::BuildWorkloadModel(workload::LoadWorkloadFile(args->workloads.front())));
+      spec.make_backend = MakeBackendFactory(rank_backend());
+      spec.seed = args->seed;
+      return spec;
+    };
+    if (!session->planner()) {
+      distributed::ServeWorker(*session, make_spec);
+      return;
+    }
     methods::RunOptions options = ToOptions(*args);
+    const distributed::PlannerOptions planner_options =
+        ToPlannerOptions(args->distributed, args->backend.backend);
     const std::filesystem::path out = args->out;
     if (options.profile.store.empty()) options.profile.store = out / "measurements.sqlite";
-    const measure::BackendFactory backend = MakeBackendFactory(args->backend);
+    const measure::BackendFactory backend = MakeBackendFactory(rank_backend());
     const auto workload = workload::LoadWorkloadFile(args->workloads.front());
+    OutputFolder folder(out);  // checked now; the outputs replace OUT as a whole at the end
+    folder.Keep(options.profile.store);
+    std::unique_ptr<distributed::Planner> planner;
+    if (session->distributed()) {
+      planner = std::make_unique<distributed::Planner>(*session, make_spec, planner_options);
+      options.profiler = [&planner](const workload::WorkloadModel& model,
+                                    const mobo::ProfileOptions& profile, measure::Backend& measure,
+                                    const Context& context) {
+        return planner->Profile(0, model, profile, measure, context);
+      };
+    }
     const auto run = methods::RunWorkload(workload, options, backend,
                                           Context{.seed = args->seed, .quiet = args->quiet});
-    methods::WriteRunOutputs(run, out);
+    methods::WriteRunOutputs(run, folder.staging());
+    folder.Commit();
+    if (planner) ReportRanks(*planner, args->distributed, args->quiet);
     const Json summary = methods::ToJson(run.summary);
     if (args->json) {
       std::fputs(DumpJson(summary).c_str(), stdout);
@@ -117,11 +161,48 @@ void AddEvaluateCommand(CLI::App& app) {
                 "Profile each workload with the measurements of the earlier workloads of the "
                 "same model and GPU (their stores, read-only) as related data");
   cmd->callback([args]() {
+    // Under mpirun every rank runs this command: rank 0 profiles the workloads' partition types
+    // on every rank together, then each workload's remaining flow runs on a rank; rank 0 writes
+    // every store and file.
+    const std::unique_ptr<distributed::Session> session = distributed::Session::Open();
+    const std::vector<std::filesystem::path> paths(args->workloads.begin(), args->workloads.end());
+    const Context context{.seed = args->seed, .quiet = args->quiet};
+    // Under mpirun with --backend cuda each rank measures on GPUs of its own.
+    const auto rank_backend = [args, paths, &session]() {
+      return RankBackendFlags(args->backend, *session, [&paths]() {
+        std::vector<workload::WorkloadModel> models;
+        for (const auto& path : paths) {
+          models.push_back(workload::BuildWorkloadModel(workload::LoadWorkloadFile(path)));
+        }
+        return MeasurementGroupGpus(models, true);
+      });
+    };
+    const auto make_spec = [args, paths, context, rank_backend]() {
+      return distributed::EvaluateSpec(paths, ToOptions(*args), MakeBackendFactory(rank_backend()),
+                                       context, args->out);
+    };
+    if (!session->planner()) {
+      distributed::ServeWorker(*session, make_spec);
+      return;
+    }
     const methods::RunOptions options = ToOptions(*args);
-    const measure::BackendFactory backend = MakeBackendFactory(args->backend);
-    std::vector<std::filesystem::path> paths(args->workloads.begin(), args->workloads.end());
-    const auto result = methods::EvaluateWorkloads(
-        paths, options, backend, Context{.seed = args->seed, .quiet = args->quiet}, args->out);
+    const distributed::PlannerOptions planner_options =
+        ToPlannerOptions(args->distributed, args->backend.backend);
+    const measure::BackendFactory backend = MakeBackendFactory(rank_backend());
+    methods::EvaluationResult result;
+    if (session->distributed()) {
+      methods::LoadEvaluationWorkloads(paths);  // input errors first, as one process
+      if (options.profile.transfer) {
+        ThrowInput("--transfer", "set",
+                   "needs the workloads profiled one after another (one process); under mpirun "
+                   "they are profiled together");
+      }
+      distributed::Planner planner(*session, make_spec, planner_options);
+      result = planner.Evaluate(paths, options, backend, context, args->out);
+      ReportRanks(planner, args->distributed, args->quiet);
+    } else {
+      result = methods::EvaluateWorkloads(paths, options, backend, context, args->out);
+    }
     if (args->json) {
       std::fputs(DumpJson(result.evaluation).c_str(), stdout);
       return;

@@ -22,6 +22,7 @@ struct SolveArgs {
   int gpus_per_stage = plan::SolveProfileOptions{}.gpus_per_stage;
   std::string schedule = kareus::schedule::ToString(plan::SolveProfileOptions{}.schedule);
   std::string out;
+  double deadline_s = 0.0;
   bool json = false;
 };
 
@@ -45,6 +46,7 @@ void Run(const SolveArgs& a) {
                                           .unit_time_s = a.unit_time_ms * 1e-3,
                                           .gpus_per_stage = a.gpus_per_stage,
                                           .out = a.out,
+                                          .deadline_s = a.deadline_s,
                                           .schedule = ScheduleFlag(a.schedule)};
   ThrowAsFlag(options.Validate(), {{"num_stages", "--stages"},
                                    {"num_microbatches", "--microbatches"},
@@ -52,8 +54,24 @@ void Run(const SolveArgs& a) {
                                    {"unit_time_s", "--unit-time", 1e3},
                                    {"gpus_per_stage", "--gpus-per-stage"},
                                    {"out", "--out"},
+                                   {"deadline_s", "--deadline"},
                                    {"schedule", "--schedule"}});
   const plan::SolveProfileSummary s = plan::SolveProfile(options);
+  if (a.deadline_s > 0) {
+    if (a.json) {
+      const Json out = {{"status", pipeline::ToString(s.solver.status)},
+                        {"deadline_s", a.deadline_s},
+                        {"plan", s.files.plan.string()},
+                        {"iteration", CostJson(s.fastest)}};
+      std::fputs(DumpJson(out).c_str(), stdout);
+      return;
+    }
+    std::printf("plan for deadline %.6f s: iteration time %.6f s, energy %.1f J (static %.1f J); "
+                "wrote %s\n",
+                a.deadline_s, s.fastest.time_s, s.fastest.energy_j, s.fastest.static_energy_j,
+                s.files.plan.string().c_str());
+    return;
+  }
   if (a.json) {
     Json plans = Json::array();
     for (const auto& path : s.files.plans) plans.push_back(path.string());
@@ -97,6 +115,9 @@ void AddSolveCommand(CLI::App& app) {
   cmd->add_option("--gpus-per-stage", args->gpus_per_stage, "GPUs per stage")->capture_default_str();
   cmd->add_option("--schedule", args->schedule, "Pipeline schedule: 1f1b | gpipe")->capture_default_str();
   cmd->add_option("--out", args->out, "Output folder")->required();
+  cmd->add_option("--deadline", args->deadline_s,
+                  "Only the least-energy plan with iteration time <= this many seconds "
+                  "(writes plan.json alone)");
   cmd->add_flag("--json", args->json, "Print JSON");
   cmd->callback([args]() { Run(*args); });
 }

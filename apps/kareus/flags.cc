@@ -39,7 +39,8 @@ std::vector<FlagName> ProfilerFlagNames(const std::string& prefix) {
   return {{prefix + "budget", "--budget"},
           {prefix + "budget_fraction", "--budget-fraction"},
           {prefix + "initial_design", "--initial"},
-          {prefix + "batch_size", "--batch"}};
+          {prefix + "batch_size", "--batch"},
+          {prefix + "unit_size", "--unit-size"}};
 }
 
 void AddProfilerFlags(CLI::App* cmd, ProfilerFlags& flags, const std::string& store_help) {
@@ -57,6 +58,11 @@ void AddProfilerFlags(CLI::App* cmd, ProfilerFlags& flags, const std::string& st
   cmd->add_option("--initial", flags.initial, "Initial design size per type; 0: automatic")
       ->capture_default_str();
   cmd->add_option("--batch", flags.batch, "Acquisition batch size; 0: automatic")->capture_default_str();
+  cmd->add_option("--unit-size", flags.unit_size,
+                  "Configurations per measurement unit (one backend batch with its own warm-up); "
+                  "under mpirun the units of a batch are measured on several ranks at once; the "
+                  "same value gives the same result with any number of ranks; 0: whole batch")
+      ->capture_default_str();
   cmd->add_flag("--full-grid", flags.full_grid,
                 "Search and plan over every supported clock instead of the profiling sub-grid");
   cmd->add_flag("--raw-frontier", flags.raw_frontier,
@@ -93,6 +99,15 @@ mobo::PriorModel EmulatorPrior(const mobo::ModelPerturbation& perturbation) {
         measure::MakeEmulatorBackend(mobo::PerturbGpu(model.workload.gpu, perturbation), options);
     return mobo::DistortModel(std::move(backend), perturbation);
   };
+  prior.make_calibrated = [perturbation](const workload::WorkloadModel& model,
+                                         const mobo::ModelPerturbation& calibration) {
+    measure::EmulatorBackendOptions options;
+    options.measurement.noise_free = true;
+    options.workload_signature = model.workload.Signature();
+    const hw::GpuSpec gpu =
+        mobo::PerturbGpu(mobo::PerturbGpu(model.workload.gpu, perturbation), calibration);
+    return mobo::DistortModel(measure::MakeEmulatorBackend(gpu, options), perturbation);
+  };
   return prior;
 }
 
@@ -104,6 +119,7 @@ mobo::ProfileOptions ToProfileOptions(const ProfilerFlags& flags) {
   options.strategy = mobo::StrategyFromString(flags.strategy);
   options.initial_design = flags.initial;
   options.batch_size = flags.batch;
+  options.unit_size = flags.unit_size;
   options.full_grid = flags.full_grid;
   options.denoise = !flags.raw_frontier;
   options.store = flags.store;
@@ -134,7 +150,8 @@ void AddBackendFlags(CLI::App* cmd, BackendFlags& flags) {
                 "cuda: lock the SM clock of every measurement (needs root; reset afterwards). "
                 "Without it the clock as found is measured and only that clock level profiled");
   cmd->add_option("--devices", flags.devices,
-                  "cuda: CUDA device ordinals of ranks 0, 1, ... (default 0, 1, ...)")
+                  "cuda: CUDA device ordinals of ranks 0, 1, ... (default 0, 1, ...); under "
+                  "mpirun the node's GPUs, each MPI rank taking a group of its own")
       ->delimiter(',');
   cmd->add_option("--measurement-log", flags.measurement_log,
                   "cuda: append one JSON line per measurement (ranks, clocks, clock event reasons, "

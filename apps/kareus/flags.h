@@ -36,6 +36,7 @@ struct ProfilerFlags {
   std::string strategy = mobo::ToString(mobo::ProfileOptions{}.strategy);
   int initial = mobo::ProfileOptions{}.initial_design;
   int batch = mobo::ProfileOptions{}.batch_size;
+  int unit_size = mobo::ProfileOptions{}.unit_size;
   bool full_grid = mobo::ProfileOptions{}.full_grid;
   bool raw_frontier = !mobo::ProfileOptions{}.denoise;
   std::string store;
@@ -44,7 +45,7 @@ struct ProfilerFlags {
   std::vector<std::string> related;
 };
 
-// --budget, --budget-fraction, --surrogate, --strategy, --initial, --batch, --full-grid,
+// --budget, --budget-fraction, --surrogate, --strategy, --initial, --batch, --unit-size, --full-grid,
 // --raw-frontier, --store (`store_help` says what the default store is for the command),
 // --prior, --prior-perturb, --related.
 void AddProfilerFlags(CLI::App* cmd, ProfilerFlags& flags, const std::string& store_help);

@@ -6,8 +6,11 @@
 
 #include "commands.h"
 #include "kareus/common/error.h"
+#include "kareus/common/io.h"
 
 int main(int argc, char** argv) {
+  // Before any thread exists: a Ctrl-C or SIGTERM leaves no temporary file or staging folder.
+  kareus::RemoveTemporariesOnTermination();
   CLI::App app{
       "Kareus: cut the energy of large-model training by choosing GPU clocks and kernel "
       "schedules jointly."};

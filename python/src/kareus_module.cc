@@ -14,6 +14,7 @@
 #include <string>
 #include <utility>
 
+#include "kareus/common/io.h"
 #include "kareus/measure/emulator_backend.h"
 #include "kareus/methods/run.h"
 #include "kareus/plan/plan_file.h"
@@ -150,14 +151,23 @@ PYBIND11_MODULE(_kareus, m) {
                              error->value, error->rule);
         }
         options.quiet = quiet;
-        if (out) options.profile.store = std::filesystem::path(*out) / "measurements.sqlite";
+        const kareus::workload::Workload loaded = kareus::workload::LoadWorkloadFile(workload);
+        std::optional<kareus::OutputFolder> folder;  // replaced as a whole at the end
+        if (out) {
+          folder.emplace(*out);
+          options.profile.store = std::filesystem::path(*out) / "measurements.sqlite";
+          folder->Keep(options.profile.store);
+        }
         std::string summary;
         {
           py::gil_scoped_release release;  // the run is pure C++; let other threads go on
-          const auto run = km::RunWorkload(kareus::workload::LoadWorkloadFile(workload), options,
+          const auto run = km::RunWorkload(loaded, options,
                                            kareus::measure::EmulatorBackendFactory(),
                                            kareus::Context{.seed = seed, .quiet = quiet});
-          if (out) km::WriteRunOutputs(run, *out);
+          if (folder) {
+            km::WriteRunOutputs(run, folder->staging());
+            folder->Commit();
+          }
           summary = km::ToJson(run.summary).dump();
         }
         return py::module_::import("json").attr("loads")(summary);

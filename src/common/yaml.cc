@@ -1,36 +1,114 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "kareus/common/yaml.h"
 
+#include <charconv>
+#include <cmath>
+#include <sstream>
+
+#include <yaml-cpp/eventhandler.h>
+
 #include "kareus/common/error.h"
 #include "kareus/common/io.h"
 
 namespace kareus {
+namespace {
+
+// A scalar as the user wrote it, for messages.
+std::string ScalarText(const YAML::Node& value) {
+  if (value.IsScalar()) return value.Scalar();
+  if (value.IsSequence()) return "(a list)";
+  return value.IsMap() ? "(a mapping)" : "(empty)";
+}
+
+// Counts nothing: HandleNextDocument only needs somewhere to send the events.
+class IgnoreEvents : public YAML::EventHandler {
+ public:
+  void OnDocumentStart(const YAML::Mark&) override {}
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                  YAML::EmitterStyle::value) override {}
+  void OnMapEnd() override {}
+};
+
+}  // namespace
 
 YamlMap::YamlMap(YAML::Node node, std::string source, std::string path)
     : node_(std::move(node)), source_(std::move(source)), path_(std::move(path)) {
-  if (!node_.IsMap()) {
-    throw InputError(source_ + ": " + (path_.empty() ? "document" : path_) +
-                     ": must be a mapping of key: value");
+  const std::string where = source_ + ": " + (path_.empty() ? "document" : ShownValue(path_, 200));
+  if (!node_.IsMap()) throw InputError(where + ": must be a mapping of key: value");
+  // yaml-cpp keeps the first of two equal keys and lets any node be a key; a workload must say
+  // each thing once, with a plain name.
+  std::set<std::string> keys;
+  for (const auto& entry : node_) {
+    if (!entry.first.IsScalar()) {
+      throw InputError(where + ": a key is " + ScalarText(entry.first) +
+                       "; keys must be plain names");
+    }
+    const std::string& key = entry.first.Scalar();
+    if (!IsValidUtf8(key)) {
+      throw InputError(where + ": key '" + ShownValue(key) + "' is not UTF-8 text");
+    }
+    if (!keys.insert(key).second) {
+      throw InputError(where + ": key '" + ShownValue(key) +
+                       "' appears twice; each key may be given once");
+    }
   }
 }
 
 YamlMap YamlMap::Parse(const std::string& text, const std::string& source) {
+  // Not YAML::LoadAll: yaml-cpp 0.7's LoadAll never returns on a stray ',' (found by the
+  // workload fuzzer, fuzz/regressions/workload/). The first document through YAML::Load, then
+  // a parser asked for at most one more document.
   YAML::Node root;
+  bool second_document = false;
   try {
     root = YAML::Load(text);
+    std::istringstream in(text);
+    YAML::Parser parser(in);
+    IgnoreEvents ignore;
+    second_document = parser.HandleNextDocument(ignore) && parser.HandleNextDocument(ignore);
   } catch (const YAML::Exception& e) {
-    throw InputError(source + ": not valid YAML: " + e.what());
+    throw InputError(source + ": not valid YAML: " + ShownValue(e.what(), 300));
+  }
+  if (!root.IsDefined() || root.IsNull()) {
+    throw InputError(source + ": document is empty; it must be a mapping of key: value");
+  }
+  if (second_document) {
+    throw InputError(source + ": holds more than one YAML document (separated by --- or ...); "
+                     "it must hold exactly one");
   }
   return YamlMap(root, source);
 }
 
 std::string YamlMap::FieldName(const std::string& key) const {
-  return source_ + ": " + (path_.empty() ? key : path_ + "." + key);
+  return source_ + ": " + ShownValue(path_.empty() ? key : path_ + "." + key, 200);
 }
 
 void YamlMap::Fail(const std::string& key, const std::string& value,
                    const std::string& rule) const {
-  throw InputError(FieldName(key) + " = " + value + ": " + rule);
+  throw InputError(FieldName(key) + " = " + ShownValue(value) + ": " + rule);
+}
+
+std::optional<int64_t> ParseDecimalInt(std::string_view text) {
+  std::string_view digits = text;
+  if (!digits.empty() && (digits.front() == '+' || digits.front() == '-')) digits.remove_prefix(1);
+  if (digits.empty() || digits.size() > 19) return std::nullopt;
+  for (char c : digits) {
+    if (c < '0' || c > '9') return std::nullopt;
+  }
+  if (digits.size() > 1 && digits.front() == '0') return std::nullopt;  // 010: octal in YAML 1.1
+  int64_t value = 0;
+  const char* begin = text.data() + (text.front() == '+' ? 1 : 0);
+  const auto [end, ec] = std::from_chars(begin, text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size()) return std::nullopt;
+  return value;
 }
 
 bool YamlMap::Has(const std::string& key) const {
@@ -47,22 +125,26 @@ YAML::Node YamlMap::Get(const std::string& key) const {
 
 int64_t YamlMap::Int(const std::string& key) const {
   const YAML::Node value = Get(key);
-  try {
-    if (!value.IsScalar()) throw YAML::Exception(YAML::Mark(), "");
-    return value.as<int64_t>();
-  } catch (const YAML::Exception&) {
-    Fail(key, value.IsScalar() ? value.Scalar() : "(not a scalar)", "must be an integer");
+  const std::optional<int64_t> number =
+      value.IsScalar() ? ParseDecimalInt(value.Scalar()) : std::nullopt;
+  if (!number) {
+    Fail(key, ScalarText(value),
+         "must be a decimal integer within 64 bits (no leading zeros, no exponent)");
   }
+  return *number;
 }
 
 double YamlMap::Double(const std::string& key) const {
   const YAML::Node value = Get(key);
+  double number = 0.0;
   try {
     if (!value.IsScalar()) throw YAML::Exception(YAML::Mark(), "");
-    return value.as<double>();
+    number = value.as<double>();
   } catch (const YAML::Exception&) {
-    Fail(key, value.IsScalar() ? value.Scalar() : "(not a scalar)", "must be a number");
+    Fail(key, ScalarText(value), "must be a number");
   }
+  if (!std::isfinite(number)) Fail(key, ScalarText(value), "must be a finite number");
+  return number;
 }
 
 bool YamlMap::Bool(const std::string& key) const {
@@ -71,13 +153,14 @@ bool YamlMap::Bool(const std::string& key) const {
     if (!value.IsScalar()) throw YAML::Exception(YAML::Mark(), "");
     return value.as<bool>();
   } catch (const YAML::Exception&) {
-    Fail(key, value.IsScalar() ? value.Scalar() : "(not a scalar)", "must be true or false");
+    Fail(key, ScalarText(value), "must be true or false");
   }
 }
 
 std::string YamlMap::String(const std::string& key) const {
   const YAML::Node value = Get(key);
-  if (!value.IsScalar()) Fail(key, "(not a scalar)", "must be a string");
+  if (!value.IsScalar()) Fail(key, ScalarText(value), "must be a string");
+  if (!IsValidUtf8(value.Scalar())) Fail(key, value.Scalar(), "must be UTF-8 text");
   return value.Scalar();
 }
 
@@ -96,12 +179,12 @@ std::vector<int64_t> YamlMap::IntList(const std::string& key) const {
   if (!value.IsSequence()) Fail(key, "(not a list)", "must be a list of integers");
   std::vector<int64_t> out;
   for (const auto& item : value) {
-    try {
-      out.push_back(item.as<int64_t>());
-    } catch (const YAML::Exception&) {
-      Fail(key, item.IsScalar() ? item.Scalar() : "(not a scalar)",
-           "every entry must be an integer");
+    const std::optional<int64_t> number =
+        item.IsScalar() ? ParseDecimalInt(item.Scalar()) : std::nullopt;
+    if (!number) {
+      Fail(key, ScalarText(item), "every entry must be a decimal integer within 64 bits");
     }
+    out.push_back(*number);
   }
   return out;
 }
@@ -132,7 +215,7 @@ std::vector<YamlMap> YamlMap::MapList(const std::string& key) const {
 
 void YamlMap::RejectUnknownKeys() const {
   for (const auto& entry : node_) {
-    const std::string key = entry.first.as<std::string>();
+    const std::string& key = entry.first.Scalar();  // the constructor checked: scalar keys
     if (read_.count(key) == 0) {
       throw InputError(FieldName(key) + ": unknown key (known keys here: " +
                        JoinNames({read_.begin(), read_.end()}) + ")");

@@ -190,7 +190,8 @@ std::vector<std::string> GpuPresetNames() { return PresetNames("gpus"); }
 GpuSpec GpuPreset(const std::string& name) {
   const auto names = GpuPresetNames();
   if (std::find(names.begin(), names.end(), name) == names.end()) {
-    throw InputError("gpu = " + name + ": unknown GPU preset (valid: " + JoinNames(names) + ")");
+    throw InputError("gpu = " + ShownValue(name) + ": unknown GPU preset (valid: " +
+                     JoinNames(names) + ")");
   }
   GpuSpec gpu = LoadGpuSpecFile((DataDir() / "gpus" / (name + ".yaml")).string());
   if (gpu.name != name) {

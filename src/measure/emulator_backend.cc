@@ -38,11 +38,16 @@ Sample ToSample(const emulator::Measurement& reading, int gpus) {
   };
 }
 
+// A stage's model chunk in noise keys: "stage", or "stage.chunk" for a chunk other than 0 (so
+// keys of single-chunk schedules stay as they were before chunks existed).
+std::string UnitKey(int stage, int chunk) {
+  return std::to_string(stage) + (chunk != 0 ? "." + std::to_string(chunk) : std::string());
+}
+
 // The noise key of an instruction: the library-default runs (no per-type knobs) keep the key
 // they have always had; tuned knobs extend it.
 uint64_t InstructionKey(const std::string& signature, const InstructionRequest& request) {
-  std::string key = signature + "|instruction|" + std::to_string(request.stage) +
-                    (request.chunk != 0 ? "." + std::to_string(request.chunk) : std::string()) + "|" +
+  std::string key = signature + "|instruction|" + UnitKey(request.stage, request.chunk) + "|" +
                     schedule::ToString(request.direction) + "|" +
                     schedule::ToString(request.knobs.mode) + "|" +
                     std::to_string(request.knobs.freq_mhz);
@@ -76,62 +81,46 @@ class EmulatorBackend final : public Backend {
   void MeasureBatch(const workload::PartitionType& partition,
                     const std::vector<PartitionKnobs>& batch,
                     const SampleCallback& on_sample) override {
-    if (batch.empty()) return;
-    const int gpus = PartitionGpus(partition);
-    Account(options_.batch_warmup_s * gpus, 0);
-    for (std::size_t i = 0; i < batch.size(); ++i) {
-      const emulator::SimResult truth = emulator::SimulatePartition(gpu_, partition, batch[i]);
-      const uint64_t key = ConfigurationKey(options_.workload_signature, partition.name, batch[i]);
-      const Sample sample = ToSample(emulator::Measure(truth, options_.measurement, options_.seed, key), gpus);
-      Account(sample.GpuSeconds(), 1);
-      on_sample(i, sample);
-    }
+    MeasureEach(batch.size(), PartitionGpus(partition), options_.seed, on_sample, [&](std::size_t i) {
+      return Run{emulator::SimulatePartition(gpu_, partition, batch[i]),
+                 ConfigurationKey(options_.workload_signature, partition.name, batch[i])};
+    });
   }
 
   void MeasureInstructions(const workload::WorkloadModel& model,
                            const std::vector<InstructionRequest>& batch,
                            const SampleCallback& on_sample) override {
-    if (batch.empty()) return;
-    const int gpus = InstructionGpus(model);
-    Account(options_.batch_warmup_s * gpus, 0);
-    const uint64_t seed = DeriveSeed(options_.seed, kInstructionStream);
     const std::string signature = model.workload.Signature();
-    for (std::size_t i = 0; i < batch.size(); ++i) {
-      const InstructionRequest& request = batch[i];
-      const emulator::SimResult truth = emulator::SimulateInstruction(
-          model, request.stage, request.chunk, request.direction, request.knobs);
-      const Sample sample = ToSample(
-          emulator::Measure(truth, options_.measurement, seed, InstructionKey(signature, request)), gpus);
-      Account(sample.GpuSeconds(), 1);
-      on_sample(i, sample);
-    }
+    MeasureEach(batch.size(), InstructionGpus(model), DeriveSeed(options_.seed, kInstructionStream),
+                on_sample, [&](std::size_t i) {
+                  const InstructionRequest& request = batch[i];
+                  return Run{emulator::SimulateInstruction(model, request.stage, request.chunk,
+                                                           request.direction, request.knobs),
+                             InstructionKey(signature, request)};
+                });
   }
 
   void MeasureFixedWork(const workload::WorkloadModel& model,
                         const std::vector<FixedWorkRequest>& batch,
                         const SampleCallback& on_sample) override {
-    if (batch.empty()) return;
-    const int gpus = InstructionGpus(model);
-    Account(options_.batch_warmup_s * gpus, 0);
-    const uint64_t seed = DeriveSeed(options_.seed, kInstructionStream);
     const std::string signature = model.workload.Signature();
-    for (std::size_t i = 0; i < batch.size(); ++i) {
-      const FixedWorkRequest& request = batch[i];
-      const std::vector<workload::Op> ops =
-          workload::FixedWorkOps(model, request.stage, request.chunk, request.direction);
-      KAREUS_CHECK(!ops.empty()) << "stage " << request.stage << " chunk " << request.chunk << " "
-                                 << schedule::ToString(request.direction) << " has no fixed work";
-      const std::string key = signature + "|fixed|" + std::to_string(request.stage) +
-                              (request.chunk != 0 ? "." + std::to_string(request.chunk) : std::string()) + "|" +
-                              schedule::ToString(request.direction) + "|" +
-                              std::to_string(request.freq_mhz);
-      const emulator::SimResult truth = emulator::SimulateSequential(
-          model.workload.gpu, ops, request.freq_mhz, model.workload.gpu.interconnect.library_default_sms);
-      const Sample sample =
-          ToSample(emulator::Measure(truth, options_.measurement, seed, HashString(key.c_str())), gpus);
-      Account(sample.GpuSeconds(), 1);
-      on_sample(i, sample);
-    }
+    MeasureEach(batch.size(), InstructionGpus(model), DeriveSeed(options_.seed, kInstructionStream),
+                on_sample, [&](std::size_t i) {
+                  const FixedWorkRequest& request = batch[i];
+                  const std::vector<workload::Op> ops = workload::FixedWorkOps(
+                      model, request.stage, request.chunk, request.direction);
+                  KAREUS_CHECK(!ops.empty())
+                      << "stage " << request.stage << " chunk " << request.chunk << " "
+                      << schedule::ToString(request.direction) << " has no fixed work";
+                  const std::string key = signature + "|fixed|" +
+                                          UnitKey(request.stage, request.chunk) + "|" +
+                                          schedule::ToString(request.direction) + "|" +
+                                          std::to_string(request.freq_mhz);
+                  return Run{emulator::SimulateSequential(
+                                 model.workload.gpu, ops, request.freq_mhz,
+                                 model.workload.gpu.interconnect.library_default_sms),
+                             HashString(key.c_str())};
+                });
   }
 
   void MeasureGradientSync(const workload::WorkloadModel& model,
@@ -139,36 +128,33 @@ class EmulatorBackend final : public Backend {
                            const SampleCallback& on_sample) override {
     if (batch.empty()) return;
     KAREUS_CHECK(model.gradient_sync.enabled) << "gradient sync requested without DP x CP > 1";
-    const int gpus = GradientSyncGpus(model);
-    Account(options_.batch_warmup_s * gpus, 0);
-    const uint64_t seed = DeriveSeed(options_.seed, kInstructionStream);
     const std::string signature = model.workload.Signature() + ";dp=" +
                                   std::to_string(model.workload.parallelism.dp);
-    for (std::size_t i = 0; i < batch.size(); ++i) {
-      const GradientSyncRequest& r = batch[i];
-      const emulator::GradientSyncKnobs knobs{.freq_mhz = r.freq_mhz, .sms = r.sms};
-      emulator::SimResult truth;
-      switch (r.work) {
-        case GradientSyncWork::kOverlapped:
-          truth = emulator::SimulateBackwardWithGradientSync(
-              model, r.stage, 0, workload::LastBackwardBuckets(model, r.stage), knobs);
-          break;
-        case GradientSyncWork::kLastBuckets:
-          truth = emulator::SimulateGradientBuckets(model, workload::LastBackwardBuckets(model, r.stage), knobs);
-          break;
-        case GradientSyncWork::kSyncNode:
-          truth = emulator::SimulateGradientBuckets(
-              model, workload::GradientSyncBuckets(model, r.stage, r.chunk), knobs);
-          break;
-      }
-      const std::string key = signature + "|gradient_sync|" + ToString(r.work) + "|" +
-                              std::to_string(r.stage) + "." + std::to_string(r.chunk) + "|" +
-                              std::to_string(r.freq_mhz) + "|" + std::to_string(r.sms);
-      const Sample sample =
-          ToSample(emulator::Measure(truth, options_.measurement, seed, HashString(key.c_str())), gpus);
-      Account(sample.GpuSeconds(), 1);
-      on_sample(i, sample);
-    }
+    MeasureEach(batch.size(), GradientSyncGpus(model), DeriveSeed(options_.seed, kInstructionStream),
+                on_sample, [&](std::size_t i) {
+                  const GradientSyncRequest& r = batch[i];
+                  const emulator::GradientSyncKnobs knobs{.freq_mhz = r.freq_mhz, .sms = r.sms};
+                  emulator::SimResult truth;
+                  switch (r.work) {
+                    case GradientSyncWork::kOverlapped:
+                      truth = emulator::SimulateBackwardWithGradientSync(
+                          model, r.stage, 0, workload::LastBackwardBuckets(model, r.stage), knobs);
+                      break;
+                    case GradientSyncWork::kLastBuckets:
+                      truth = emulator::SimulateGradientBuckets(
+                          model, workload::LastBackwardBuckets(model, r.stage), knobs);
+                      break;
+                    case GradientSyncWork::kSyncNode:
+                      truth = emulator::SimulateGradientBuckets(
+                          model, workload::GradientSyncBuckets(model, r.stage, r.chunk), knobs);
+                      break;
+                  }
+                  const std::string key = signature + "|gradient_sync|" + ToString(r.work) + "|" +
+                                          std::to_string(r.stage) + "." + std::to_string(r.chunk) +
+                                          "|" + std::to_string(r.freq_mhz) + "|" +
+                                          std::to_string(r.sms);
+                  return Run{truth, HashString(key.c_str())};
+                });
   }
 
   std::unique_ptr<Backend> NoiseFreeTwin() const override {
@@ -178,6 +164,28 @@ class EmulatorBackend final : public Backend {
   }
 
  private:
+  // One request's noise-free run and the key its measurement noise is drawn with.
+  struct Run {
+    emulator::SimResult truth;
+    uint64_t noise_key = 0;
+  };
+
+  // Every batch kind is measured alike: one warm-up for the batch on its `gpus` GPUs, then each
+  // request's run `simulate(i)` with measurement noise, charged and handed over as it exists.
+  template <class Simulate>
+  void MeasureEach(std::size_t count, int gpus, uint64_t seed, const SampleCallback& on_sample,
+                   Simulate simulate) {
+    if (count == 0) return;
+    Account(options_.batch_warmup_s * gpus, 0);
+    for (std::size_t i = 0; i < count; ++i) {
+      const Run run = simulate(i);
+      const Sample sample =
+          ToSample(emulator::Measure(run.truth, options_.measurement, seed, run.noise_key), gpus);
+      Account(sample.GpuSeconds(), 1);
+      on_sample(i, sample);
+    }
+  }
+
   hw::GpuSpec gpu_;
   EmulatorBackendOptions options_;
 };

@@ -189,6 +189,19 @@ class MethodRun {
     result_.phase_wall_s["solve"] = Seconds(start);
     const pipeline::Result& solved = result_.solved.solve;
     if (solved.points.empty()) {
+      if (solved.summary.status == pipeline::Status::kInvalidInput) {
+        // The options' times follow from the workload: name the fields that set them.
+        const workload::Workload& w = model_.workload;
+        throw InputError(
+            w.name + ": " + method_.name + ": the solver refused the instruction options (" +
+            solved.summary.message + "); their times follow from the workload's sequence_length (" +
+            std::to_string(w.sequence_length) + "), microbatch_size (" +
+            std::to_string(w.microbatch_size) + "), model.layers (" +
+            std::to_string(w.model.layers) + ") and parallelism (tp " +
+            std::to_string(w.parallelism.tp) + ", cp " + std::to_string(w.parallelism.cp) +
+            ", pp " + std::to_string(w.parallelism.pp) +
+            "): make the instructions shorter or raise --unit-time");
+      }
       throw Error(method_.name + ": the solver returned no plan (" +
                   pipeline::ToString(solved.summary.status) + ": " + solved.summary.message + ")");
     }
@@ -227,7 +240,8 @@ class MethodRun {
     if (method_.comm == CommSource::kProfiled) {
       mobo::ProfileOptions profile = options_.profile;
       profile.oracle = false;
-      result_.profile = mobo::ProfileWorkload(model_, profile, backend, context_);
+      result_.profile = options_.profiler ? options_.profiler(model_, profile, backend, context_)
+                                          : mobo::ProfileWorkload(model_, profile, backend, context_);
       result_.profiling_gpu_seconds += result_.profile->cost_gpu_seconds;
       for (const auto& p : result_.profile->partitions) {
         result_.measurements += static_cast<int64_t>(p.evaluations.size());

@@ -2,6 +2,7 @@
 // The files of `kareus run` and `kareus evaluate`.
 #include <algorithm>
 #include <cstdio>
+#include <optional>
 #include <set>
 
 #include "kareus/common/error.h"
@@ -53,49 +54,93 @@ void WriteRunOutputs(const RunResult& run, const std::filesystem::path& out) {
   WriteFileAtomic(out / "report.html", report::RenderHtml(summary));
 }
 
+std::vector<workload::Workload> LoadEvaluationWorkloads(
+    const std::vector<std::filesystem::path>& workloads) {
+  std::vector<workload::Workload> loaded;
+  for (const auto& path : workloads) {
+    loaded.push_back(workload::LoadWorkloadFile(path));
+    for (std::size_t i = 0; i + 1 < loaded.size(); ++i) {
+      if (loaded[i].name == loaded.back().name) {
+        ThrowInput(path.string() + ": name", loaded.back().name,
+                   "another workload of this evaluation (" + workloads[i].string() +
+                       ") has this name; each writes its own folder OUT/<name>");
+      }
+    }
+  }
+  return loaded;
+}
+
+std::filesystem::path EvaluationStore(const RunOptions& options, const workload::Workload& w,
+                                      const std::filesystem::path& out) {
+  if (!options.profile.store.empty()) return options.profile.store;
+  if (!out.empty()) return out / w.name / "measurements.sqlite";
+  return {};
+}
+
+std::vector<std::filesystem::path> EvaluationRelatedStores(
+    const RunOptions& options, const std::vector<workload::Workload>& loaded, std::size_t index,
+    const std::filesystem::path& out) {
+  std::vector<std::filesystem::path> related = options.profile.related_stores;
+  if (!options.profile.transfer || !options.profile.store.empty() || out.empty()) return related;
+  const workload::Workload& w = loaded.at(index);
+  for (std::size_t j = 0; j < index; ++j) {
+    const workload::Workload& r = loaded[j];
+    const std::filesystem::path store = EvaluationStore(options, r, out);
+    if (r.model.name == w.model.name && r.gpu.name == w.gpu.name &&
+        r.Signature() != w.Signature() && std::filesystem::exists(store)) {
+      related.push_back(store);
+    }
+  }
+  return related;
+}
+
+Json EvaluationRow(const RunResult& run, const std::string& workload_name) {
+  const Json summary = ToJson(run.summary);
+  return Json{{"workload", workload_name},
+              {"max_throughput", summary["max_throughput"]},
+              {"frontier_table", summary["frontier_table"]},
+              {"interpolated", summary["interpolated"]},
+              {"checks", summary["checks"]}};
+}
+
+EvaluationResult MakeEvaluation(std::vector<Json> rows) {
+  EvaluationResult result;
+  result.evaluation = Json{{"format", "kareus.evaluation/1"}, {"rows", Json::array()}};
+  for (Json& row : rows) result.evaluation["rows"].push_back(std::move(row));
+  result.table = report::RenderEvaluationTable(result.evaluation);
+  return result;
+}
+
 EvaluationResult EvaluateWorkloads(const std::vector<std::filesystem::path>& workloads,
                                    const RunOptions& options,
                                    const measure::BackendFactory& make_backend,
                                    const Context& context, const std::filesystem::path& out) {
   ThrowIfInvalid(options.Validate());
-  // Validate every file before running anything.
-  std::vector<workload::Workload> loaded;
-  for (const auto& path : workloads) loaded.push_back(workload::LoadWorkloadFile(path));
-  EvaluationResult result;
-  result.evaluation = Json{{"format", "kareus.evaluation/1"}, {"rows", Json::array()}};
+  // Validate every file before running anything; each workload writes OUT/<name>.
+  const std::vector<workload::Workload> loaded = LoadEvaluationWorkloads(workloads);
+  std::optional<OutputFolder> folder;  // OUT is replaced as a whole at the end
+  if (!out.empty()) {
+    folder.emplace(out);
+    for (const auto& w : loaded) folder->Keep(EvaluationStore(options, w, out));
+  }
+  std::vector<Json> rows;
   for (std::size_t i = 0; i < loaded.size(); ++i) {
     const workload::Workload& w = loaded[i];
     RunOptions per = options;
-    if (!options.profile.store.empty()) {
-      per.profile.store = options.profile.store;
-    } else if (!out.empty()) {
-      per.profile.store = out / w.name / "measurements.sqlite";
-      // Transfer: the stores of the earlier workloads of the same model and GPU (read-only).
-      for (std::size_t j = 0; options.profile.transfer && j < i; ++j) {
-        const workload::Workload& r = loaded[j];
-        const std::filesystem::path store = out / r.name / "measurements.sqlite";
-        if (r.model.name == w.model.name && r.gpu.name == w.gpu.name &&
-            r.Signature() != w.Signature() && std::filesystem::exists(store)) {
-          per.profile.related_stores.push_back(store);
-        }
-      }
-    }
+    per.profile.store = EvaluationStore(options, w, out);
+    per.profile.related_stores = EvaluationRelatedStores(options, loaded, i, out);
     if (!options.quiet && kareus::Progress::StderrIsTerminal()) {
       std::fprintf(stderr, "kareus: workload %s\n", w.name.c_str());
     }
     const RunResult run = RunWorkload(w, per, make_backend, context);
-    if (!out.empty()) WriteRunOutputs(run, out / w.name);
-    const Json summary = ToJson(run.summary);
-    result.evaluation["rows"].push_back({{"workload", w.name},
-                                         {"max_throughput", summary["max_throughput"]},
-                                         {"frontier_table", summary["frontier_table"]},
-                                         {"interpolated", summary["interpolated"]},
-                                         {"checks", summary["checks"]}});
+    if (folder) WriteRunOutputs(run, folder->staging() / w.name);
+    rows.push_back(EvaluationRow(run, w.name));
   }
-  result.table = report::RenderEvaluationTable(result.evaluation);
-  if (!out.empty()) {
-    WriteJsonFile(out / "evaluation.json", result.evaluation);
-    WriteFileAtomic(out / "evaluation.txt", result.table);
+  EvaluationResult result = MakeEvaluation(std::move(rows));
+  if (folder) {
+    WriteJsonFile(folder->staging() / "evaluation.json", result.evaluation);
+    WriteFileAtomic(folder->staging() / "evaluation.txt", result.table);
+    folder->Commit();
   }
   return result;
 }

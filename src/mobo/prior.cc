@@ -7,6 +7,8 @@
 #include <limits>
 #include <sstream>
 
+#include <Eigen/Dense>
+
 #include "kareus/common/error.h"
 
 namespace kareus::mobo {
@@ -210,6 +212,154 @@ PriorMean PredictSpace(measure::Backend& model, const workload::PartitionType& t
     // A model's dynamic energy is positive; guard a degenerate one (the surrogates model logs).
     out.dynamic_energy_j.push_back(std::max(s.dynamic_energy_j, 1e-9 * std::max(s.energy_j, 1e-30)));
   }
+  return out;
+}
+
+namespace internal {
+namespace {
+
+// The calibration's parameters: u = (ln dynamic_power, voltage_shift_mhz / 100,
+// ln collective_bandwidth, ln compute_efficiency); the prior's sigma on each, the bounds, and
+// the forward-difference steps.
+constexpr int kCalibrationParams = 4;
+constexpr double kParamSigma[kCalibrationParams] = {0.3, 1.5, 0.3, 0.3};
+constexpr double kParamBound[kCalibrationParams] = {0.9, 4.0, 1.2, 0.9};
+constexpr double kParamStep[kCalibrationParams] = {0.02, 0.1, 0.02, 0.02};
+// What a calibrated model is expected to miss, in log units: the residuals are scaled by it
+// against the prior on the parameters.
+constexpr double kResidualSigma = 0.02;
+
+ModelPerturbation FromParams(const Eigen::Vector4d& u) {
+  ModelPerturbation c;
+  c.dynamic_power = std::exp(u(0));
+  c.voltage_shift_mhz = static_cast<int>(std::lround(100.0 * u(1)));
+  c.collective_bandwidth = std::exp(u(2));
+  c.compute_efficiency = std::exp(u(3));
+  return c;
+}
+
+Eigen::Vector4d ToParams(const ModelPerturbation& c) {
+  return {std::log(c.dynamic_power), c.voltage_shift_mhz / 100.0, std::log(c.collective_bandwidth),
+          std::log(c.compute_efficiency)};
+}
+
+}  // namespace
+}  // namespace internal
+
+CalibrationResult CalibratePrior(const PriorModel& prior, const workload::WorkloadModel& model,
+                                 const workload::PartitionType& type,
+                                 const std::vector<measure::PartitionKnobs>& knobs,
+                                 const std::vector<measure::Sample>& samples,
+                                 const ModelPerturbation& start, std::size_t max_rows) {
+  KAREUS_CHECK(knobs.size() == samples.size());
+  CalibrationResult out;
+  if (!prior.make_calibrated || knobs.empty()) return out;
+  // An evenly spaced subset when there are many measurements (the fit is over-determined long
+  // before that).
+  std::vector<measure::PartitionKnobs> rows;
+  std::vector<double> log_t, log_e;
+  const std::size_t n = knobs.size();
+  const std::size_t m = std::min(n, std::max<std::size_t>(1, max_rows));
+  for (std::size_t j = 0; j < m; ++j) {
+    const std::size_t i = m == n ? j : j * n / m;
+    rows.push_back(knobs[i]);
+    log_t.push_back(std::log(std::max(samples[i].time_s, 1e-30)));
+    log_e.push_back(std::log(std::max(samples[i].dynamic_energy_j, 1e-30)));
+  }
+  const Eigen::Index r_count = static_cast<Eigen::Index>(2 * m) + internal::kCalibrationParams;
+  // The augmented residual: measurements / kResidualSigma, then the parameters / their sigma.
+  auto residual = [&](const Eigen::Vector4d& u, Eigen::VectorXd* r) {
+    std::unique_ptr<measure::Backend> backend = prior.make_calibrated(model, internal::FromParams(u));
+    const std::vector<measure::Sample> predicted = backend->MeasureAll(type, rows);
+    ++out.model_evaluations;
+    r->resize(r_count);
+    for (std::size_t i = 0; i < m; ++i) {
+      (*r)(static_cast<Eigen::Index>(2 * i)) =
+          (log_t[i] - std::log(std::max(predicted[i].time_s, 1e-30))) / internal::kResidualSigma;
+      (*r)(static_cast<Eigen::Index>(2 * i + 1)) =
+          (log_e[i] - std::log(std::max(predicted[i].dynamic_energy_j, 1e-30))) /
+          internal::kResidualSigma;
+    }
+    for (int k = 0; k < internal::kCalibrationParams; ++k) {
+      (*r)(static_cast<Eigen::Index>(2 * m) + k) = u(k) / internal::kParamSigma[k];
+    }
+  };
+  auto data_rms = [&](const Eigen::VectorXd& r) {
+    return internal::kResidualSigma * std::sqrt(r.head(static_cast<Eigen::Index>(2 * m)).squaredNorm() /
+                                                 static_cast<double>(2 * m));
+  };
+  auto clamp = [](Eigen::Vector4d u) {
+    for (int k = 0; k < internal::kCalibrationParams; ++k) {
+      u(k) = std::clamp(u(k), -internal::kParamBound[k], internal::kParamBound[k]);
+    }
+    u(1) = std::round(100.0 * u(1)) / 100.0;  // whole MHz
+    return u;
+  };
+
+  Eigen::VectorXd r0;
+  residual(Eigen::Vector4d::Zero(), &r0);
+  out.log_rms_before = data_rms(r0);
+  Eigen::Vector4d best_u = Eigen::Vector4d::Zero();
+  double best_cost = r0.squaredNorm();
+  // Starts: the model as given, the warm start, and the voltage curve moved both ways (the
+  // energy's clock trend is piecewise linear in the shift: a local search can stall at a knee).
+  std::vector<Eigen::Vector4d> starts = {Eigen::Vector4d::Zero()};
+  const Eigen::Vector4d warm = clamp(internal::ToParams(start));
+  if (!warm.isZero()) starts.push_back(warm);
+  starts.push_back(Eigen::Vector4d(0.0, -1.0, 0.0, 0.0));
+  starts.push_back(Eigen::Vector4d(0.0, 1.0, 0.0, 0.0));
+  for (const Eigen::Vector4d& s0 : starts) {
+    Eigen::Vector4d u = s0;
+    Eigen::VectorXd r;
+    residual(u, &r);
+    double cost = r.squaredNorm();
+    double lambda = 1e-2;
+    for (int iteration = 0; iteration < 12; ++iteration) {
+      Eigen::MatrixXd jac(r_count, internal::kCalibrationParams);
+      for (int k = 0; k < internal::kCalibrationParams; ++k) {
+        Eigen::Vector4d v = u;
+        double h = internal::kParamStep[k];
+        if (v(k) + h > internal::kParamBound[k]) h = -h;
+        v(k) += h;
+        Eigen::VectorXd rv;
+        residual(v, &rv);
+        jac.col(k) = (rv - r) / h;
+      }
+      const Eigen::Matrix4d jtj = jac.transpose() * jac;
+      const Eigen::Vector4d grad = jac.transpose() * r;
+      bool stepped = false;
+      for (int tries = 0; tries < 6 && !stepped; ++tries) {
+        Eigen::Matrix4d a = jtj;
+        a.diagonal() += lambda * jtj.diagonal().cwiseMax(1e-9);
+        const Eigen::Vector4d delta = a.ldlt().solve(-grad);
+        const Eigen::Vector4d next = clamp(u + delta);
+        if ((next - u).cwiseAbs().maxCoeff() < 1e-4) break;
+        Eigen::VectorXd rn;
+        residual(next, &rn);
+        const double next_cost = rn.squaredNorm();
+        if (next_cost < cost) {
+          stepped = true;
+          const double gain = (cost - next_cost) / std::max(cost, 1e-300);
+          u = next;
+          r = rn;
+          cost = next_cost;
+          lambda = std::max(1e-6, lambda / 3.0);
+          if (gain < 1e-4) iteration = 1 << 20;  // converged
+        } else {
+          lambda *= 8.0;
+        }
+      }
+      if (!stepped) break;
+    }
+    if (cost < best_cost) {
+      best_cost = cost;
+      best_u = u;
+    }
+  }
+  out.calibration = internal::FromParams(best_u);
+  Eigen::VectorXd rb;
+  residual(best_u, &rb);
+  out.log_rms_after = data_rms(rb);
   return out;
 }
 

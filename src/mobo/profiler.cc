@@ -3,8 +3,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <map>
+#include <memory>
 #include <numeric>
+#include <optional>
 #include <set>
 
 #include "kareus/common/error.h"
@@ -49,9 +52,9 @@ std::optional<OptionError> ProfileOptions::Validate() const {
     return OptionError{"initial_fraction", Describe(initial_fraction), "must be in (0, 1]"};
   }
   if (batch_size < 0) return OptionError{"batch_size", Describe(batch_size), "must be >= 0 (0: auto)"};
+  if (unit_size < 0) return OptionError{"unit_size", Describe(unit_size), "must be >= 0 (0: whole batch)"};
   if (related_max_rows < 1) {
-    return OptionError{"related_max_rows", Describe(related_max_rows),
-                       "must be >= 1"};
+    return OptionError{"related_max_rows", Describe(related_max_rows), "must be >= 1"};
   }
   return std::nullopt;
 }
@@ -82,15 +85,13 @@ Plan PlanType(const workload::PartitionType& type, const hw::GpuSpec& gpu,
   }
   if (options.initial_design > 0) {
     plan.initial = options.initial_design;
+  } else if (options.prior) {
+    // The prior's design (PriorDesign): a few configurations where the model expects the
+    // frontier, spread over the clocks; the surrogate's batches do the rest.
+    plan.initial = kPriorDesign;
   } else {
-    if (options.prior) {
-      // The prior's design (PriorDesign): a few configurations where the model expects the
-      // frontier, spread over the clocks; the surrogate's batches do the rest.
-      plan.initial = kPriorDesign;
-    } else {
-      plan.initial = std::max<int>(
-          kMinInitialDesign, static_cast<int>(std::lround(options.initial_fraction * plan.budget)));
-    }
+    plan.initial = std::max<int>(
+        kMinInitialDesign, static_cast<int>(std::lround(options.initial_fraction * plan.budget)));
   }
   if (plan.budget < plan.initial) {
     ThrowInput("budget", std::to_string(plan.budget),
@@ -143,171 +144,169 @@ std::vector<int64_t> InitialDesign(const SearchSpace& space, int count, Rng& rng
   return design;
 }
 
-class PartitionRun {
+// One partition type's profiling as explicit steps (WorkloadProfiler): the initial design,
+// then per batch a surrogate fit and a pick, each batch's missing configurations measured by
+// whoever the caller chooses, then the denoised frontiers. Every decision depends only on the
+// type's own seed and its own measurements, so types may advance in any interleaving.
+class TypeState {
  public:
-  PartitionRun(const Plan& plan, const ProfileOptions& options, measure::Backend& backend,
-               measure::MeasurementStore* store, Progress& progress, uint64_t seed,
-               const std::string& label, const TypeKnowledge& knowledge)
-      : plan_(plan), options_(options), backend_(backend), store_(store), progress_(progress),
-        seed_(seed), label_(label), knowledge_(knowledge), prior_(knowledge.prior) {}
+  TypeState(const Plan& plan, const ProfileOptions& options, const measure::Backend& backend,
+            measure::MeasurementStore* store, uint64_t seed, TypeKnowledge knowledge,
+            const workload::WorkloadModel& model)
+      : plan_(plan), options_(options), backend_(backend), store_(store), seed_(seed),
+        gpus_(measure::PartitionGpus(*plan.type)), knowledge_(std::move(knowledge)),
+        model_(model) {
+    result_.type = plan_.type->name;
+    result_.tunable = plan_.type->tunable;
+    result_.space_size = plan_.space.Size();
+    result_.budget = plan_.budget;
+    result_.initial_design = plan_.initial;
+    result_.batch_size = plan_.batch;
+    measured_.assign(plan_.space.Size(), false);
+    result_.has_prior = !knowledge_.prior.empty();
+  }
 
-  PartitionResult Run() {
-    PartitionResult result;
-    result.type = plan_.type->name;
-    result.tunable = plan_.type->tunable;
-    result.space_size = plan_.space.Size();
-    result.budget = plan_.budget;
-    result.initial_design = plan_.initial;
-    result.batch_size = plan_.batch;
-    const double cost_before = backend_.GpuSeconds();
+  const TypeKnowledge& knowledge() const { return knowledge_; }
 
-    Rng rng(DeriveSeed(seed_, HashString("initial-design")));
-    std::vector<int64_t> initial;
-    if (!plan_.type->tunable) {
-      initial.resize(plan_.space.Size());
-      std::iota(initial.begin(), initial.end(), 0);
-    } else {
-      if (!prior_.empty() && options_.initial_design == 0) {
-        initial = PriorDesign(plan_.space, prior_, backend_.StaticPowerW(), plan_.initial);
-      }
-      if (static_cast<int>(initial.size()) < plan_.initial) {  // no prior, or fewer clocks
-        std::set<int64_t> have(initial.begin(), initial.end());
-        for (int64_t i : InitialDesign(plan_.space, plan_.initial, rng)) {
-          if (static_cast<int>(initial.size()) >= plan_.initial) break;
-          if (have.insert(i).second) initial.push_back(i);
-        }
-      }
-    }
-    Evaluate(initial, 0, plan_.type->tunable ? "initial" : "exhaustive", &result);
-    result.hypervolume_trace.push_back(MeasuredHypervolume(result));
+  bool complete() const { return complete_; }
+  bool in_flight() const { return !missing_.empty() && pending_ > 0; }
+  const PartitionResult& result() const { return result_; }
+  PartitionResult& result() { return result_; }
 
-    result.has_prior = !prior_.empty();
-    const std::unique_ptr<Surrogate> surrogate =
-        MakeSurrogate(options_.surrogate, {.seed = DeriveSeed(seed_, HashString("surrogate")),
-                                           .learn_prior_weight = options_.prior_check});
-    std::vector<bool> measured(plan_.space.Size(), false);
-    for (const Evaluation& e : result.evaluations) measured[e.index] = true;
-    for (int batch = 1; plan_.type->tunable &&
-                        static_cast<int64_t>(result.evaluations.size()) < plan_.budget;
-         ++batch) {
-      AcquisitionInput input;
-      input.space = &plan_.space;
-      input.static_power_w = backend_.StaticPowerW();
-      std::vector<measure::Sample> samples;
-      for (const Evaluation& e : result.evaluations) {
-        input.measured.push_back(e.index);
-        input.measured_time_s.push_back(e.sample.time_s);
-        input.measured_energy_j.push_back(e.sample.energy_j);
-        input.measured_dynamic_energy_j.push_back(e.sample.dynamic_energy_j);
-        samples.push_back(e.sample);
-      }
-      surrogate->Fit(knowledge_.Rows(plan_.space, input.measured, samples));
-      if (Knows()) result.prior_uses.push_back(surrogate->Use());
-      std::vector<std::vector<double>> candidates_x;
-      std::vector<double> candidates_prior_t, candidates_prior_e;
-      for (int64_t i = 0; i < plan_.space.Size(); ++i) {
-        if (measured[i]) continue;
-        input.candidates.push_back(i);
-        candidates_x.push_back(plan_.space.Encode(i));
-        AddPrior(i, &candidates_prior_t, &candidates_prior_e);
-      }
-      if (input.candidates.empty()) break;
-      input.predictions = surrogate->Predict(candidates_x, candidates_prior_t, candidates_prior_e);
-      const int k = static_cast<int>(std::min<int64_t>(
-          plan_.batch, plan_.budget - static_cast<int64_t>(result.evaluations.size())));
-      if (options_.strategy == Strategy::kThompson) {
-        DrawSamples(*surrogate, candidates_x, candidates_prior_t, candidates_prior_e, k, batch,
-                    &input);
-      }
-      const std::vector<Pick> picks = SelectBatch(options_.strategy, input, k);
-      KAREUS_CHECK(!picks.empty());
+  // The next batch that needs measuring (store hits are read here), or nullopt when done.
+  std::optional<MeasurementBatch> NextBatch(int type_index) {
+    KAREUS_CHECK(pending_ == 0) << plan_.type->name << ": the previous batch is still being measured";
+    while (!complete_) {
       std::vector<int64_t> indices;
       std::vector<std::string> reasons;
-      for (const Pick& p : picks) {
-        indices.push_back(p.index);
-        reasons.push_back(ToString(p.reason));
-        measured[p.index] = true;
+      if (!started_) {
+        started_ = true;
+        Rng rng(DeriveSeed(seed_, HashString("initial-design")));
+        if (!plan_.type->tunable) {
+          indices.resize(plan_.space.Size());
+          std::iota(indices.begin(), indices.end(), 0);
+        } else {
+          indices = Initial(rng);
+        }
+        reasons.assign(indices.size(), plan_.type->tunable ? "initial" : "exhaustive");
+        if (plan_.type->tunable) {
+          surrogate_ = MakeSurrogate(options_.surrogate,
+                                     {.seed = DeriveSeed(seed_, HashString("surrogate")),
+                                      .learn_prior_weight = options_.prior_check});
+        }
+      } else if (!PickBatch(&indices, &reasons)) {
+        Finalize();
+        break;
       }
-      Evaluate(indices, batch, reasons, &result);
-      result.hypervolume_trace.push_back(MeasuredHypervolume(result));
-    }
-    result.gpu_seconds = backend_.GpuSeconds() - cost_before;
-    // What the result costs whether or not the store served some of it: every batch's
-    // overhead and every measurement, on the GPUs of the collective's group.
-    const int gpus = measure::PartitionGpus(*plan_.type);
-    std::set<int> batches;
-    result.cost_gpu_seconds = 0.0;
-    for (const Evaluation& e : result.evaluations) {
-      batches.insert(e.batch);
-      result.cost_gpu_seconds += e.sample.GpuSeconds();
-    }
-    result.batches = static_cast<int>(batches.size());
-    result.cost_gpu_seconds += static_cast<double>(result.batches) * backend_.BatchOverheadSeconds() * gpus;
-    result.hypervolume = result.hypervolume_trace.back();
-    {
-      std::vector<int64_t> indices;
-      std::vector<measure::Sample> samples;
-      for (const Evaluation& e : result.evaluations) {
-        indices.push_back(e.index);
-        samples.push_back(e.sample);
+      for (int64_t index : indices) measured_[index] = true;
+      if (Evaluate(indices, reasons)) {
+        MeasurementBatch batch{.type = type_index, .number = batch_, .knobs = {}, .units = {}};
+        for (std::size_t i : missing_) batch.knobs.push_back(result_.evaluations[i].knobs);
+        const std::size_t unit = options_.unit_size > 0 ? static_cast<std::size_t>(options_.unit_size)
+                                                        : batch.knobs.size();
+        for (std::size_t b = 0; b < batch.knobs.size(); b += unit) {
+          batch.units.push_back({b, std::min(batch.knobs.size(), b + unit)});
+        }
+        units_issued_ += static_cast<int64_t>(batch.units.size());
+        return batch;
       }
-      PriorUse use;
-      const bool denoise = options_.denoise && plan_.type->tunable && indices.size() >= 3;
-      const std::vector<measure::Sample> estimates =
-          Estimates(plan_.space, indices, samples, options_.surrogate, denoise,
-                    backend_.StaticPowerW(), DeriveSeed(seed_, HashString("final-surrogate")),
-                    knowledge_, options_.prior_check, &use);
-      if (denoise && Knows()) result.prior_uses.push_back(use);
-      for (std::size_t i = 0; i < estimates.size(); ++i) result.evaluations[i].estimate = estimates[i];
+      BatchComplete();  // everything came from the store
     }
-    BuildFrontiers(&result);
-    return result;
+    return std::nullopt;
+  }
+
+  // A sample of the batch in flight (`index` into its knobs), committed to the store at once.
+  void Record(std::size_t index, const measure::Sample& sample, Progress& progress,
+              const std::string& label, double per_eval_s) {
+    KAREUS_CHECK(index < missing_.size() && pending_ > 0) << plan_.type->name << ": sample " << index
+                                                          << " outside the batch in flight";
+    Evaluation& e = result_.evaluations[missing_[index]];
+    KAREUS_CHECK(!recorded_[index]) << plan_.type->name << ": sample " << index << " recorded twice";
+    recorded_[index] = true;
+    if (store_ != nullptr) store_->Insert(plan_.type->name, e.knobs, sample);
+    e.sample = sample;
+    ++result_.measured;
+    --pending_;
+    ShowProgress(progress, label, per_eval_s);
+    if (pending_ == 0) BatchComplete();
+  }
+
+  void ShowProgress(Progress& progress, const std::string& label, double per_eval_s) const {
+    if (!progress.active()) return;
+    const int64_t done = result_.measured + result_.reused;
+    const double left_s = static_cast<double>(result_.budget - done) * per_eval_s;
+    char line[256];
+    std::snprintf(line, sizeof(line),
+                  "%s %-12s batch %d  %lld/%lld measured  best HV %.4g  GPU time left ~%.1f min",
+                  label.c_str(), plan_.type->name.c_str(), batch_,
+                  static_cast<long long>(done), static_cast<long long>(result_.budget),
+                  result_.hypervolume_trace.empty() ? 0.0 : result_.hypervolume_trace.back(),
+                  left_s / 60.0);
+    progress.Update(line);
   }
 
  private:
-  void Evaluate(const std::vector<int64_t>& indices, int batch, const std::string& reason,
-                PartitionResult* result) {
-    Evaluate(indices, batch, std::vector<std::string>(indices.size(), reason), result);
+  // The tunable type's initial design: the prior's (PriorDesign) when there is a prior and no
+  // --initial, topped up with Latin-hypercube points (no prior, or fewer clocks than points).
+  std::vector<int64_t> Initial(Rng& rng) const {
+    std::vector<int64_t> initial;
+    if (!knowledge_.prior.empty() && options_.initial_design == 0) {
+      initial = PriorDesign(plan_.space, knowledge_.prior, backend_.StaticPowerW(), plan_.initial);
+    }
+    if (static_cast<int>(initial.size()) < plan_.initial) {
+      std::set<int64_t> have(initial.begin(), initial.end());
+      for (int64_t i : InitialDesign(plan_.space, plan_.initial, rng)) {
+        if (static_cast<int>(initial.size()) >= plan_.initial) break;
+        if (have.insert(i).second) initial.push_back(i);
+      }
+    }
+    return initial;
   }
 
-  // Reads what the store has, measures the rest in one backend batch, commits each new
-  // measurement as it arrives. Evaluation order is the pick order either way, so a resumed
-  // run is indistinguishable from an uninterrupted one.
-  void Evaluate(const std::vector<int64_t>& indices, int batch,
-                const std::vector<std::string>& reasons, PartitionResult* result) {
-    const std::size_t first = result->evaluations.size();
-    std::vector<std::size_t> missing;
-    std::vector<measure::PartitionKnobs> to_measure;
-    for (std::size_t i = 0; i < indices.size(); ++i) {
-      Evaluation e;
-      e.index = indices[i];
-      e.knobs = plan_.space.At(indices[i]);
-      e.batch = batch;
-      e.reason = reasons[i];
-      if (store_ != nullptr) {
-        if (auto stored = store_->Find(plan_.type->name, e.knobs)) {
-          e.sample = *stored;
-          e.sample.gpus = measure::PartitionGpus(*plan_.type);
-          e.from_store = true;
-          ++result->reused;
-        }
-      }
-      if (!e.from_store) {
-        missing.push_back(first + i);
-        to_measure.push_back(e.knobs);
-      }
-      result->evaluations.push_back(std::move(e));
+  // Fits the surrogate on every measurement and picks the next batch; false when the type is
+  // done (budget spent, space exhausted, or not tunable).
+  bool PickBatch(std::vector<int64_t>* indices, std::vector<std::string>* reasons) {
+    if (!plan_.type->tunable || static_cast<int64_t>(result_.evaluations.size()) >= plan_.budget) {
+      return false;
     }
-    ShowProgress(*result, batch);
-    if (to_measure.empty()) return;
-    backend_.MeasureBatch(*plan_.type, to_measure,
-                          [&](std::size_t j, const measure::Sample& sample) {
-                            Evaluation& e = result->evaluations[missing[j]];
-                            if (store_ != nullptr) store_->Insert(plan_.type->name, e.knobs, sample);
-                            e.sample = sample;
-                            ++result->measured;
-                            ShowProgress(*result, batch);
-                          });
+    AcquisitionInput input;
+    input.space = &plan_.space;
+    input.static_power_w = backend_.StaticPowerW();
+    std::vector<measure::Sample> samples;
+    for (const Evaluation& e : result_.evaluations) {
+      input.measured.push_back(e.index);
+      input.measured_time_s.push_back(e.sample.time_s);
+      input.measured_energy_j.push_back(e.sample.energy_j);
+      input.measured_dynamic_energy_j.push_back(e.sample.dynamic_energy_j);
+      samples.push_back(e.sample);
+    }
+    Calibrate();
+    surrogate_->Fit(knowledge_.Rows(plan_.space, input.measured, samples));
+    if (Knows()) result_.prior_uses.push_back(WithCalibration(surrogate_->Use()));
+    std::vector<std::vector<double>> candidates_x;
+    std::vector<double> candidates_prior_t, candidates_prior_e;
+    for (int64_t i = 0; i < plan_.space.Size(); ++i) {
+      if (measured_[i]) continue;
+      input.candidates.push_back(i);
+      candidates_x.push_back(plan_.space.Encode(i));
+      AddPrior(i, &candidates_prior_t, &candidates_prior_e);
+    }
+    if (input.candidates.empty()) return false;
+    input.predictions = surrogate_->Predict(candidates_x, candidates_prior_t, candidates_prior_e);
+    const int k = static_cast<int>(std::min<int64_t>(
+        plan_.batch, plan_.budget - static_cast<int64_t>(result_.evaluations.size())));
+    if (options_.strategy == Strategy::kThompson) {
+      DrawSamples(*surrogate_, candidates_x, candidates_prior_t, candidates_prior_e, k, batch_ + 1,
+                  &input);
+    }
+    const std::vector<Pick> picks = SelectBatch(options_.strategy, input, k);
+    KAREUS_CHECK(!picks.empty());
+    ++batch_;
+    for (const Pick& p : picks) {
+      indices->push_back(p.index);
+      reasons->push_back(ToString(p.reason));
+    }
+    return true;
   }
 
   // Thompson sampling: joint draws at the candidates that could be on the frontier (optimistic
@@ -354,19 +353,84 @@ class PartitionRun {
     input->samples = surrogate.Sample(sx, st, se, k, DeriveSeed(seed_, 0x75 + static_cast<uint64_t>(batch)));
   }
 
+  // Fits the prior model's physical scales to every measurement so far and, when they moved,
+  // predicts the space again with them (the surrogate then learns what is left).
+  void Calibrate() {
+    if (knowledge_.prior.empty() || !options_.prior_calibrate || !options_.prior.make_calibrated) {
+      return;
+    }
+    std::vector<measure::PartitionKnobs> knobs;
+    std::vector<measure::Sample> samples;
+    for (const Evaluation& e : result_.evaluations) {
+      knobs.push_back(e.knobs);
+      samples.push_back(e.sample);
+    }
+    const CalibrationResult c = CalibratePrior(options_.prior, model_, *plan_.type, knobs,
+                                               samples, calibration_.calibration);
+    const bool moved = c.calibration.ToString() != calibration_.calibration.ToString();
+    calibration_ = c;
+    calibrated_ = true;
+    if (moved) {
+      const std::unique_ptr<measure::Backend> prior =
+          options_.prior.make_calibrated(model_, calibration_.calibration);
+      knowledge_.prior = PredictSpace(*prior, *plan_.type, plan_.space);
+    }
+  }
+
+  PriorUse WithCalibration(PriorUse use) const {
+    if (!calibrated_) return use;
+    use.calibration = calibration_.calibration.ToString();
+    use.calibration_log_rms_before = calibration_.log_rms_before;
+    use.calibration_log_rms_after = calibration_.log_rms_after;
+    return use;
+  }
+
   bool Knows() const { return !knowledge_.prior.empty() || !knowledge_.related.empty(); }
 
   // The prior mean at space index `i`, appended (nothing without a prior).
   void AddPrior(int64_t i, std::vector<double>* time_s, std::vector<double>* energy_j) const {
-    if (prior_.empty()) return;
-    time_s->push_back(prior_.time_s[i]);
-    energy_j->push_back(prior_.dynamic_energy_j[i]);
+    if (knowledge_.prior.empty()) return;
+    time_s->push_back(knowledge_.prior.time_s[i]);
+    energy_j->push_back(knowledge_.prior.dynamic_energy_j[i]);
   }
 
-  double MeasuredHypervolume(const PartitionResult& result) const {
+  // Appends the batch's evaluations, reading what the store has. Evaluation order is the pick
+  // order either way, so a resumed run is indistinguishable from an uninterrupted one. True
+  // when something is left to measure.
+  bool Evaluate(const std::vector<int64_t>& indices, const std::vector<std::string>& reasons) {
+    const std::size_t first = result_.evaluations.size();
+    missing_.clear();
+    for (std::size_t i = 0; i < indices.size(); ++i) {
+      Evaluation e;
+      e.index = indices[i];
+      e.knobs = plan_.space.At(indices[i]);
+      e.batch = batch_;
+      e.reason = reasons[i];
+      if (store_ != nullptr) {
+        if (auto stored = store_->Find(plan_.type->name, e.knobs)) {
+          e.sample = *stored;
+          e.sample.gpus = gpus_;
+          e.from_store = true;
+          ++result_.reused;
+        }
+      }
+      if (!e.from_store) missing_.push_back(first + i);
+      result_.evaluations.push_back(std::move(e));
+    }
+    pending_ = missing_.size();
+    recorded_.assign(missing_.size(), false);
+    return pending_ > 0;
+  }
+
+  void BatchComplete() {
+    missing_.clear();
+    result_.hypervolume_trace.push_back(MeasuredHypervolume());
+  }
+
+  double MeasuredHypervolume() const {
     std::vector<pareto::Point> points;
     double t_max = 0, e_max = 0;
-    for (const Evaluation& e : result.evaluations) {
+    for (const Evaluation& e : result_.evaluations) {
       points.push_back({.time_s = e.sample.time_s, .energy_j = e.sample.energy_j});
       t_max = std::max(t_max, e.sample.time_s);
       e_max = std::max(e_max, e.sample.energy_j);
@@ -374,25 +438,53 @@ class PartitionRun {
     return pareto::Hypervolume(points, {.time_s = 1.1 * t_max, .energy_j = 1.1 * e_max});
   }
 
-  void ShowProgress(const PartitionResult& result, int batch) {
-    if (!progress_.active()) return;
-    const int64_t done = result.measured + result.reused;
-    const double spent = backend_.GpuSeconds();
-    const double per_eval = result.measured > 0 ? spent / static_cast<double>(
-                                                              std::max<int64_t>(1, measured_total_ + result.measured))
-                                                : 12.0;
-    const double left_s = static_cast<double>(result.budget - done) * per_eval;
-    char line[256];
-    std::snprintf(line, sizeof(line),
-                  "%s %-12s batch %d  %lld/%lld measured  best HV %.4g  GPU time left ~%.1f min",
-                  label_.c_str(), plan_.type->name.c_str(), batch,
-                  static_cast<long long>(done), static_cast<long long>(result.budget),
-                  result.hypervolume_trace.empty() ? 0.0 : result.hypervolume_trace.back(),
-                  left_s / 60.0);
-    progress_.Update(line);
+  // Costs, the final (denoising) surrogate and the frontiers.
+  void Finalize() {
+    complete_ = true;
+    surrogate_.reset();
+    // Measured in this run: every sample taken plus each unit's overhead, summed in evaluation
+    // order from the samples' own costs, so it does not depend on who measured or when.
+    const double overhead_gpu_s = backend_.BatchOverheadSeconds() * gpus_;
+    result_.gpu_seconds = static_cast<double>(units_issued_) * overhead_gpu_s;
+    for (const Evaluation& e : result_.evaluations) {
+      if (!e.from_store) result_.gpu_seconds += e.sample.GpuSeconds();
+    }
+    // What the result costs whether or not the store served some of it: every unit's overhead
+    // and every measurement, on the GPUs of the collective's group.
+    std::map<int, int64_t> batch_sizes;
+    result_.cost_gpu_seconds = 0.0;
+    for (const Evaluation& e : result_.evaluations) {
+      ++batch_sizes[e.batch];
+      result_.cost_gpu_seconds += e.sample.GpuSeconds();
+    }
+    result_.batches = static_cast<int>(batch_sizes.size());
+    int64_t units = 0;
+    for (const auto& [batch, size] : batch_sizes) {
+      units += options_.unit_size > 0 ? (size + options_.unit_size - 1) / options_.unit_size : 1;
+    }
+    result_.cost_gpu_seconds += static_cast<double>(units) * overhead_gpu_s;
+    result_.hypervolume = result_.hypervolume_trace.back();
+    {
+      std::vector<int64_t> indices;
+      std::vector<measure::Sample> samples;
+      for (const Evaluation& e : result_.evaluations) {
+        indices.push_back(e.index);
+        samples.push_back(e.sample);
+      }
+      PriorUse use;
+      const bool denoise = options_.denoise && plan_.type->tunable && indices.size() >= 3;
+      if (denoise) Calibrate();
+      const std::vector<measure::Sample> estimates =
+          Estimates(plan_.space, indices, samples, options_.surrogate, denoise,
+                    backend_.StaticPowerW(), DeriveSeed(seed_, HashString("final-surrogate")),
+                    knowledge_, options_.prior_check, &use);
+      if (denoise && Knows()) result_.prior_uses.push_back(WithCalibration(use));
+      for (std::size_t i = 0; i < estimates.size(); ++i) result_.evaluations[i].estimate = estimates[i];
+    }
+    BuildFrontiers();
   }
 
-  void BuildFrontiers(PartitionResult* result) const {
+  void BuildFrontiers() {
     auto point = [&](const Evaluation& e) {
       return FrontierPoint{.knobs = e.knobs, .time_s = e.estimate.time_s,
                            .energy_j = e.estimate.energy_j,
@@ -402,39 +494,46 @@ class PartitionRun {
     };
     std::vector<pareto::Point> all;
     std::map<int, std::vector<pareto::Point>> by_clock;
-    for (std::size_t i = 0; i < result->evaluations.size(); ++i) {
-      const Evaluation& e = result->evaluations[i];
+    for (std::size_t i = 0; i < result_.evaluations.size(); ++i) {
+      const Evaluation& e = result_.evaluations[i];
       const pareto::Point p{.time_s = e.estimate.time_s, .energy_j = e.estimate.energy_j,
                             .payload = static_cast<int64_t>(i)};
       all.push_back(p);
       by_clock[e.knobs.freq_mhz].push_back(p);
     }
     for (const pareto::Point& p : pareto::Filter(all)) {
-      result->frontier.push_back(point(result->evaluations[p.payload]));
+      result_.frontier.push_back(point(result_.evaluations[p.payload]));
     }
     for (int clock : plan_.space.clocks_mhz()) {
       ClockFrontier cf;
       cf.freq_mhz = clock;
       for (const pareto::Point& p : pareto::Filter(by_clock[clock])) {
-        cf.points.push_back(point(result->evaluations[p.payload]));
+        cf.points.push_back(point(result_.evaluations[p.payload]));
       }
-      result->clock_frontiers.push_back(std::move(cf));
+      result_.clock_frontiers.push_back(std::move(cf));
     }
   }
 
- public:
-  int64_t measured_total_ = 0;  // measurements of earlier types (progress estimate)
-
- private:
   const Plan& plan_;
   const ProfileOptions& options_;
-  measure::Backend& backend_;
+  const measure::Backend& backend_;
   measure::MeasurementStore* store_;
-  Progress& progress_;
   uint64_t seed_;
-  std::string label_;
-  const TypeKnowledge& knowledge_;
-  const PriorMean& prior_;
+  int gpus_;
+  TypeKnowledge knowledge_;  // the prior mean (calibrated) and related workloads' rows
+  const workload::WorkloadModel& model_;
+  CalibrationResult calibration_;  // the prior's latest calibration to this type
+  bool calibrated_ = false;
+  PartitionResult result_;
+  std::unique_ptr<Surrogate> surrogate_;
+  std::vector<bool> measured_;       // picked (space index), measured or in flight
+  std::vector<std::size_t> missing_;  // evaluations of the batch in flight to be measured
+  std::vector<bool> recorded_;        // per missing_ entry
+  std::size_t pending_ = 0;           // samples of the batch in flight not yet recorded
+  int batch_ = 0;                     // number of the current batch (0: initial design)
+  int64_t units_issued_ = 0;          // backend batches handed out in this run
+  bool started_ = false;
+  bool complete_ = false;
 };
 
 Json KnobsJson(const measure::PartitionKnobs& knobs) {
@@ -490,26 +589,58 @@ Json PriorJson(const std::vector<PriorUse>& uses) {
   for (const PriorUse& u : uses) {
     Json fit{{"time_weight", u.time_weight}, {"energy_weight", u.energy_weight}};
     if (!u.related_similarity.empty()) fit["related_similarity"] = u.related_similarity;
+    if (!u.calibration.empty()) fit["calibration"] = u.calibration;
     fits.push_back(std::move(fit));
   }
   const PriorUse& last = uses.back();
-  return Json{{"time_weight", last.time_weight},
-              {"energy_weight", last.energy_weight},
-              {"held_out_log_error",
-               {{"time", last.held_out.time}, {"dynamic_energy", last.held_out.dynamic_energy}}},
-              {"fits", fits}};
+  Json out{{"time_weight", last.time_weight},
+           {"energy_weight", last.energy_weight},
+           {"held_out_log_error",
+            {{"time", last.held_out.time}, {"dynamic_energy", last.held_out.dynamic_energy}}},
+           {"fits", fits}};
+  if (!last.calibration.empty()) {
+    out["calibration"] = Json{{"perturbation", last.calibration},
+                              {"log_rms_before", last.calibration_log_rms_before},
+                              {"log_rms_after", last.calibration_log_rms_after}};
+  }
+  return out;
 }
 
 }  // namespace
 }  // namespace internal
 
-ProfileSummary ProfileWorkload(const workload::WorkloadModel& model, const ProfileOptions& options,
-                               measure::Backend& backend, const Context& context) {
+struct WorkloadProfiler::State {
+  const workload::WorkloadModel* model = nullptr;
+  ProfileOptions options;
+  measure::Backend* backend = nullptr;
+  Context context;
+  std::vector<const workload::PartitionType*> types;
+  std::vector<internal::Plan> plans;
+  std::unique_ptr<measure::Backend> oracle;
+  std::unique_ptr<measure::Backend> prior_model;  // predictions only (never counted)
+  std::vector<RelatedWorkload> related;           // transfer: read once, read-only
+  std::unique_ptr<measure::MeasurementStore> store;
+  std::vector<std::unique_ptr<internal::TypeState>> states;
+  std::vector<std::string> labels;
+  std::unique_ptr<Progress> progress;
+  int64_t measured = 0;         // samples recorded (progress estimate)
+  double measured_gpu_s = 0.0;  // their cost
+  bool finished = false;
+};
+
+WorkloadProfiler::WorkloadProfiler(const workload::WorkloadModel& model,
+                                   const ProfileOptions& options, measure::Backend& backend,
+                                   const Context& context)
+    : state_(std::make_unique<State>()) {
+  State& s = *state_;
+  s.model = &model;
+  s.options = options;
+  s.backend = &backend;
+  s.context = context;
   // Validate everything before the first measurement: options, names, budgets, the store.
   ThrowIfInvalid(options.Validate());
-  std::vector<const workload::PartitionType*> types;
   if (options.partitions.empty()) {
-    for (const auto& type : model.partition_types) types.push_back(&type);
+    for (const auto& type : model.partition_types) s.types.push_back(&type);
   } else {
     for (const std::string& name : options.partitions) {
       auto it = std::find_if(model.partition_types.begin(), model.partition_types.end(),
@@ -520,85 +651,129 @@ ProfileSummary ProfileWorkload(const workload::WorkloadModel& model, const Profi
         ThrowInput("partition", name, "not a partition type of this workload (valid: " +
                                           (valid.empty() ? std::string("none") : JoinNames(valid)) + ")");
       }
-      types.push_back(&*it);
+      s.types.push_back(&*it);
     }
   }
-  std::vector<internal::Plan> plans;
-  for (const auto* type : types) plans.push_back(internal::PlanType(*type, backend.Gpu(), options));
-  std::unique_ptr<measure::Backend> oracle;
+  for (const auto* type : s.types) s.plans.push_back(internal::PlanType(*type, backend.Gpu(), s.options));
   if (options.oracle) {
-    oracle = backend.NoiseFreeTwin();
-    if (!oracle) {
+    s.oracle = backend.NoiseFreeTwin();
+    if (!s.oracle) {
       ThrowInput("oracle", backend.Description(),
                  "the exhaustive oracle needs a backend with noise-free values (the emulator)");
     }
   }
-  // The prior's model: predictions only, on a backend of its own (never counted).
-  std::unique_ptr<measure::Backend> prior_model;
   if (options.prior) {
-    prior_model = options.prior.make(model);
-    KAREUS_CHECK(prior_model != nullptr) << "the prior's model factory returned nothing";
+    s.prior_model = options.prior.make(model);
+    KAREUS_CHECK(s.prior_model != nullptr) << "the prior's model factory returned nothing";
   }
-  // Transfer: related workloads' stores, read once, read-only.
-  std::vector<RelatedWorkload> related;
   for (const std::filesystem::path& path : options.related_stores) {
-    related.push_back(LoadRelatedWorkload(path, model, backend.Description()));
+    s.related.push_back(LoadRelatedWorkload(path, model, backend.Description()));
   }
-  std::unique_ptr<measure::MeasurementStore> store;
   if (!options.store.empty()) {
-    store = measure::MeasurementStore::Open(
+    s.store = measure::MeasurementStore::Open(
         options.store, {.gpu = backend.Gpu().name,
                         .workload_signature = model.workload.Signature(),
                         .backend = backend.Description()});
   }
-
-  ProfileSummary summary;
-  summary.gpu = backend.Gpu().name;
-  summary.workload_signature = model.workload.Signature();
-  summary.backend = backend.Description();
-  summary.surrogate = ToString(options.surrogate);
-  summary.strategy = ToString(options.strategy);
-  if (options.prior) summary.prior = options.prior.description;
-  summary.prior_is_measuring_model = prior_model && internal::SameModel(*prior_model, backend);
-  summary.prior_note = internal::PriorNote(options, summary.prior_is_measuring_model);
-  for (const RelatedWorkload& r : related) summary.related.push_back(r.workload_signature);
-  summary.seed = context.seed;
-  Progress progress(!context.quiet);
-  int64_t measured_so_far = 0;
-  for (std::size_t i = 0; i < plans.size(); ++i) {
-    const uint64_t seed = DeriveSeed(context.seed, HashString(plans[i].type->name.c_str()));
-    const std::string label = "[" + std::to_string(i + 1) + "/" + std::to_string(plans.size()) + "]";
+  for (std::size_t i = 0; i < s.plans.size(); ++i) {
+    const uint64_t seed = DeriveSeed(context.seed, HashString(s.plans[i].type->name.c_str()));
     TypeKnowledge knowledge;
-    if (plans[i].type->tunable) {
-      if (prior_model) knowledge.prior = PredictSpace(*prior_model, *plans[i].type, plans[i].space);
-      knowledge.related = RelatedRowsFor(related, *plans[i].type, plans[i].space, options.prior,
-                                         options.related_max_rows,
+    if (s.plans[i].type->tunable) {
+      if (s.prior_model) {
+        knowledge.prior = PredictSpace(*s.prior_model, *s.plans[i].type, s.plans[i].space);
+      }
+      knowledge.related = RelatedRowsFor(s.related, *s.plans[i].type, s.plans[i].space,
+                                         options.prior, options.related_max_rows,
                                          DeriveSeed(seed, HashString("related")));
     }
-    internal::PartitionRun run(plans[i], options, backend, store.get(), progress, seed, label,
-                               knowledge);
-    run.measured_total_ = measured_so_far;
-    PartitionResult result = run.Run();
-    measured_so_far += result.measured;
+    s.states.push_back(std::make_unique<internal::TypeState>(s.plans[i], s.options, backend,
+                                                             s.store.get(), seed,
+                                                             std::move(knowledge), model));
+    s.labels.push_back("[" + std::to_string(i + 1) + "/" + std::to_string(s.plans.size()) + "]");
+  }
+  s.progress = std::make_unique<Progress>(!context.quiet);
+}
+
+WorkloadProfiler::~WorkloadProfiler() = default;
+
+const std::vector<const workload::PartitionType*>& WorkloadProfiler::Types() const {
+  return state_->types;
+}
+
+std::optional<MeasurementBatch> WorkloadProfiler::NextBatch(int type) {
+  KAREUS_CHECK(type >= 0 && type < static_cast<int>(state_->states.size())) << "type " << type;
+  return state_->states[type]->NextBatch(type);
+}
+
+void WorkloadProfiler::Record(int type, std::size_t index, const measure::Sample& sample) {
+  KAREUS_CHECK(type >= 0 && type < static_cast<int>(state_->states.size())) << "type " << type;
+  State& s = *state_;
+  ++s.measured;
+  s.measured_gpu_s += sample.GpuSeconds();
+  const double per_eval_s = s.measured_gpu_s / static_cast<double>(s.measured);
+  s.states[type]->Record(index, sample, *s.progress, s.labels[type], per_eval_s);
+}
+
+bool WorkloadProfiler::Complete(int type) const {
+  KAREUS_CHECK(type >= 0 && type < static_cast<int>(state_->states.size())) << "type " << type;
+  return state_->states[type]->complete();
+}
+
+ProfileSummary WorkloadProfiler::Finish() {
+  State& s = *state_;
+  KAREUS_CHECK(!s.finished) << "WorkloadProfiler::Finish called twice";
+  s.finished = true;
+  ProfileSummary summary;
+  summary.gpu = s.backend->Gpu().name;
+  summary.workload_signature = s.model->workload.Signature();
+  summary.backend = s.backend->Description();
+  summary.surrogate = ToString(s.options.surrogate);
+  summary.strategy = ToString(s.options.strategy);
+  if (s.options.prior) summary.prior = s.options.prior.description;
+  summary.prior_is_measuring_model =
+      s.prior_model && internal::SameModel(*s.prior_model, *s.backend);
+  summary.prior_note = internal::PriorNote(s.options, summary.prior_is_measuring_model);
+  for (const RelatedWorkload& r : s.related) summary.related.push_back(r.workload_signature);
+  summary.seed = s.context.seed;
+  for (std::size_t i = 0; i < s.states.size(); ++i) {
+    KAREUS_CHECK(s.states[i]->complete()) << s.plans[i].type->name << " is not profiled yet";
+    PartitionResult result = std::move(s.states[i]->result());
+    summary.measurements_taken += result.measured;
     summary.measurements_reused += result.reused;
-    if (oracle && result.tunable) {  // a fixed type is measured exhaustively: nothing to compare
+    if (s.oracle && result.tunable) {  // a fixed type is measured exhaustively: nothing to compare
+      const uint64_t seed = DeriveSeed(s.context.seed, HashString(s.plans[i].type->name.c_str()));
       const uint64_t random_seed = DeriveSeed(seed, HashString("random-search"));
-      result.oracle = internal::CompareWithOracle(plans[i].space, *plans[i].type, result,
-                                                  backend, *oracle, options, random_seed,
-                                                  knowledge);
+      result.oracle = internal::CompareWithOracle(s.plans[i].space, *s.plans[i].type, result,
+                                                  *s.backend, *s.oracle, s.options, random_seed,
+                                                  s.states[i]->knowledge());
     }
     summary.partitions.push_back(std::move(result));
   }
-  progress.Finish();
+  s.progress->Finish();
   // The random baseline's measurements are not the profile's: count the optimizer's only.
-  summary.measurements_taken = measured_so_far;
-  summary.gpu_seconds = 0.0;
-  summary.cost_gpu_seconds = 0.0;
   for (const auto& r : summary.partitions) {
     summary.gpu_seconds += r.gpu_seconds;
     summary.cost_gpu_seconds += r.cost_gpu_seconds;
   }
   return summary;
+}
+
+ProfileSummary ProfileWorkload(const workload::WorkloadModel& model, const ProfileOptions& options,
+                               measure::Backend& backend, const Context& context) {
+  WorkloadProfiler profiler(model, options, backend, context);
+  for (int t = 0; t < static_cast<int>(profiler.Types().size()); ++t) {
+    const workload::PartitionType& type = *profiler.Types()[t];
+    while (std::optional<MeasurementBatch> batch = profiler.NextBatch(t)) {
+      for (const auto& [begin, end] : batch->units) {
+        const std::vector<measure::PartitionKnobs> unit(batch->knobs.begin() + begin,
+                                                        batch->knobs.begin() + end);
+        backend.MeasureBatch(type, unit, [&](std::size_t j, const measure::Sample& sample) {
+          profiler.Record(t, begin + j, sample);
+        });
+      }
+    }
+  }
+  return profiler.Finish();
 }
 
 Json ProfileSummary::ToJson(bool with_evaluations) const {

@@ -422,10 +422,15 @@ Json ToJson(const FrontierFile& frontier) {
                       {"plan_index", point.plan_index},
                       {"plan_path", point.plan_path}});
   }
-  return Json{{"format", kFrontierFormat},
-              {"method", frontier.method},
-              {"workload", frontier.workload.is_null() ? Json::object() : frontier.workload},
-              {"points", std::move(points)}};
+  Json out{{"format", kFrontierFormat},
+           {"method", frontier.method},
+           {"workload", frontier.workload.is_null() ? Json::object() : frontier.workload},
+           {"points", std::move(points)}};
+  if (!frontier.representation.empty()) {
+    out["representation"] = frontier.representation;
+    out["unit_time_s"] = frontier.unit_time_s;
+  }
+  return out;
 }
 
 FrontierFile FrontierFromJson(const Json& json) {
@@ -434,6 +439,13 @@ FrontierFile FrontierFromJson(const Json& json) {
   FrontierFile frontier;
   frontier.method = GetString(json, "", "method");
   frontier.workload = internal::GetWorkload(json);
+  if (json.contains("representation")) {
+    frontier.representation = GetString(json, "", "representation");
+    if (frontier.representation != "deadline-grid" && frontier.representation != "points") {
+      ThrowInput("representation", frontier.representation, "must be deadline-grid or points");
+    }
+    frontier.unit_time_s = GetNonNegative(json, "", "unit_time_s", 0.0);
+  }
   const Json& points = GetArray(json, "", "points");
   for (size_t i = 0; i < points.size(); ++i) {
     const std::string path = fmt::format("points[{}]", i);

@@ -60,6 +60,7 @@ const InstructionOption& ChosenOption(const PlanProblem& problem, const schedule
 PlanResult SolvePlans(const PlanProblem& problem, const pipeline::Options& options) {
   PlanResult result;
   result.solve = pipeline::Solve(ToPipeline(problem), options);
+  result.unit_time_s = options.unit_time_s;
   result.sampled = SamplePlanIndices(result.solve.points.size());
   result.fastest = result.solve.points.empty() ? 0 : result.solve.points.size() - 1;
   return result;
@@ -158,6 +159,8 @@ FrontierFile BuildFrontierFile(const PlanProblem& problem, const PlanResult& res
   FrontierFile file;
   file.method = problem.method;
   file.workload = problem.workload;
+  file.representation = "deadline-grid";
+  file.unit_time_s = result.unit_time_s;
   const auto& points = result.solve.points;
   for (std::size_t i = points.size(); i-- > 0;) {  // fastest first
     const bool kept = std::find(result.sampled.begin(), result.sampled.end(), i) !=

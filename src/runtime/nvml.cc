@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "runtime/nvml_api.h"
+#include "runtime/signal_guard.h"
 
 namespace kareus::runtime {
 
@@ -41,8 +42,10 @@ struct Nvml::Impl {
   internal::NvmlDeviceGetTemperatureFn temperature = nullptr;
   std::vector<nvmlDevice_t> devices;
   bool initialized = false;
+  uint64_t generation = internal::ForkGeneration();
 
   ~Impl() {
+    if (generation != internal::ForkGeneration()) return;  // a forked child: the parent's session
     if (initialized && shutdown != nullptr) shutdown();
     if (library != nullptr) dlclose(library);
   }
@@ -320,11 +323,6 @@ NvmlStatus Nvml::TemperatureC(int gpu, int* celsius) const {
   const int code = impl_->temperature(impl_->devices[gpu], /*NVML_TEMPERATURE_GPU=*/0, &value);
   if (code == 0) *celsius = static_cast<int>(value);
   return static_cast<NvmlStatus>(code);
-}
-
-Nvml::RawReset Nvml::RawResetOf(int gpu) const {
-  CheckGpu(gpu);
-  return {.reset = impl_->reset_locked, .device = impl_->devices[gpu]};
 }
 
 int NvmlIndexForCudaDevice(int cuda_device) {

@@ -2,6 +2,8 @@
 #include "kareus/workload/workload.h"
 
 #include <algorithm>
+#include <map>
+#include <mutex>
 #include <numeric>
 #include <optional>
 #include <sstream>
@@ -13,22 +15,43 @@
 namespace kareus::workload {
 namespace {
 
-int64_t PositiveInt(const YamlMap& map, const std::string& key) {
+// Upper bounds of every size, checked before any narrowing or arithmetic. Each is far above any
+// model or cluster trained today (Llama 3.1 405B: hidden 16384, 128 heads, ffn 53248, 126 layers,
+// vocab 128256) and low enough that every product the workload model forms (tokens x hidden x
+// ffn, FLOPs, bytes) stays exact in int64/double and the pipeline DAG fits in memory.
+constexpr int64_t kMaxHidden = 131072;
+constexpr int64_t kMaxHeads = 4096;
+constexpr int64_t kMaxHeadDim = 1024;
+constexpr int64_t kMaxFfn = 1048576;
+constexpr int64_t kMaxLayers = 1024;
+constexpr int64_t kMaxVocab = 16777216;
+constexpr int64_t kMaxTensorOrContextParallel = 1024;
+constexpr int64_t kMaxDataParallel = 1048576;
+constexpr int64_t kMaxMicrobatchSize = 4096;
+constexpr int64_t kMaxSequenceLength = 1048576;
+constexpr int64_t kMaxMicrobatches = 4096;
+constexpr int64_t kMaxPipelineInstructions = 131072;  // 2 x pp x microbatches: DAG nodes
+constexpr int64_t kMaxGpus = 1048576;                 // tp x cp x dp x pp (int arithmetic)
+
+// An integer in [1, max_value], checked on the 64-bit value as written.
+int64_t PositiveInt(const YamlMap& map, const std::string& key, int64_t max_value) {
   const int64_t value = map.Int(key);
-  if (value <= 0) map.Fail(key, Describe(value), "must be a positive integer");
+  if (value <= 0 || value > max_value) {
+    map.Fail(key, Describe(value), "must be a positive integer, at most " + Describe(max_value));
+  }
   return value;
 }
 
 ModelConfig ParseModel(const YamlMap& map) {
   ModelConfig model;
   model.name = map.String("name");
-  model.hidden = PositiveInt(map, "hidden");
-  model.heads = PositiveInt(map, "heads");
-  model.kv_groups = PositiveInt(map, "kv_groups");
-  model.head_dim = PositiveInt(map, "head_dim");
-  model.ffn = PositiveInt(map, "ffn");
-  model.layers = PositiveInt(map, "layers");
-  model.vocab = PositiveInt(map, "vocab");
+  model.hidden = PositiveInt(map, "hidden", kMaxHidden);
+  model.heads = PositiveInt(map, "heads", kMaxHeads);
+  model.kv_groups = PositiveInt(map, "kv_groups", kMaxHeads);
+  model.head_dim = PositiveInt(map, "head_dim", kMaxHeadDim);
+  model.ffn = PositiveInt(map, "ffn", kMaxFfn);
+  model.layers = PositiveInt(map, "layers", kMaxLayers);
+  model.vocab = PositiveInt(map, "vocab", kMaxVocab);
   model.qk_norm = map.Has("qk_norm") ? map.Bool("qk_norm") : false;
   model.tied_embeddings = map.Has("tied_embeddings") ? map.Bool("tied_embeddings") : false;
   map.RejectUnknownKeys();
@@ -37,6 +60,24 @@ ModelConfig ParseModel(const YamlMap& map) {
                                                          Describe(model.heads) + ")");
   }
   return model;
+}
+
+// A preset parsed once per process and data folder (kareus evaluate loads ten workloads of two
+// presets; a preset file is parsed in milliseconds, a workload in microseconds). Only presets
+// that loaded are kept, so an unknown name is reported every time.
+template <typename T>
+T CachedPreset(const std::string& name, T (*load)(const std::string&)) {
+  static std::mutex mutex;
+  static std::map<std::pair<std::string, std::string>, T> cache;
+  const std::pair<std::string, std::string> key{DataDir().string(), name};
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (const auto it = cache.find(key); it != cache.end()) return it->second;
+  }
+  T preset = load(name);
+  std::lock_guard<std::mutex> lock(mutex);
+  cache.emplace(key, preset);
+  return preset;
 }
 
 void RequireDivisible(const YamlMap& where, const std::string& field, int64_t value,
@@ -75,7 +116,8 @@ std::vector<std::string> ModelPresetNames() { return PresetNames("models"); }
 ModelConfig ModelPreset(const std::string& name) {
   const auto names = ModelPresetNames();
   if (std::find(names.begin(), names.end(), name) == names.end()) {
-    throw InputError("model = " + name + ": unknown model preset (valid: " + JoinNames(names) +
+    throw InputError("model = " + ShownValue(name) + ": unknown model preset (valid: " +
+                     JoinNames(names) +
                      "; or write the model inline as a mapping)");
   }
   const auto path = DataDir() / "models" / (name + ".yaml");
@@ -121,14 +163,23 @@ Json Workload::ToJson() const {
 Workload WorkloadFromYaml(const std::string& yaml_text, const std::string& source_name) {
   const YamlMap root = YamlMap::Parse(yaml_text, source_name);
   Workload w;
-  w.name = root.Has("name") ? root.String("name")
-                            : std::filesystem::path(source_name).stem().string();
+  // The name names the output folder of `kareus evaluate` (OUT/<name>), so it must be one
+  // plain folder name.
+  if (root.Has("name")) {
+    w.name = root.String("name");
+    ValidatePathComponent(root.FieldName("name"), w.name);
+  } else {
+    w.name = std::filesystem::path(source_name).stem().string();
+    ValidatePathComponent(source_name + ": name (taken from the file name; set name: to choose "
+                                        "another)",
+                          w.name);
+  }
   if (root.IsMap("model")) {
     w.model = ParseModel(root.Map("model"));
   } else {
     const std::string name = root.String("model");
     try {
-      w.model = ModelPreset(name);
+      w.model = CachedPreset<ModelConfig>(name, ModelPreset);
     } catch (const InputError& e) {
       throw InputError(source_name + ": " + e.what());
     }
@@ -140,7 +191,7 @@ Workload WorkloadFromYaml(const std::string& yaml_text, const std::string& sourc
       gpu_section ? std::optional<YamlMap>(root.Map("gpu")) : std::nullopt;
   const std::string gpu_name = gpu_section ? gpu_map->String("name") : root.String("gpu");
   try {
-    w.gpu = hw::GpuPreset(gpu_name);
+    w.gpu = CachedPreset<hw::GpuSpec>(gpu_name, hw::GpuPreset);
   } catch (const InputError& e) {
     throw InputError(source_name + ": " + e.what());
   }
@@ -153,14 +204,22 @@ Workload WorkloadFromYaml(const std::string& yaml_text, const std::string& sourc
   }
 
   const YamlMap par = root.Map("parallelism");
-  w.parallelism.tp = static_cast<int>(PositiveInt(par, "tp"));
-  w.parallelism.cp = par.Has("cp") ? static_cast<int>(PositiveInt(par, "cp")) : 1;
-  w.parallelism.pp = par.Has("pp") ? static_cast<int>(PositiveInt(par, "pp")) : 1;
-  w.parallelism.dp = par.Has("dp") ? static_cast<int>(PositiveInt(par, "dp")) : 1;
+  w.parallelism.tp = static_cast<int>(PositiveInt(par, "tp", kMaxTensorOrContextParallel));
+  w.parallelism.cp =
+      par.Has("cp") ? static_cast<int>(PositiveInt(par, "cp", kMaxTensorOrContextParallel)) : 1;
+  w.parallelism.pp = par.Has("pp") ? static_cast<int>(PositiveInt(par, "pp", kMaxLayers)) : 1;
+  w.parallelism.dp = par.Has("dp") ? static_cast<int>(PositiveInt(par, "dp", kMaxDataParallel)) : 1;
+  // Interleaved 1F1B: model chunks per stage; each must hold at least one layer.
   w.parallelism.virtual_stages =
-      par.Has("virtual_stages") ? static_cast<int>(PositiveInt(par, "virtual_stages")) : 1;
+      par.Has("virtual_stages") ? static_cast<int>(PositiveInt(par, "virtual_stages", kMaxLayers))
+                                : 1;
   const ModelConfig& m = w.model;
   const int tp = w.parallelism.tp, cp = w.parallelism.cp, pp = w.parallelism.pp;
+  const int64_t gpus = int64_t{tp} * cp * w.parallelism.dp * pp;  // <= 2^50: exact
+  if (gpus > kMaxGpus) {
+    par.Fail("dp", Describe(w.parallelism.dp),
+             "tp x cp x dp x pp = " + Describe(gpus) + " GPUs; at most " + Describe(kMaxGpus));
+  }
   RequireDivisible(par, "tp", m.heads, "model.heads", tp, "tp");
   RequireDivisible(par, "tp", m.kv_groups, "model.kv_groups", tp, "tp");
   RequireDivisible(par, "tp", m.ffn, "model.ffn", tp, "tp");
@@ -174,7 +233,11 @@ Workload WorkloadFromYaml(const std::string& yaml_text, const std::string& sourc
                "must have one entry per pipeline stage (pp = " + Describe(pp) + ")");
     }
     for (int64_t layers : list) {
-      if (layers <= 0) par.Fail("layers_per_stage", Describe(layers), "every entry must be positive");
+      if (layers <= 0 || layers > m.layers) {
+        par.Fail("layers_per_stage", Describe(layers),
+                 "every entry must be positive and at most model.layers (" +
+                     Describe(m.layers) + ")");
+      }
       w.parallelism.layers_per_stage.push_back(static_cast<int>(layers));
     }
     const int64_t sum = std::accumulate(list.begin(), list.end(), int64_t{0});
@@ -209,9 +272,17 @@ Workload WorkloadFromYaml(const std::string& yaml_text, const std::string& sourc
     }
   }
 
-  w.microbatch_size = static_cast<int>(PositiveInt(root, "microbatch_size"));
-  w.sequence_length = PositiveInt(root, "sequence_length");
-  w.microbatches = static_cast<int>(PositiveInt(root, "microbatches"));
+  w.microbatch_size = static_cast<int>(PositiveInt(root, "microbatch_size", kMaxMicrobatchSize));
+  w.sequence_length = PositiveInt(root, "sequence_length", kMaxSequenceLength);
+  w.microbatches = static_cast<int>(PositiveInt(root, "microbatches", kMaxMicrobatches));
+  if (2 * int64_t{pp} * virtual_stages * w.microbatches > kMaxPipelineInstructions) {
+    root.Fail("microbatches", Describe(w.microbatches),
+              "2 x parallelism.pp (" + Describe(pp) + ") x parallelism.virtual_stages (" +
+                  Describe(virtual_stages) + ") x microbatches must be at most " +
+                  Describe(kMaxPipelineInstructions) +
+                  " pipeline instructions (the solver keeps one choice per instruction per "
+                  "frontier point)");
+  }
   if (virtual_stages > 1 && w.microbatches % pp != 0) {
     root.Fail("microbatches", Describe(w.microbatches),
               "must be a multiple of parallelism.pp (" + Describe(pp) +
@@ -224,7 +295,9 @@ Workload WorkloadFromYaml(const std::string& yaml_text, const std::string& sourc
     GradientSyncConfig& g = w.gradient_sync;
     if (sync.Has("distributed_optimizer")) g.distributed_optimizer = sync.Bool("distributed_optimizer");
     if (sync.Has("overlap")) g.overlap = sync.Bool("overlap");
-    if (sync.Has("bucket_parameters")) g.bucket_parameters = PositiveInt(sync, "bucket_parameters");
+    if (sync.Has("bucket_parameters")) {
+      g.bucket_parameters = PositiveInt(sync, "bucket_parameters", int64_t{1} << 40);
+    }
     if (sync.Has("reduce_dtype")) {
       const std::string dtype = sync.String("reduce_dtype");
       if (dtype == "fp32") {

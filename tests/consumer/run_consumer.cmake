@@ -20,6 +20,7 @@ endfunction()
 
 run(${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${prefix})
 foreach(file include/kareus/c_api.h include/kareus/methods/run.h bin/kareus
+        libexec/kareus/kareus-clock-watcher
         share/kareus/data/gpus/A100-SXM4-40GB.yaml lib/cmake/kareus/kareusConfig.cmake)
   if(NOT EXISTS ${prefix}/${file})
     message(FATAL_ERROR "not installed: ${file}")

@@ -47,8 +47,9 @@ def main():
                 name = os.path.join(folder, "plans", f"plan_{point['plan_index']:05d}.json")
                 if not os.path.exists(name):
                     raise SystemExit(f"{name} is named by frontier.json but missing")
-        # plan.json is the solver's fastest plan: the point with the highest plan index.
-        fastest = max(frontier["points"], key=lambda p: p["plan_index"])
+        # plan.json is the fastest plan as evaluated (plan::PlanResult::fastest): the point with
+        # the lowest time (the solver's last point unless re-evaluation reordered close points).
+        fastest = min(frontier["points"], key=lambda p: p["time_s"])
         plan = load(os.path.join(folder, "plan.json"))
         if abs(plan["iteration"]["time_s"] - fastest["time_s"]) > 1e-9:
             raise SystemExit(f"{folder}: plan.json is not the fastest plan of frontier.json")

@@ -1,8 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 // End-to-end: `kareus run` and `kareus evaluate` (JSON fields, files, exit codes).
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <chrono>
+#include <csignal>
 #include <filesystem>
+#include <thread>
 
 #include "integration/cli_util.h"
 #include "kareus/common/io.h"
@@ -42,6 +48,106 @@ TEST(CliRun, InvalidInputExitsTwoAndWritesNothing) {
   EXPECT_EQ(missing.exit_code, 2);
   EXPECT_FALSE(std::filesystem::exists(out));
   EXPECT_EQ(RunKareus("run " + kExample).exit_code, 2);  // --out is required
+}
+
+// Entries beside `out` that a run leaves behind (staging or previous folders).
+std::vector<std::string> Leftovers(const std::filesystem::path& out) {
+  std::vector<std::string> found;
+  for (const auto& e : std::filesystem::directory_iterator(out.parent_path())) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("." + out.filename().string() + ".kareus-", 0) == 0) found.push_back(name);
+  }
+  return found;
+}
+
+TEST(CliRun, OutputFolderHoldsExactlyOneRunsOutputs) {
+  const auto out = Fresh("one_run");
+  const auto first = RunKareus("run " + kExample + " --out " + out.string() +
+                               " --methods megatron,perseus --quiet");
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  EXPECT_TRUE(std::filesystem::exists(out / "methods" / "perseus" / "plan.json"));
+  const auto second =
+      RunKareus("run " + kExample + " --out " + out.string() + " --methods megatron --quiet");
+  ASSERT_EQ(second.exit_code, 0) << second.err;
+  EXPECT_FALSE(std::filesystem::exists(out / "methods" / "perseus")) << "an old run's plans stayed";
+  EXPECT_TRUE(std::filesystem::exists(out / "methods" / "megatron" / "plan.json"));
+  EXPECT_TRUE(Leftovers(out).empty());
+  std::filesystem::remove_all(out);
+}
+
+TEST(CliRun, EmptyOrForeignOutIsRefusedBeforeAnythingRuns) {
+  const auto empty = RunKareus("run " + kExample + " --out ''");
+  EXPECT_EQ(empty.exit_code, 2);
+  EXPECT_NE(empty.err.find("out = \"\""), std::string::npos) << empty.err;
+  const auto out = Fresh("foreign");
+  WriteFileAtomic(out / "notes.txt", "mine");
+  const auto foreign = RunKareus("run " + kExample + " --out " + out.string());
+  EXPECT_EQ(foreign.exit_code, 2);
+  EXPECT_NE(foreign.err.find("notes.txt"), std::string::npos) << foreign.err;
+  EXPECT_EQ(ReadTextFile(out / "notes.txt"), "mine");
+  EXPECT_FALSE(std::filesystem::exists(out / "measurements.sqlite"));
+  std::filesystem::remove_all(out);
+}
+
+TEST(CliRun, AnInterruptedRunLeavesThePreviousOutputsAndNoTemporaries) {
+  const auto out = Fresh("interrupted");
+  const auto first =
+      RunKareus("run " + kExample + " --out " + out.string() + " --methods megatron --quiet");
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  const std::string plan = ReadTextFile(out / "plan.json");
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    const int null_fd = ::open("/dev/null", O_WRONLY);
+    dup2(null_fd, 1);
+    dup2(null_fd, 2);
+    execl(testing::KareusBinary().c_str(), "kareus", "run", kExample.c_str(), "--out",
+          out.c_str(), "--methods", "kareus,perseus", "--quiet", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  // Interrupt once the run is under way (its staging folder exists).
+  for (int i = 0; i < 3000 && Leftovers(out).empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_FALSE(Leftovers(out).empty()) << "the run never started";
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  kill(child, SIGTERM);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM)
+      << "status " << status << " (the run finished before the signal?)";
+  EXPECT_EQ(ReadTextFile(out / "plan.json"), plan) << "the previous outputs changed";
+  EXPECT_FALSE(std::filesystem::exists(out / "methods" / "kareus"));
+  EXPECT_TRUE(Leftovers(out).empty()) << "a staging folder stayed";
+  for (const auto& e : std::filesystem::recursive_directory_iterator(out)) {
+    EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos) << e.path();
+  }
+  std::filesystem::remove_all(out);
+}
+
+TEST(CliEvaluate, WorkloadNamesAreDistinctFolderNames) {
+  const auto dir = Fresh("evaluate_names");
+  const std::string base = ReadTextFile(kExample);
+  const auto with_name = [&](const std::string& file, const std::string& name) {
+    std::string text = base;
+    const std::string key = "name: 01-llama3.2-3b-tp8-mbs8-seq4096";
+    text.replace(text.find(key), key.size(), "name: '" + name + "'");
+    WriteFileAtomic(dir / file, text);
+    return (dir / file).string();
+  };
+  const auto out = dir / "deep" / "out";
+  const auto escape = RunKareus("evaluate " + with_name("a.yaml", "../../escaped") + " --out " +
+                                out.string() + " --methods megatron --quiet");
+  EXPECT_EQ(escape.exit_code, 2);
+  EXPECT_NE(escape.err.find("name"), std::string::npos) << escape.err;
+  EXPECT_FALSE(std::filesystem::exists(dir / "escaped"));
+  const auto twice = RunKareus("evaluate " + with_name("b.yaml", "same") + " " +
+                               with_name("c.yaml", "same") + " --out " + out.string() +
+                               " --methods megatron --quiet");
+  EXPECT_EQ(twice.exit_code, 2);
+  EXPECT_NE(twice.err.find("another workload of this evaluation"), std::string::npos) << twice.err;
+  EXPECT_FALSE(std::filesystem::exists(out));
+  std::filesystem::remove_all(dir);
 }
 
 TEST(CliEvaluate, CombinedTableOverWorkloads) {

@@ -83,6 +83,25 @@ TEST(CliPartitions, InvalidWorkloadsExitTwoNamingTheFieldAndPrintNothing) {
     EXPECT_TRUE(r.out.empty()) << c.field << ": " << r.out;
     EXPECT_NE(r.err.find(c.field), std::string::npos) << r.err;
   }
+  // Issue 16: inputs that crashed (SIGFPE) or were internal errors (exit 1) exit 2 naming the field.
+  const std::vector<Case> hostile = {
+      {"cp: 1", "cp: 2147483648", "parallelism.cp"},
+      {"tp: 8", "tp: 4294967304", "parallelism.tp"},
+      {"recompute: full", "recompute: full\n[a, b]: 1", "keys must be plain names"},
+      {"name: ", "name: \xFF\xFE", "UTF-8"},
+      {"microbatches: 8", "microbatches: 2147483648", "microbatches"},
+  };
+  for (const Case& c : hostile) {
+    std::string text = base;
+    const auto at = text.find(c.from);
+    ASSERT_NE(at, std::string::npos) << c.from;
+    text.replace(at, c.from.size(), c.to);
+    const auto path = dir / "hostile.yaml";
+    WriteFileAtomic(path, text);
+    const auto r = RunKareus("partitions --json " + path.string());
+    EXPECT_EQ(r.exit_code, 2) << c.field << ": " << r.err;
+    EXPECT_NE(r.err.find(c.field), std::string::npos) << r.err;
+  }
   EXPECT_EQ(RunKareus("partitions /nonexistent.yaml").exit_code, 2);
   EXPECT_EQ(RunKareus("partitions").exit_code, 2);
   EXPECT_EQ(RunKareus("no-such-command").exit_code, 2);

@@ -1,13 +1,20 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "kareus/measure/store.h"
 
+#include <fcntl.h>
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sqlite3.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
+#include <thread>
 
 #include "kareus/common/error.h"
 #include "kareus/common/io.h"
@@ -73,10 +80,9 @@ TEST_F(StoreTest, RoundTripAndReopen) {
   const auto rows = store->All();
   ASSERT_EQ(rows.size(), 3u);
   EXPECT_EQ(rows[2].partition, "fwd_mlp");
-  // A duplicate insert is refused, not silently replaced.
-  EXPECT_THROW(store->Insert("fwd_mlp", {.freq_mhz = 1410, .sms = 6, .slot = "norm_0"},
-                             MakeSample(9.0)),
-               EnvironmentError);
+  // A duplicate insert (another process measured it meanwhile) keeps the stored row.
+  EXPECT_FALSE(store->Insert("fwd_mlp", {.freq_mhz = 1410, .sms = 6, .slot = "norm_0"},
+                             MakeSample(9.0)));
   EXPECT_DOUBLE_EQ(store->Find("fwd_mlp", {.freq_mhz = 1410, .sms = 6, .slot = "norm_0"})->time_s,
                    3e-3);
 }
@@ -134,6 +140,47 @@ TEST_F(StoreTest, CorruptedFileIsRefusedAndUntouched) {
   EXPECT_FALSE(fs::exists(path.string() + "-wal"));
 }
 
+// Found by the store fuzzer: a database with no schema and a damaged page 1 was taken for an
+// empty store and switched to WAL (its header rewritten) before the damage showed.
+TEST_F(StoreTest, DamagedFileWithoutTablesIsRefusedUntouched) {
+  const fs::path path = dir_ / "damaged.db";
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "CREATE TABLE x(a); DROP TABLE x;", nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(db);
+  std::string bytes = ReadTextFile(path);
+  ASSERT_GT(bytes.size(), 104u);
+  bytes[101] = 0x0f;  // page 1's first free block: past the cells, inside nothing
+  bytes[102] = 0x00;
+  {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  }
+  const std::string before = Snapshot(path);
+  try {
+    MeasurementStore::Open(path, identity_);
+    ADD_FAILURE() << "a damaged file was opened";
+  } catch (const EnvironmentError& e) {
+    EXPECT_NE(std::string(e.what()).find("corrupted"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(Snapshot(path), before);
+  EXPECT_FALSE(fs::exists(path.string() + "-wal"));
+}
+
+// A database whose schema holds no table but something else is not an empty store.
+TEST_F(StoreTest, SchemaWithoutTablesIsAnotherSchema) {
+  const fs::path path = dir_ / "view.db";
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "CREATE VIEW v AS SELECT 1 AS one;", nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(db);
+  const std::string before = Snapshot(path);
+  EXPECT_THROW(MeasurementStore::Open(path, identity_), EnvironmentError);
+  EXPECT_EQ(Snapshot(path), before);
+}
+
 TEST_F(StoreTest, TruncatedStoreIsRefused) {
   const fs::path path = dir_ / "store.db";
   {
@@ -187,6 +234,184 @@ TEST_F(StoreTest, EmptyFileBecomesAStore) {
   { std::ofstream out(path); }
   auto store = MeasurementStore::Open(path, identity_);
   EXPECT_EQ(store->Count(), 0);
+}
+
+// Runs `sql` on the store file directly (a hand edit).
+void EditStore(const fs::path& path, const std::string& sql) {
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE, nullptr), SQLITE_OK);
+  char* message = nullptr;
+  EXPECT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &message), SQLITE_OK)
+      << (message ? message : "");
+  sqlite3_free(message);
+  sqlite3_close(db);
+}
+
+TEST_F(StoreTest, RowsAreCheckedWhenRead) {
+  const fs::path path = dir_ / "store.db";
+  const PartitionKnobs knobs{.freq_mhz = 1410, .sms = 6, .slot = "norm_0"};
+  {
+    auto store = MeasurementStore::Open(path, identity_);
+    store->Insert("fwd_attn", knobs, MakeSample(1e-3));
+  }
+  struct Edit {
+    std::string sql, expected;
+  };
+  const std::vector<Edit> edits = {
+      {"UPDATE measurements SET time_s = -1", "time_s = -1: must be a finite time > 0"},
+      {"UPDATE measurements SET time_s = 0", "time_s = 0"},
+      {"UPDATE measurements SET energy_j = -5, dynamic_energy_j = -5.0005", "energy_j = -5"},
+      {"UPDATE measurements SET energy_j = 1", "static_energy_j + dynamic_energy_j"},
+      {"UPDATE measurements SET time_s = 'fast'", "time_s is not a number"},
+      {"UPDATE measurements SET gpu_seconds = -12", "gpu_seconds = -12"},
+      {"UPDATE measurements SET noise_free = 7", "noise_free must be 0 or 1"},
+  };
+  for (const Edit& edit : edits) {
+    fs::remove(path);
+    {
+      auto store = MeasurementStore::Open(path, identity_);
+      store->Insert("fwd_attn", knobs, MakeSample(1e-3));
+    }
+    EditStore(path, edit.sql);
+    auto store = MeasurementStore::Open(path, identity_);
+    try {
+      store->Find("fwd_attn", knobs);
+      ADD_FAILURE() << edit.sql << ": trusted";
+    } catch (const EnvironmentError& e) {
+      EXPECT_THAT(e.what(), ::testing::HasSubstr(edit.expected)) << edit.sql;
+      EXPECT_THAT(e.what(), ::testing::HasSubstr("(fwd_attn, 1410 MHz, 6 SMs, norm_0)"));
+    }
+    EXPECT_THROW(store->All(), EnvironmentError) << edit.sql;
+  }
+  fs::remove(path);
+  {
+    auto store = MeasurementStore::Open(path, identity_);
+    store->Insert("fwd_attn", knobs, MakeSample(1e-3));
+  }
+  EditStore(path, "UPDATE measurements SET sms = -3");
+  EXPECT_THROW(MeasurementStore::Open(path, identity_)->All(), EnvironmentError);
+}
+
+// A fake measurement: slow enough that two processes overlap, recorded so that the test can
+// count how often each configuration was measured.
+Sample SlowSample(const PartitionKnobs& knobs) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(3));
+  return MakeSample(knobs.freq_mhz * 1e-6 + knobs.sms * 1e-9);
+}
+
+std::vector<PartitionKnobs> Configurations(int count) {
+  std::vector<PartitionKnobs> knobs;
+  for (int i = 0; i < count; ++i) {
+    knobs.push_back({.freq_mhz = 900 + 30 * (i % 18), .sms = 1 + i / 18, .slot = "norm_0"});
+  }
+  return knobs;
+}
+
+// One process's profiling of `batches` through the store; every measurement it takes is
+// appended (one line, O_APPEND) to `log`.
+void ProfileThroughStore(const fs::path& store_path, const StoreIdentity& identity,
+                         const std::vector<std::vector<PartitionKnobs>>& batches, const fs::path& log) {
+  auto store = MeasurementStore::Open(store_path, identity);
+  for (const auto& batch : batches) {
+    std::vector<bool> ready(batch.size(), false);
+    store->FindOrMeasure(
+        "fwd_attn", batch,
+        [&](const std::vector<PartitionKnobs>& knobs,
+            const std::function<void(std::size_t, const Sample&)>& on_sample) {
+          for (std::size_t j = 0; j < knobs.size(); ++j) {
+            const Sample sample = SlowSample(knobs[j]);
+            const std::string line = std::to_string(knobs[j].freq_mhz) + " " +
+                                     std::to_string(knobs[j].sms) + "\n";
+            const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+            if (::write(fd, line.data(), line.size()) < 0) std::abort();
+            ::close(fd);
+            on_sample(j, sample);
+          }
+        },
+        [&](std::size_t i, const Sample& sample, bool) {
+          if (ready[i] || sample.time_s != SlowSample(batch[i]).time_s) std::abort();
+          ready[i] = true;
+        });
+    for (bool r : ready) {
+      if (!r) std::abort();
+    }
+  }
+}
+
+std::multiset<std::string> Lines(const fs::path& path) {
+  std::multiset<std::string> lines;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) lines.insert(line);
+  return lines;
+}
+
+TEST_F(StoreTest, TwoProcessesOnANewStoreEndWithTheUnionAndMeasureNothingTwice) {
+  const fs::path path = dir_ / "shared.db";
+  const fs::path log = dir_ / "measured.log";
+  const std::vector<PartitionKnobs> all = Configurations(72);
+  // Both go through the same configurations in the same order (two runs of one profile),
+  // in batches of 8, plus a part of their own.
+  std::vector<std::vector<PartitionKnobs>> shared;
+  for (std::size_t i = 0; i < 48; i += 8) shared.emplace_back(all.begin() + i, all.begin() + i + 8);
+  pid_t children[2];
+  for (int c = 0; c < 2; ++c) {
+    children[c] = fork();
+    ASSERT_GE(children[c], 0);
+    if (children[c] == 0) {
+      auto batches = shared;
+      batches.emplace_back(all.begin() + 48 + 12 * c, all.begin() + 60 + 12 * c);
+      try {
+        ProfileThroughStore(path, identity_, batches, log);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "child %d: %s\n", c, e.what());
+        _exit(1);
+      }
+      _exit(0);
+    }
+  }
+  for (pid_t child : children) {
+    int status = 0;
+    ASSERT_EQ(waitpid(child, &status, 0), child);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
+  }
+  auto store = MeasurementStore::Open(path, identity_);
+  EXPECT_EQ(store->Count(), 72) << "the union of both processes' measurements";
+  const std::multiset<std::string> measured = Lines(log);
+  EXPECT_EQ(measured.size(), 72u) << "a configuration was measured twice";
+  EXPECT_EQ(std::set<std::string>(measured.begin(), measured.end()).size(), 72u);
+}
+
+TEST_F(StoreTest, AClaimOfAKilledProcessIsTakenOver) {
+  const fs::path path = dir_ / "shared.db";
+  const fs::path log = dir_ / "measured.log";
+  const std::vector<PartitionKnobs> all = Configurations(6);
+  MeasurementStore::Open(path, identity_);
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  const pid_t child = fork();
+  if (child == 0) {  // claims everything, measures nothing, dies
+    auto store = MeasurementStore::Open(path, identity_);
+    store->FindOrMeasure(
+        "fwd_attn", all,
+        [&](const std::vector<PartitionKnobs>&, const std::function<void(std::size_t, const Sample&)>&) {
+          if (write(ready[1], "x", 1) != 1) std::abort();
+          while (true) std::this_thread::sleep_for(std::chrono::seconds(1));
+        },
+        [](std::size_t, const Sample&, bool) {});
+    _exit(0);
+  }
+  char byte = 0;
+  ASSERT_EQ(read(ready[0], &byte, 1), 1);
+  std::thread killer([child] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    kill(child, SIGKILL);
+  });
+  ProfileThroughStore(path, identity_, {all}, log);  // waits for the claims, then measures
+  killer.join();
+  int status = 0;
+  waitpid(child, &status, 0);
+  EXPECT_EQ(MeasurementStore::Open(path, identity_)->Count(), 6);
+  EXPECT_EQ(Lines(log).size(), 6u);
 }
 
 TEST(SyntheticBackend, AccountsCostAndIsDeterministicPerConfiguration) {

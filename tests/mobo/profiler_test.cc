@@ -5,8 +5,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <filesystem>
+#include <numeric>
+#include <optional>
+#include <random>
 #include <set>
 
 #include "kareus/common/error.h"
@@ -114,6 +118,63 @@ TEST_F(ProfilerTest, SameSeedSameResultAndInvariants) {
   testing::SyntheticBackend other(4);
   const ProfileSummary c = ProfileWorkload(model_, SmallOptions(), other, {.seed = 4, .quiet = true});
   EXPECT_NE(DumpJson(a.ToJson(true)), DumpJson(c.ToJson(true)));
+}
+
+// The step interface: types advanced in a random interleaving, each batch's units measured in
+// a random order and its samples recorded in a random order, give ProfileWorkload's summary.
+TEST_F(ProfilerTest, InterleavedTypesAndShuffledSamplesGiveTheSameSummary) {
+  for (int unit_size : {0, 3}) {
+    ProfileOptions options = SmallOptions();
+    options.unit_size = unit_size;
+    testing::SyntheticBackend plain(3);
+    const ProfileSummary expected = ProfileWorkload(model_, options, plain, {.seed = 3, .quiet = true});
+
+    testing::SyntheticBackend meta(3), measuring(3);
+    WorkloadProfiler profiler(model_, options, meta, {.seed = 3, .quiet = true});
+    std::mt19937 rng(11);
+    std::vector<int> open(profiler.Types().size());
+    std::iota(open.begin(), open.end(), 0);
+    int64_t units = 0;
+    while (!open.empty()) {
+      const std::size_t pick = std::uniform_int_distribution<std::size_t>(0, open.size() - 1)(rng);
+      const int t = open[pick];
+      std::optional<MeasurementBatch> batch = profiler.NextBatch(t);
+      if (!batch) {
+        EXPECT_TRUE(profiler.Complete(t));
+        open.erase(open.begin() + static_cast<std::ptrdiff_t>(pick));
+        continue;
+      }
+      ASSERT_FALSE(batch->units.empty());
+      std::size_t covered = 0;
+      std::vector<std::pair<std::size_t, measure::Sample>> samples;
+      for (const auto& [begin, end] : batch->units) {
+        if (unit_size > 0) {
+          EXPECT_LE(end - begin, static_cast<std::size_t>(unit_size));
+        }
+        covered += end - begin;
+        const std::vector<measure::PartitionKnobs> unit(batch->knobs.begin() + begin,
+                                                        batch->knobs.begin() + end);
+        measuring.MeasureBatch(*profiler.Types()[t], unit, [&](std::size_t j, const measure::Sample& s) {
+          samples.emplace_back(begin + j, s);
+        });
+        ++units;
+      }
+      EXPECT_EQ(covered, batch->knobs.size());
+      std::shuffle(samples.begin(), samples.end(), rng);
+      for (const auto& [index, sample] : samples) profiler.Record(t, index, sample);
+    }
+    const ProfileSummary interleaved = profiler.Finish();
+    EXPECT_EQ(DumpJson(interleaved.ToJson(true)), DumpJson(expected.ToJson(true))) << unit_size;
+    EXPECT_EQ(meta.Measurements(), 0);
+    EXPECT_EQ(measuring.Measurements(), expected.measurements_taken);
+    int64_t batches = 0;
+    for (const auto& r : expected.partitions) batches += r.batches;
+    if (unit_size == 0) {
+      EXPECT_EQ(units, batches);
+    } else {
+      EXPECT_GT(units, batches);
+    }
+  }
 }
 
 TEST_F(ProfilerTest, OracleComparisonBeatsRandomOnTheSyntheticSpace) {

@@ -227,6 +227,19 @@ TEST(PlanFile, GarbageAndTruncatedFilesAreInputErrorsNamingThePath) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(PlanFile, DeeplyNestedFilesAreInputErrors) {
+  // A plan nested 100,000 levels deep crashed the message that showed the value.
+  const auto path = std::filesystem::temp_directory_path() / "kareus_deep_plan.json";
+  WriteFileAtomic(path, std::string(100000, '[') + std::string(100000, ']'));
+  try {
+    ReadPlanFile(path);
+    FAIL() << "accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("nested deeper than 64"), std::string::npos) << e.what();
+  }
+  std::filesystem::remove(path);
+}
+
 TEST(PlanFile, WriteRefusesAnInvalidPlan) {
   Plan plan = MakePlan(2, 2);
   plan.stages[1].instructions[0].freq_mhz = 0;

@@ -249,6 +249,60 @@ TEST(Export, SchedsTextUsesPublishedConfigStrings) {
   EXPECT_THAT(ZeusFreqsText(plan), ::testing::HasSubstr("[('forward', 1410), ('backward', 1260)]"));
 }
 
+TEST(Export, PythonStringLiteralIsData) {
+  EXPECT_EQ(PythonStringLiteral("rope_0-none-12-1024"), "'rope_0-none-12-1024'");
+  EXPECT_EQ(PythonStringLiteral("a'b\\c\nd"), "'a\\x27b\\x5cc\\x0ad'");
+  EXPECT_EQ(PythonStringLiteral("caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80"),
+            "'caf\\xe9 \\u20ac \\U0001f600'");
+  EXPECT_EQ(PythonStringLiteral(std::string("\0\xFF", 2)), "'\\x00\\xff'");
+  // Whatever the method and slot hold, the texts stay one literal list and one comment line.
+  Plan plan;
+  plan.method = "x')\nimport os\n#";
+  plan.num_microbatches = 1;
+  plan.stages.push_back({.stage = 0, .gpus = 1, .instructions = {}});
+  plan.stages[0].instructions.push_back(
+      {.kind = schedule::Direction::kForward, .microbatch = 0, .freq_mhz = 1410,
+       .mode = ExecutionMode::kNanobatched, .partitions = {{"fwd_attn", 3, "s')\nimport os #"}}});
+  for (const std::string& text : {KareusSchedsText(plan), ZeusFreqsText(plan)}) {
+    EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 4) << text;  // [ / stage / ] / comment
+    EXPECT_EQ(text.find("\nimport"), std::string::npos) << text;
+  }
+}
+
+TEST(SolvePlans, ProgressIsReportedAfterEveryStep) {
+  const fs::path dir = TempDir("progress");
+  WriteText(dir / "profile.csv", ProfileCsv(2));
+  PlanProblem problem{.num_microbatches = 4, .stages = ReadPerseusProfile(dir / "profile.csv", 2)};
+  std::vector<pipeline::SolveProgress> seen;
+  const PlanResult result = SolvePlans(
+      problem, {.p_static_w = 85.0,
+                .progress = [&](const pipeline::SolveProgress& p) { seen.push_back(p); }});
+  ASSERT_EQ(static_cast<int64_t>(seen.size()), result.solve.summary.steps);
+  ASSERT_FALSE(seen.empty());
+  for (std::size_t i = 0; i < seen.size(); ++i) {
+    EXPECT_EQ(seen[i].step, static_cast<int64_t>(i) + 1);
+    EXPECT_GE(seen[i].time_now_s, seen[i].time_fastest_s - 1e-9);
+    EXPECT_LT(seen[i].time_now_s, seen[i].time_slowest_s);
+    if (i > 0) {
+      EXPECT_LT(seen[i].time_now_s, seen[i - 1].time_now_s);
+    }
+  }
+}
+
+TEST(SolveProfile, ProfileBoundsAreInputErrors) {
+  const std::string header = "stage,instruction,frequency,time,energy\n";
+  EXPECT_THROW(PerseusProfileFromText(header + "0,forward,1410,1e7,3\n", "p.csv", 1), InputError);
+  EXPECT_THROW(PerseusProfileFromText(header + "0,forward,1410,0.1,1e308\n", "p.csv", 1),
+               InputError);
+  EXPECT_THROW(PerseusProfileFromText(header + "0,forward,1410,0.1,3\xFF\n", "p.csv", 1),
+               InputError);
+  EXPECT_THROW(PerseusProfileFromText(header, "p.csv", 5000), InputError);
+  const auto stages =
+      PerseusProfileFromText(header + "0,forward,1410,0.1,3\n0,backward,1410,0.2,6\n", "p.csv", 1);
+  ASSERT_EQ(stages.size(), 1u);
+  EXPECT_EQ(stages[0].backward.at(0).freq_mhz, 1410);
+}
+
 struct BadCsv {
   std::string name;
   std::string text;

@@ -2,9 +2,13 @@
 /* The C API driven from C: the 2-stage x 8-microbatch 1F1B loop of tests/runtime/data/plan_2x8.json
  * through libkareus.so and the fake NVML, then the call log is checked. Plain C11, no framework:
  * prints each failed check and exits non-zero. */
+#include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "kareus/c_api.h"
@@ -192,6 +196,65 @@ int main(void) {
     CHECK(time_s >= 0.0 && total_j == 0.0 && per_gpu[0] == 0.0);
     CHECK(kareus_monitor_end_window(monitor, "step", NULL, NULL, NULL) == KAREUS_ERROR_INPUT);
     CHECK_OK(kareus_monitor_destroy(monitor));
+  }
+
+  /* A plan nested 100,000 levels deep is refused (no crash), and the clock stays as it was. */
+  {
+    char deep_path[512];
+    KareusController* controller = NULL;
+    KareusExecutor* executor = NULL;
+    KareusControllerStats stats;
+    FILE* out;
+    int i;
+    snprintf(deep_path, sizeof deep_path, "/tmp/kareus_c_api_deep_%d.json", (int)getpid());
+    out = fopen(deep_path, "w");
+    CHECK(out != NULL);
+    if (out != NULL) {
+      for (i = 0; i < 100000; ++i) fputc('[', out);
+      fclose(out);
+    }
+    CHECK_OK(kareus_controller_create(0, 0, &controller));
+    CHECK_OK(kareus_executor_create(plan_path, 0, controller, &executor));
+    CHECK_OK(kareus_executor_on_instruction_begin(executor, "forward"));
+    CHECK_OK(kareus_controller_wait_idle(controller));
+    CHECK(kareus_executor_swap_plan(executor, deep_path) == KAREUS_ERROR_INPUT);
+    CHECK(strstr(kareus_last_error(), "nested deeper") != NULL);
+    {
+      KareusExecutor* other = NULL;
+      CHECK(kareus_executor_create(deep_path, 0, controller, &other) == KAREUS_ERROR_INPUT);
+      CHECK(other == NULL);
+    }
+    CHECK_OK(kareus_controller_stats(controller, &stats));
+    CHECK(stats.applied_mhz > 0); /* the plan's clock is still applied */
+    CHECK_OK(kareus_executor_destroy(executor));
+    CHECK_OK(kareus_controller_destroy(controller));
+    unlink(deep_path);
+  }
+
+  /* SIGKILL: nothing of the process runs, yet the clock watcher resets the clock it locked. As a
+   * child subreaper this process inherits the orphaned watcher and waits for it too. */
+  {
+    int calls[kMaxCalls], num_calls, status = 0;
+    pid_t child;
+    unlink(log);
+    CHECK(prctl(PR_SET_CHILD_SUBREAPER, 1) == 0);
+    child = fork();
+    if (child == 0) {
+      KareusController* controller = NULL;
+      if (kareus_controller_create(1, 0, &controller) != KAREUS_OK) _exit(3);
+      if (kareus_controller_request_clock(controller, 1410) != KAREUS_OK) _exit(4);
+      if (kareus_controller_wait_idle(controller) != KAREUS_OK) _exit(5);
+      raise(SIGKILL);
+      _exit(6);
+    }
+    CHECK(waitpid(child, &status, 0) == child);
+    CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+    while (waitpid(-1, &status, 0) > 0 || errno == EINTR) {
+    } /* the watcher */
+    num_calls = ReadClockCalls(log, 1, calls);
+    CHECK(num_calls == 2);
+    CHECK(num_calls >= 1 && calls[0] == 1410);
+    CHECK(num_calls >= 2 && calls[1] == 0);
   }
 
   unlink(log);

@@ -9,6 +9,8 @@
 //   FAKE_NVML_SET_RETURN=code    nvmlDeviceSetGpuLockedClocks returns this (4 = no permission)
 //   FAKE_NVML_ENERGY_RETURN=code nvmlDeviceGetTotalEnergyConsumption returns this (3 = n/a)
 //   FAKE_NVML_POWER_MW=mw        nvmlDeviceGetPowerUsage (default 250000)
+//   FAKE_NVML_CALL_DELAY_US=us   every call that takes the library's lock holds it this long, as
+//                                NVML holds its own lock across a driver call (default 0)
 // Read at every call: FAKE_NVML_LOG=path (no log when unset). Lines look like
 //   "set 0 1410 1410 -> 0", "reset 0 -> 0", "energy 1 -> 0", "init -> 0".
 // Control functions (fake_nvml.h) override the environment at run time.
@@ -37,6 +39,14 @@ static int g_set_return = 0;
 static int g_energy_return = 0;
 static unsigned int g_power_mw = 250000;
 static int g_initialized = 0;
+static unsigned int g_call_delay_us = 0;
+
+// Takes the library's lock and holds it for the configured delay (a real NVML call holds its
+// lock across a driver ioctl of some milliseconds).
+static void Lock(void) {
+  pthread_mutex_lock(&g_mutex);
+  if (g_call_delay_us > 0) usleep(g_call_delay_us);
+}
 
 static const unsigned int kMemoryClocks[] = {2619, 1593};  // H100 SXM-like
 enum { kMinGraphicsMhz = 210, kMaxGraphicsMhz = 1980, kGraphicsStepMhz = 15 };
@@ -79,6 +89,7 @@ FAKE_EXPORT int nvmlInit_v2(void) {
     g_set_return = EnvInt("FAKE_NVML_SET_RETURN", 0);
     g_energy_return = EnvInt("FAKE_NVML_ENERGY_RETURN", 0);
     g_power_mw = (unsigned int)EnvInt("FAKE_NVML_POWER_MW", 250000);
+    g_call_delay_us = (unsigned int)EnvInt("FAKE_NVML_CALL_DELAY_US", 0);
     for (unsigned int i = 0; i < MAX_DEVICES; ++i) {
       g_devices[i].index = i;
       g_devices[i].energy_mj = 1000000ULL * (i + 1);
@@ -143,7 +154,7 @@ FAKE_EXPORT int nvmlDeviceSetGpuLockedClocks(void* device, unsigned int min_mhz,
                                              unsigned int max_mhz) {
   FakeDevice* fake = NULL;
   int code = DeviceOf(device, &fake);
-  pthread_mutex_lock(&g_mutex);
+  Lock();
   if (code == 0) code = g_set_return;
   if (code == 0 && (min_mhz > max_mhz || max_mhz > kMaxGraphicsMhz)) code = 2;
   if (code == 0) fake->locked_mhz = max_mhz;
@@ -158,7 +169,7 @@ FAKE_EXPORT int nvmlDeviceSetGpuLockedClocks(void* device, unsigned int min_mhz,
 FAKE_EXPORT int nvmlDeviceResetGpuLockedClocks(void* device) {
   FakeDevice* fake = NULL;
   int code = DeviceOf(device, &fake);
-  pthread_mutex_lock(&g_mutex);
+  Lock();
   if (code == 0 && g_set_return == 4) code = 4;  // no privilege: reset is refused as well
   if (code == 0) fake->locked_mhz = 0;
   pthread_mutex_unlock(&g_mutex);
@@ -171,7 +182,7 @@ FAKE_EXPORT int nvmlDeviceResetGpuLockedClocks(void* device) {
 FAKE_EXPORT int nvmlDeviceGetTotalEnergyConsumption(void* device, unsigned long long* energy) {
   FakeDevice* fake = NULL;
   int code = DeviceOf(device, &fake);
-  pthread_mutex_lock(&g_mutex);
+  Lock();
   if (code == 0) code = g_energy_return;
   if (code == 0 && energy != NULL) *energy = fake->energy_mj;
   pthread_mutex_unlock(&g_mutex);

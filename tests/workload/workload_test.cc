@@ -123,6 +123,72 @@ TEST(WorkloadValidation, BadValues) {
   ExpectInputError("model: [", {"w.yaml", "YAML"});
 }
 
+// Issue 16: values that wrapped, crashed or were silently reinterpreted.
+TEST(WorkloadValidation, RangesAreCheckedBeforeNarrowing) {
+  // 2^31 became INT_MIN, 2 x cp became 0 and sequence % 0 crashed (SIGFPE).
+  ExpectInputError(Replace(kValid, "cp: 1", "cp: 2147483648"), {"parallelism.cp", "at most 1024"});
+  // 2^32 + 8 became 8.
+  ExpectInputError(Replace(kValid, "tp: 8", "tp: 4294967304"), {"parallelism.tp", "4294967304"});
+  ExpectInputError(Replace(kValid, "microbatches: 8", "microbatches: 2147483648"),
+                   {"microbatches", "at most 4096"});
+  ExpectInputError(Replace(Replace(kValid, "microbatches: 8", "microbatches: 4096"),
+                           "pp: 2, dp: 1, layers_per_stage: [15, 13]", "pp: 28, dp: 1"),
+                   {"microbatches", "pipeline instructions"});
+  ExpectInputError(Replace(kValid, "dp: 1", "dp: 1048576"), {"parallelism.dp", "GPUs"});
+  ExpectInputError(Replace(kValid, "sequence_length: 4096", "sequence_length: 1099511627776"),
+                   {"sequence_length", "at most"});
+  ExpectInputError(Replace(kValid, "[15, 13]", "[4294967311, -4294967283]"),
+                   {"layers_per_stage", "at most model.layers"});
+  const std::string inline_model = Replace(
+      kValid, "model: llama3.2-3b",
+      "model: {name: big, hidden: 3072, heads: 24, kv_groups: 8, head_dim: 128, ffn: 8192, "
+      "layers: 1099511627776, vocab: 128256}");
+  ExpectInputError(inline_model, {"model.layers", "1099511627776", "at most 1024"});
+  ExpectInputError(Replace(kValid, "microbatch_size: 8", "microbatch_size: '010'"),
+                   {"microbatch_size", "010", "decimal integer"});
+  ExpectInputError(Replace(kValid, "tp: 8", "tp: 0x8"), {"parallelism.tp", "decimal integer"});
+}
+
+TEST(WorkloadValidation, OneDocumentWithEachKeyOnce) {
+  ExpectInputError(Replace(kValid, "microbatches: 8", "microbatches: 8\nmicrobatches: 16"),
+                   {"key 'microbatches' appears twice"});
+  ExpectInputError(Replace(kValid, "tp: 8,", "tp: 8, tp: 4,"), {"parallelism", "'tp' appears twice"});
+  ExpectInputError(std::string(kValid) + "---\nname: second\n", {"more than one YAML document"});
+  ExpectInputError(Replace(kValid, "recompute: full", "recompute: full\n[a, b]: 1"),
+                   {"keys must be plain names"});
+  ExpectInputError("", {"w.yaml", "empty"});
+}
+
+TEST(WorkloadValidation, NameIsOneFolderName) {
+  for (const std::string& name : {std::string("../../x"), std::string("/etc/cron.d/x"),
+                                  std::string("a/b"), std::string(".."), std::string("")}) {
+    ExpectInputError(Replace(kValid, "name: t", "name: '" + name + "'"), {"w.yaml: name"});
+  }
+  ExpectInputError(Replace(kValid, "name: t", "name: \"t\\x01\""), {"name", "control"});
+  ExpectInputError(Replace(kValid, "name: t", "name: caf\xE9"), {"name", "UTF-8"});
+  // Without a name the file's stem is used, so it must qualify too.
+  try {
+    WorkloadFromYaml(Replace(kValid, "name: t\n", ""), "/tmp/.hidden.yaml");
+    FAIL() << "a hidden stem was accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("taken from the file name"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(WorkloadFromYaml(Replace(kValid, "name: t", "name: 'qwen3 1.7b, run 2'"), "w.yaml").name,
+            "qwen3 1.7b, run 2");
+}
+
+TEST(WorkloadValidation, HugeValuesAreShownCut) {
+  try {
+    WorkloadFromYaml(Replace(kValid, "recompute: full", "recompute: " + std::string(100000, 'r')),
+                     "w.yaml");
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_LT(std::string(e.what()).size(), 400u) << e.what();
+    EXPECT_NE(std::string(e.what()).find("(100000 bytes)"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Workload, MicrobatchOfOneCannotNanobatch) {
   const Workload w = WorkloadFromYaml(Replace(kValid, "microbatch_size: 8", "microbatch_size: 1"), "w.yaml");
   EXPECT_FALSE(w.CanNanobatch());

@@ -4,6 +4,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace kareus {
 
@@ -36,10 +37,19 @@ std::string Describe(const T& value) {
   return out.str();
 }
 
-[[noreturn]] inline void ThrowInput(const std::string& field, const std::string& value,
-                                    const std::string& rule) {
-  throw InputError(field + " = " + value + ": " + rule);
-}
+// True when `text` is well-formed UTF-8 (no overlong forms, surrogates or code points above
+// U+10FFFF): what JSON output and Python strings accept.
+bool IsValidUtf8(std::string_view text);
+
+// A value as a message shows it: control characters and bytes that are not UTF-8 written as
+// \xNN, and when longer than `max_bytes` cut there with its length appended
+// ("aaaa... (102400 bytes)"), so a 100 KB value never floods a terminal or a log.
+std::string ShownValue(std::string_view text, std::size_t max_bytes = 120);
+
+// Throws InputError "field = value: rule"; the value (and the field, which may hold a key the
+// user wrote) go through ShownValue.
+[[noreturn]] void ThrowInput(const std::string& field, const std::string& value,
+                             const std::string& rule);
 
 // What an Options struct's Validate() reports (as Ceres's Solver::Options::IsValid): the field
 // (its name in the struct, dotted for nested structs: "profile.budget_fraction"), the value

@@ -3,11 +3,14 @@
 // it arrives (WAL journal), keyed by (GPU, workload signature, partition type, knobs). A killed
 // run resumes from it without re-measuring. A file that is not such a store (corrupted, another
 // schema, another schema version) or that belongs to another GPU, workload or backend is
-// reported and never modified.
+// reported and never modified. Several processes may use one store at once: each ends with
+// the union of all measurements, and a configuration one process is measuring is waited for, not
+// measured again, by the others (FindOrMeasure).
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -45,14 +48,32 @@ class MeasurementStore {
   MeasurementStore(const MeasurementStore&) = delete;
   MeasurementStore& operator=(const MeasurementStore&) = delete;
 
+  // The stored measurement, checked: a row that is not a measurement (a time that is not
+  // positive, a negative or non-finite energy, energies that do not add up, a text where a
+  // number belongs: a hand-edited or damaged file) is an EnvironmentError naming the row.
   std::optional<Sample> Find(const std::string& partition, const PartitionKnobs& knobs) const;
-  // Inserts and commits one measurement (durable when this returns). A configuration already
-  // present is a caller bug (it should have been found): EnvironmentError.
-  void Insert(const std::string& partition, const PartitionKnobs& knobs, const Sample& sample);
+  // Inserts and commits one measurement (durable when this returns) and releases this
+  // process's claim on it. False when the configuration is already stored (another process
+  // measured it meanwhile): the stored row is kept, as readers may have used it.
+  bool Insert(const std::string& partition, const PartitionKnobs& knobs, const Sample& sample);
+
+  // Measures a batch through the store: what is stored is read; the rest is measured with
+  // `measure` (called once with the configurations to measure, in batch order; it calls back
+  // for each sample as soon as it exists), each sample committed as it arrives. A configuration
+  // that another process is measuring at this moment is not measured again: it is waited for
+  // and read once that process has stored it (and measured here only if that process ends
+  // without storing it). `on_ready(i, sample, from_store)` is called once for every entry of
+  // `batch`. The claims are advisory locks on the store file (OFD locks, released by the kernel
+  // when a process dies), so nothing stale is left behind by a killed process.
+  using MeasureFn = std::function<void(const std::vector<PartitionKnobs>& knobs,
+                                       const std::function<void(std::size_t, const Sample&)>&)>;
+  using ReadyFn = std::function<void(std::size_t index, const Sample& sample, bool from_store)>;
+  void FindOrMeasure(const std::string& partition, const std::vector<PartitionKnobs>& batch,
+                     const MeasureFn& measure, const ReadyFn& on_ready);
 
   int64_t Count() const;                              // all rows
   int64_t Count(const std::string& partition) const;  // rows of one partition type
-  std::vector<StoredMeasurement> All() const;         // in insertion order
+  std::vector<StoredMeasurement> All() const;         // in insertion order, checked as Find
   const StoreIdentity& identity() const { return identity_; }
   const std::filesystem::path& path() const { return path_; }
 
@@ -60,6 +81,11 @@ class MeasurementStore {
   struct Handle;
   MeasurementStore(std::filesystem::path path, StoreIdentity identity,
                    std::unique_ptr<Handle> handle);
+  // Claims on configurations being measured (OFD write locks on one byte of the store file
+  // each, far above SQLite's own lock bytes). TryClaim does not wait; Claim waits.
+  bool TryClaim(const std::string& partition, const PartitionKnobs& knobs);
+  void Claim(const std::string& partition, const PartitionKnobs& knobs);
+  void Release(const std::string& partition, const PartitionKnobs& knobs);
   std::filesystem::path path_;
   StoreIdentity identity_;
   std::unique_ptr<Handle> handle_;

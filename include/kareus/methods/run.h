@@ -15,6 +15,7 @@
 #include <array>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -40,6 +41,11 @@ struct RunOptions {
   double compose_epsilon = 0.0;  // epsilon-thinning of composed partial sums (0 = exact)
   EvaluationMode evaluation = EvaluationMode::kAuto;  // how finished plans are evaluated
   bool quiet = false;            // no progress on the terminal
+  // How the profiled methods profile partition types: mobo::ProfileWorkload when empty.
+  // kareus/distributed/ sets its own to spread the types over MPI ranks (same result).
+  std::function<mobo::ProfileSummary(const workload::WorkloadModel&, const mobo::ProfileOptions&,
+                                     measure::Backend&, const Context&)>
+      profiler;
 
   // The first invalid field (nested: "profile.budget_fraction"), its value and the rule.
   std::optional<OptionError> Validate() const;
@@ -126,5 +132,26 @@ EvaluationResult EvaluateWorkloads(const std::vector<std::filesystem::path>& wor
                                    const RunOptions& options,
                                    const measure::BackendFactory& make_backend,
                                    const Context& context, const std::filesystem::path& out);
+
+// The pieces of EvaluateWorkloads that distributed evaluation (distributed/) shares, so both
+// follow one rule:
+// - every workload file loaded and checked before anything runs; each writes OUT/<name>, so two
+//   workloads of one evaluation with one name are an InputError naming both files;
+std::vector<workload::Workload> LoadEvaluationWorkloads(
+    const std::vector<std::filesystem::path>& workloads);
+// - a workload's measurement store: --store for every workload, else OUT/<name>/
+//   measurements.sqlite; empty (no store) when neither is given;
+std::filesystem::path EvaluationStore(const RunOptions& options, const workload::Workload& w,
+                                      const std::filesystem::path& out);
+// - with profile.transfer (one process only; the workloads are profiled one after another) and
+//   a store per workload: --related plus the stores of the earlier workloads (index below
+//   `index`) of the same model and GPU and another signature, read-only;
+std::vector<std::filesystem::path> EvaluationRelatedStores(
+    const RunOptions& options, const std::vector<workload::Workload>& loaded, std::size_t index,
+    const std::filesystem::path& out);
+// - its row of evaluation.json;
+Json EvaluationRow(const RunResult& run, const std::string& workload_name);
+// - the document and the combined table from the rows (in workload order).
+EvaluationResult MakeEvaluation(std::vector<Json> rows);
 
 }  // namespace kareus::methods

@@ -26,11 +26,6 @@ namespace kareus::mobo {
 // A model of the partitions: a measure::Backend used as a model, its readings predictions
 // (e.g. the emulator's noise-free simulation of the workload's GPU preset). What it costs is
 // never counted and nothing it says is a measurement: it only shapes the surrogate's mean.
-struct PriorModel {
-  std::string description;  // what the model is, for summaries ("emulator model of A100...")
-  std::function<std::unique_ptr<measure::Backend>(const workload::WorkloadModel& model)> make;
-  explicit operator bool() const { return static_cast<bool>(make); }
-};
 
 // A deliberate error of a prior's GPU model, to measure the prior when the model is wrong (the
 // benchmark of issue 18: the truth is one GPU model, the prior another).
@@ -52,6 +47,19 @@ struct ModelPerturbation {
   std::string ToString() const;
   std::optional<OptionError> Validate() const;
 };
+
+struct PriorModel {
+  std::string description;  // what the model is, for summaries ("emulator model of A100...")
+  std::function<std::unique_ptr<measure::Backend>(const workload::WorkloadModel& model)> make;
+  // The same model with its physical parameters moved by `calibration` (the physical fields of
+  // a ModelPerturbation, applied on top of whatever the model already is); empty: the model has
+  // no physical parameters to calibrate (the profiler then uses `make` as is).
+  std::function<std::unique_ptr<measure::Backend>(const workload::WorkloadModel& model,
+                                                  const ModelPerturbation& calibration)>
+      make_calibrated;
+  explicit operator bool() const { return static_cast<bool>(make); }
+};
+
 // Parses ToString()'s form ("none", or comma-separated field=value; invert_clock_trend=1,
 // shuffle=1).
 // InputError naming the field.
@@ -77,6 +85,27 @@ struct PriorMean {
 };
 PriorMean PredictSpace(measure::Backend& model, const workload::PartitionType& type,
                        const SearchSpace& space);
+
+// "Fit physics, not points": the prior model's physical scales (dynamic power, the voltage
+// curve's position, collective bandwidth, compute efficiency) fitted to one partition type's
+// measurements by regularized nonlinear least squares on log time and log dynamic energy
+// (Levenberg-Marquardt, forward differences, a log-normal prior on each scale centred at the
+// model as given: sigma 0.3 on the log scales, 150 MHz on the shift), so that four to nine
+// measurements, too few for a surrogate, already move the whole prior surface. The surrogate
+// then learns what is left.
+struct CalibrationResult {
+  ModelPerturbation calibration;  // identity: nothing better than the model as given
+  double log_rms_before = 0.0;    // RMS of log(measured / predicted) over times and energies
+  double log_rms_after = 0.0;
+  int model_evaluations = 0;      // simulations of the measured set
+};
+// At most `max_rows` of the measurements are used (evenly spaced in the given order).
+// `start` warm-starts the search (e.g. the previous batch's calibration). Deterministic.
+CalibrationResult CalibratePrior(const PriorModel& prior, const workload::WorkloadModel& model,
+                                 const workload::PartitionType& type,
+                                 const std::vector<measure::PartitionKnobs>& knobs,
+                                 const std::vector<measure::Sample>& samples,
+                                 const ModelPerturbation& start, std::size_t max_rows = 48);
 
 // The prior's own design: `count` configurations at clocks of even quantiles of the space's
 // grid (the extremes included), at each the configuration of the lowest predicted total energy

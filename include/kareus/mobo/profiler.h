@@ -7,8 +7,10 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kareus/common/context.h"
@@ -30,6 +32,9 @@ struct ProfileOptions {
                                    // (max(6, initial_fraction x budget))
   double initial_fraction = 0.2;   // auto initial design as a share of the budget
   int batch_size = 0;              // configurations per acquisition batch; 0: auto (~8 batches)
+  int unit_size = 0;               // configurations per measurement unit (one backend batch,
+                                   // its own warm-up): a batch is cut into units that can be
+                                   // measured in parallel (kareus/distributed/); 0: whole batch
   SurrogateKind surrogate = SurrogateKind::kGaussianProcess;  // measured better than xgb
   Strategy strategy = Strategy::kPerClock;                   // measured better than published
   bool full_grid = false;          // every supported clock instead of the profiling sub-grid
@@ -42,6 +47,9 @@ struct ProfileOptions {
   // measurements and this model's predictions. Empty: no prior (the library default; the CLI
   // sets the emulator's model of the workload's GPU preset).
   PriorModel prior;
+  // Calibrate the prior model's physical scales to each type's measurements before every
+  // surrogate fit (mobo::CalibratePrior; needs PriorModel::make_calibrated).
+  bool prior_calibrate = true;
   bool prior_check = true;  // learn the prior's weight per target (dropping a prior that
                             // explains the measurements worse than none); false: weight 1
                             // (tests of what the check prevents)
@@ -118,9 +126,11 @@ struct PartitionResult {
   int64_t measured = 0;             // taken in this run
   int64_t reused = 0;               // found in the store
   int batches = 0;                  // measurement batches (the initial design is batch 0)
-  // GPU-seconds (seconds of measurement x GPUs of the collective's group, batch overheads
-  // included): of the measurements taken in this run, and of every measurement the result
-  // rests on, store reuse included (what the profile costs, resumed or not).
+  // GPU-seconds (seconds of measurement x GPUs of the collective's group, the backend's
+  // declared overhead per unit included): of the measurements taken in this run, and of every
+  // measurement the result rests on, store reuse included (what the profile costs, resumed or
+  // not). Both are summed from the samples' own costs in evaluation order, so they do not depend
+  // on which backend (or MPI rank) measured.
   double gpu_seconds = 0.0;
   double cost_gpu_seconds = 0.0;
   double hypervolume = 0.0;         // of the measured frontier, reference 1.1 x measured max
@@ -162,6 +172,54 @@ struct ProfileSummary {
 
   // The `kareus profile --json` document (format "kareus-profile", version 1).
   Json ToJson(bool with_evaluations = false) const;
+};
+
+// One batch of one partition type that needs measuring: the configurations the store does not
+// have, in pick order, cut into measurement units (ProfileOptions::unit_size). Each unit is one
+// Backend::MeasureBatch call (one warm-up); units of a batch may be measured anywhere, in any
+// order, concurrently.
+struct MeasurementBatch {
+  int type = 0;    // index into WorkloadProfiler::Types()
+  int number = 0;  // 0: the initial design (a fixed type: every clock), then 1, 2, ...
+  std::vector<measure::PartitionKnobs> knobs;
+  std::vector<std::pair<std::size_t, std::size_t>> units;  // [begin, end) ranges of knobs
+};
+
+// A workload's profiling as explicit steps, so that partition types can advance concurrently
+// (kareus/distributed/ spreads them over MPI ranks) while ProfileWorkload drives them one after
+// another. Per type: NextBatch() picks the next batch (surrogate fit + acquisition; store hits
+// are read here), Record() takes each of its samples as it arrives (committed to the store at
+// once), and when every sample of the batch is recorded the type may ask for its next batch.
+// A type's decisions depend only on its own seed and its own samples, and the summary is
+// assembled in type order, so any interleaving of types, any split of their units over
+// backends and any arrival order within a batch give the same ProfileSummary.
+// Not thread-safe: one thread calls it (the coordinator).
+class WorkloadProfiler {
+ public:
+  // Validates options, partition names, budgets and the store exactly as ProfileWorkload does
+  // (InputError / EnvironmentError, nothing measured). `model` and `backend` must outlive it. `backend` gives the GPU, the static
+  // power, the description and batch overhead, the noise-free twin (oracle); the random
+  // baseline of `oracle` is measured through it in Finish().
+  WorkloadProfiler(const workload::WorkloadModel& model, const ProfileOptions& options,
+                   measure::Backend& backend, const Context& context);
+  ~WorkloadProfiler();
+  WorkloadProfiler(const WorkloadProfiler&) = delete;
+  WorkloadProfiler& operator=(const WorkloadProfiler&) = delete;
+
+  // The types profiled, in order.
+  const std::vector<const workload::PartitionType*>& Types() const;
+  // The next batch of `type` that needs measuring, or nullopt once the type is complete (its
+  // final surrogate and frontiers are then built). Checks that no batch of it is in flight.
+  std::optional<MeasurementBatch> NextBatch(int type);
+  // Sample `index` (into the batch's knobs) of `type`'s batch in flight.
+  void Record(int type, std::size_t index, const measure::Sample& sample);
+  bool Complete(int type) const;
+  // The summary, in type order, with the oracle baselines when asked; every type complete.
+  ProfileSummary Finish();
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
 };
 
 // Profiles every (selected) partition type of `model` with `backend` (the emulator, a real

@@ -67,6 +67,12 @@ struct PriorUse {
   double energy_weight = 0.0;
   HeldOutError held_out;  // with a prior: of the fit as used
   std::vector<double> related_similarity;  // per related workload, in [0, 1] (GP only)
+  // Set by the profiler when the prior was calibrated before the fit (mobo::CalibratePrior):
+  // the calibration (ModelPerturbation::ToString()) and the RMS of log(measured / predicted)
+  // over the target's rows before and after it.
+  std::string calibration;
+  double calibration_log_rms_before = 0.0;
+  double calibration_log_rms_after = 0.0;
 };
 
 struct SurrogateOptions {

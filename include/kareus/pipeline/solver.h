@@ -1,17 +1,25 @@
 // SPDX-License-Identifier: Apache-2.0
-// The iteration time-energy frontier of a synchronous pipeline: Phillips-Dessouky time-cost
-// tradeoff as in Perseus/lowtime (reference/perseus-lowtime-zeus.md §A2), with three changes:
+// The iteration time-energy frontier of a synchronous pipeline: for every deadline on a grid
+// (T_min + k * unit_time_s), the least-energy plan the solver finds with iteration time <= the
+// deadline. Perseus/lowtime's Phillips-Dessouky time-cost tradeoff (reference/perseus-lowtime-
+// zeus.md §A2) with these changes:
 //   * the cost of an instruction is the lower convex hull of its discrete options' effective
-//     energy (E - P_static * t, summed over the stage's GPUs), piecewise linear in integer time
-//     quanta, instead of lowtime's exponential fit;
-//   * every reported point is realized with real options (the cheapest option whose quantized
-//     time fits the solver's duration), slack is reclaimed, and time and energy are re-evaluated
-//     from the realized options (never model values);
-//   * true infinities, exact integer critical-path tests, a Boost.Graph max-flow, and statuses
-//     instead of crashes.
+//     energy (E - P_static * t, summed over the stage's GPUs) over their REAL times, instead of
+//     lowtime's exponential fit on quantized times: the convex model is the continuous
+//     relaxation, and its least cost at a deadline is a lower bound of every real plan's;
+//   * the descent moves along one minimum cut as far as the cut stays optimal (until an
+//     instruction reaches a hull vertex or another path becomes critical), so the relaxation's
+//     optimum is known exactly at every time; the max-flow is warm-started from the previous
+//     cut's flow (flat arrays, augmenting paths);
+//   * each grid deadline is realized with real options (the cheapest option within the convex
+//     duration), refined in real time (slack filled) and re-evaluated from the realized options
+//     (never model values); the fastest point is optimized further at T_min (pinned critical
+//     instructions, exact search of the independent rest within a budget, local search);
+//   * statuses instead of crashes.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -52,13 +60,25 @@ struct Problem {
 // The option list of DAG node `node` (the node classes above).
 const std::vector<Option>& OptionsOf(const Problem& problem, const schedule::Dag& dag, int node);
 
+// Where a running solve is: called after every step (a long solve can show progress).
+struct SolveProgress {
+  int64_t step = 0;
+  double time_now_s = 0.0;      // iteration time of the current schedule
+  double time_fastest_s = 0.0;  // where the solve ends
+  double time_slowest_s = 0.0;  // where it started
+};
+
 struct Options {
-  double unit_time_s = 1e-3;  // time quantum of one solver step (Perseus default 1 ms)
+  double unit_time_s = 1e-3;  // spacing of the frontier's deadlines (Perseus default 1 ms)
   double p_static_w = 0.0;    // static (blocking) power of one GPU, W; enters effective energy
-  bool reclaim_slack = true;  // after realization, slow non-critical instructions while the
-                              // iteration time does not grow
-  int64_t max_steps = 0;      // stop after this many steps; 0 = run to the fastest schedule
+  bool reclaim_slack = true;  // after realization, slow instructions while the iteration time
+                              // stays within the point's deadline
+  int64_t max_steps = 0;      // stop after this many cuts (moves); 0 = run to the fastest
   bool keep_dominated = false;  // keep realized points another point dominates
+  double deadline_s = 0.0;    // > 0: only the least-energy plan with iteration time <= this
+                              // deadline (one point; below the minimum time: no point and
+                              // status kDeadlineInfeasible)
+  std::function<void(const SolveProgress&)> progress = nullptr;  // after every step; optional
 
   // The first invalid field, its value and the rule; nullopt when valid.
   std::optional<OptionError> Validate() const;
@@ -76,36 +96,44 @@ struct Evaluation {
 
 struct IterationPoint {
   Evaluation cost;
-  int64_t step = 0;         // solver step that produced it (-1: the direct fastest schedule)
-  int64_t quanta = 0;       // the solver's (quantized) iteration time at that step
-  double model_energy_j = 0.0;  // the convex model's energy at that step (for diagnostics)
-  std::vector<int> choice;  // per DAG node: index into its stage's forward/backward options
+  int64_t step = 0;         // cuts computed before this point's deadline was reached
+  int64_t quanta = 0;       // k of the deadline T_min + k * unit_time_s (-1: deadline_s mode)
+  double deadline_s = 0.0;  // the deadline this plan was made for (cost.time_s <= deadline_s)
+  double model_energy_j = 0.0;  // the convex relaxation's least energy at deadline_s (its
+                                // effective cost + static energy at deadline_s): a LOWER BOUND
+                                // of every plan with iteration time <= deadline_s (deadlines
+                                // are <= T*, below which the relaxation's energy falls with time)
+  bool exact = false;        // proven the least energy at deadline_s (the exact search finished;
+                             // model_energy_j is then this point's energy)
+  std::vector<int> choice;  // per DAG node: index into its class's options (OptionsOf)
 };
 
 enum class Status {
   kReachedMinimumTime,  // traced down to the fastest schedule
   kStepLimit,           // stopped at Options::max_steps
-  kInfeasibleFlow,      // the lower-bounded flow had no feasible solution (numerical trouble)
   kStalled,             // a step did not shorten the iteration (numerical trouble)
   kInvalidInput,        // see Summary::message; no points
+  kDeadlineInfeasible,  // Options::deadline_s is below the minimum iteration time; no points
 };
 const char* ToString(Status status);
 
 struct Summary {
   Status status = Status::kInvalidInput;
   std::string message;
-  int64_t steps = 0;             // solver steps taken
-  int64_t quanta_slowest = 0;    // iteration time of the slowest assignment, in quanta
-  int64_t quanta_fastest = 0;    // iteration time of the fastest assignment, in quanta
+  int64_t steps = 0;             // minimum cuts moved along
+  int64_t augmentations = 0;     // augmenting paths of the warm-started max-flow, all cuts
   double min_time_s = 0.0;       // real longest path with every instruction at its fastest
+  double max_time_s = 0.0;       // real longest path with every instruction at its cheapest
+  int64_t deadlines = 0;         // deadlines realized (points before the dominance filter)
   int64_t points_dominated = 0;  // realized points dropped because another dominated them
-  int64_t critical_edges_max = 0;  // largest critical sub-DAG seen (edges)
+  int64_t critical_edges_max = 0;  // largest critical sub-DAG seen (arcs)
 };
 
 struct Result {
   Summary summary;
   schedule::Dag dag;
   // Pareto-optimal realized points in iteration order: slowest (cheapest) first, fastest last.
+  // The plan for a deadline T on the grid is the cheapest point with cost.time_s <= T.
   std::vector<IterationPoint> points;
 };
 

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kareus/common/error.h"
@@ -21,7 +22,12 @@ namespace kareus::plan {
 // naming the file and line for a malformed row, a stage outside [0, num_stages), an unknown
 // instruction, a non-numeric, non-finite or negative value (time must be > 0), and naming the
 // stage when a stage has no forward or no backward rows.
+// Also refused: more than 1024 stages, times above 1e6 s, energies above 1e12 J, more than
+// 100,000 rows per stage and instruction, and text that is not UTF-8.
 std::vector<StageOptions> ReadPerseusProfile(const std::filesystem::path& csv, int num_stages);
+// The same from the file's text; `file` names it in messages.
+std::vector<StageOptions> PerseusProfileFromText(std::string_view csv_text,
+                                                 const std::string& file, int num_stages);
 
 struct SolveProfileOptions {
   std::filesystem::path profile;      // Perseus profile CSV
@@ -32,6 +38,7 @@ struct SolveProfileOptions {
   int gpus_per_stage = 1;             // GPUs per stage; the CSV's energies are per GPU
   std::filesystem::path out;          // output folder (plan.json, frontier.json, plans/)
   std::string method = "perseus";     // written into the plans
+  double deadline_s = 0.0;            // > 0: only the plan for this deadline (plan.json)
   ScheduleKind schedule = ScheduleKind::k1F1B;  // 1F1B or GPipe (a profile has no chunks)
 
   // The first invalid field (its name here), its value and the rule; nullopt when valid.
@@ -46,7 +53,12 @@ struct SolveProfileSummary {
   WrittenFiles files;
 };
 
-// `kareus solve`: validates every input (flags and the whole CSV) before anything is written.
+// `kareus solve`: validates every input (flags within their bounds, the output folder, the whole
+// CSV) before anything is written; writes the outputs as a whole (OutputFolder: `out` then holds
+// exactly this solve's files). On a terminal, a progress line shows the solver's steps.
+// With deadline_s > 0 it writes only plan.json: the least-energy plan whose iteration time is
+// at most the deadline (InputError, nothing written, when the deadline is below the minimum
+// iteration time).
 SolveProfileSummary SolveProfile(const SolveProfileOptions& options);
 
 enum class ExportFormat { kZeus, kKareusScheds };
@@ -56,7 +68,9 @@ ExportFormat ExportFormatFromString(const std::string& text);  // throws InputEr
 // Python-literal schedule texts. Zeus: one list per stage of ('forward'|'backward', MHz) in
 // execution order. Kareus scheds: one tuple per instruction, ('forward', cfg, ...) with one
 // 'slot-none-sms-1024' string per partition type in plan order; a sequential instruction is
-// the 1-tuple ('forward',).
+// the 1-tuple ('forward',). Every string from the plan is written as data (PythonStringLiteral),
+// so loading the file never runs anything a plan smuggled into it.
+std::string PythonStringLiteral(std::string_view text);  // 'a\'b\n' -> "'a\\'b\\n'"
 std::string ZeusFreqsText(const Plan& plan);
 std::string KareusSchedsText(const Plan& plan);
 
@@ -73,7 +87,7 @@ struct ExportSummary {
 };
 
 // `kareus export`: file index NNNNN from plan_NNNNN.json, else 0. Reads every plan before
-// writing anything.
+// writing anything; writes the output folder as a whole (OutputFolder).
 ExportSummary ExportPlans(const ExportOptions& options);
 
 }  // namespace kareus::plan

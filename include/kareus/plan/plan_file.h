@@ -121,6 +121,12 @@ struct FrontierFile {
   std::string method;
   Json workload;
   std::vector<FrontierPoint> points;  // sorted by time, fastest first
+  // How the points cover deadlines: "deadline-grid" = the solver realized the least-energy
+  // plan it found for every deadline min_time + k * unit_time_s (k = 0, 1, ...) and kept the
+  // non-dominated ones, so the plan for a grid deadline T is the cheapest point with
+  // time_s <= T; "points" (or empty, older files) = a plain list of points.
+  std::string representation = {};
+  double unit_time_s = 0.0;  // grid spacing of "deadline-grid"
 };
 
 // The plan file of a frontier point, relative to frontier.json's folder: plan_path when set,

@@ -59,6 +59,7 @@ const InstructionOption& ChosenOption(const PlanProblem& problem, const schedule
 
 struct PlanResult {
   pipeline::Result solve;              // frontier points in iteration order (slowest first)
+  double unit_time_s = 0.0;            // the solver's deadline grid spacing
   std::vector<std::size_t> sampled;    // iteration indices of the plans written to plans/
   std::size_t fastest = 0;             // the point written as plan.json: the lowest time (the
                                        // last point of a solve; after re-evaluation, wherever

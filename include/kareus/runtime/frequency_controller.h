@@ -4,15 +4,11 @@
 // thread only enqueues the clock and a setter thread makes the call, only when it changes.
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "kareus/common/error.h"
@@ -20,13 +16,10 @@
 
 namespace kareus::runtime {
 
-namespace internal {
-struct GuardSlot;
-}
-
 struct FrequencyControllerOptions {
   int gpu = 0;                          // NVML index of the GPU (see NvmlIndexForCudaDevice)
-  bool install_signal_handlers = true;  // reset clocks on SIGINT/SIGTERM, then die as before
+  bool install_signal_handlers = true;  // reset clocks on SIGINT/SIGTERM/SIGHUP/SIGQUIT (through
+                                        // the watcher), then die as before
   bool coalesce = true;                 // a setter that fell behind applies only the newest clock
   // Receives warnings (permission refused, failed calls), from any thread; default: stderr.
   std::function<void(const std::string&)> warn = nullptr;
@@ -45,14 +38,22 @@ struct FrequencyControllerStats {
   int applied_mhz = 0;    // clock NVML last accepted; 0 = the GPU's default clocks
 };
 
-// One GPU's locked SM clock. Clocks are reset to the default (nvmlDeviceResetGpuLockedClocks)
-// by the destructor, ResetClocks(), SIGINT/SIGTERM, std::terminate and exit(). Without the
-// privilege to set clocks (NVML_ERROR_NO_PERMISSION) it warns once and measures only: no
-// further NVML set or reset calls. RequestClock/RequestReset never wait for NVML.
-// Thread-safe; usually driven by one training thread.
+// One GPU's locked SM clock. Clocks go back to the default (nvmlDeviceResetGpuLockedClocks)
+// on every way out of the process (docs/ARCHITECTURE.md §8 "Clock reset, path by path"): the
+// destructor and ResetClocks() reset in process; SIGINT/SIGTERM/SIGHUP/SIGQUIT, std::terminate
+// and exit() reset synchronously through the clock watcher (a small process started with the
+// first controller, runtime/clock_watcher.h) from async-signal-safe handlers; any other end
+// (SIGKILL, SIGSEGV, abort, _exit, an application handler that exits) closes the watcher's
+// socket and the watcher resets. A child made by fork() disarms: its copy does nothing (every
+// method is a no-op, measure_only() is true, stats() are zero) and never touches the parent's
+// GPU. Without the privilege to set clocks (NVML_ERROR_NO_PERMISSION) it warns once and
+// measures only: no further NVML set or reset calls. RequestClock/RequestReset never wait for
+// NVML. Thread-safe; usually driven by one training thread.
 class FrequencyController {
  public:
-  // Throws EnvironmentError for a GPU index NVML does not know.
+  // Throws EnvironmentError for a GPU index NVML does not know, or when the clock watcher
+  // (kareus-clock-watcher: $KAREUS_CLOCK_WATCHER, beside the library, or in the build tree)
+  // cannot be started: no clock is locked without something to reset it.
   FrequencyController(std::shared_ptr<Nvml> nvml, FrequencyControllerOptions options = {});
   ~FrequencyController();
   FrequencyController(const FrequencyController&) = delete;
@@ -70,37 +71,18 @@ class FrequencyController {
 
   bool measure_only() const;
   FrequencyControllerStats stats() const;
-  int gpu() const { return options_.gpu; }
+  int gpu() const;
   // Graphics clocks the GPU supports at its highest memory clock, descending; empty when NVML
   // does not list them (then requests are passed through unchanged).
-  const std::vector<int>& supported_clocks_mhz() const { return supported_mhz_; }
+  const std::vector<int>& supported_clocks_mhz() const;
   // The supported clock nearest to freq_mhz (ties: the higher one); freq_mhz itself when the
   // list is empty.
   int SnapToSupported(int freq_mhz) const;
 
  private:
-  static constexpr int kResetRequest = 0;  // queue entry meaning "reset to default"
-
-  void Run();
-  void Apply(int target_mhz);
-  void Warn(const std::string& message) const;
-
-  std::shared_ptr<Nvml> nvml_;
-  FrequencyControllerOptions options_;
-  std::vector<int> supported_mhz_;
-  internal::GuardSlot* slot_ = nullptr;
-
-  mutable std::mutex mutex_;
-  std::condition_variable wake_;  // the setter: work or stop
-  std::condition_variable idle_;  // WaitIdle: queue empty and the setter not busy
-  std::deque<int> queue_;
-  int last_requested_mhz_ = kResetRequest;  // training-thread view, for change detection
-  bool busy_ = false;
-  bool stop_ = false;
-  bool measure_only_ = false;
-  FrequencyControllerStats stats_;
-  std::vector<int> warned_codes_;  // one warning per distinct NVML failure code
-  std::thread setter_;
+  struct State;
+  bool Forked() const;  // true in a child of fork(): the controller belongs to the parent
+  std::unique_ptr<State> state_;
 };
 
 }  // namespace kareus::runtime

@@ -49,7 +49,7 @@ struct NvmlOptions {
 };
 
 // One initialized NVML session: dlopen + nvmlInit_v2 in Open, nvmlShutdown + dlclose when the
-// last owner lets go. Shared (std::shared_ptr) by the controllers and monitors of a process.
+// last owner lets go (not in a child of fork(): the session is the parent's). Shared (std::shared_ptr) by the controllers and monitors of a process.
 // GPU indices are NVML indices (see NvmlIndexForCudaDevice). Thread-safe: NVML is.
 class Nvml {
  public:
@@ -91,14 +91,6 @@ class Nvml {
 
   // "nvmlDeviceSetGpuLockedClocks: Insufficient Permissions (NVML 4)".
   std::string Describe(const char* function, NvmlStatus status) const;
-
-  // What the signal guard needs to reset clocks without touching this object (raw pointers
-  // stay valid while the Nvml is alive; see src/runtime/signal_guard.h).
-  struct RawReset {
-    int (*reset)(void* device) = nullptr;
-    void* device = nullptr;
-  };
-  RawReset RawResetOf(int gpu) const;
 
   struct Impl;
 

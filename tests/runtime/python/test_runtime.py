@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -221,6 +222,67 @@ def test_sigterm_resets_clocks_then_terminates(log):
     calls = clock_calls(log, 0)
     assert calls[-1] == "reset"
     assert calls.count("reset") == 1
+
+
+def wait_for_calls(log, gpu, expected, timeout_s=30.0):
+    """The watcher resets after the process is gone, in its own time: wait (bounded) for it."""
+    deadline = time.monotonic() + timeout_s
+    while clock_calls(log, gpu) != expected and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return clock_calls(log, gpu)
+
+
+def test_sigkill_is_reset_by_the_clock_watcher(log):
+    child = textwrap.dedent("""
+        import os, signal
+        import kareus
+        controller = kareus.FrequencyController(gpu=1)
+        controller.request_clock(1410)
+        controller.wait_idle()
+        os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    process = subprocess.run([sys.executable, "-c", child], env=dict(os.environ), timeout=60)
+    assert process.returncode == -signal.SIGKILL
+    assert wait_for_calls(log, 1, ["set 1410", "reset"]) == ["set 1410", "reset"]
+
+
+def test_forked_child_disarms(log):
+    controller = kareus.FrequencyController(gpu=0, install_signal_handlers=False)
+    controller.request_clock(1410)
+    controller.wait_idle()
+    pid = os.fork()
+    if pid == 0:  # a DataLoader worker, say: it must not touch the parent's GPU
+        try:
+            controller.request_clock(1200)
+            controller.wait_idle()
+            del controller
+        finally:
+            os.kill(os.getpid(), signal.SIGTERM)
+            os._exit(3)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGTERM
+    assert clock_calls(log, 0) == ["set 1410"]
+    controller.request_clock(1200)
+    controller.wait_idle()
+    assert controller.stats["applied_mhz"] == 1200
+    del controller
+    assert clock_calls(log, 0) == ["set 1410", "set 1200", "reset"]
+
+
+def test_deeply_nested_plan_is_an_input_error(log, tmp_path):
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100000)
+    controller = kareus.FrequencyController(gpu=0, install_signal_handlers=False)
+    with pytest.raises(kareus.InputError, match="nested deeper"):
+        kareus.PlanExecutor(deep, stage=0, controller=controller)
+    executor = kareus.PlanExecutor(DATA / "plan_2x8.json", stage=0, controller=controller)
+    executor.on_instruction_begin("forward")
+    controller.wait_idle()
+    with pytest.raises(kareus.InputError, match="nested deeper"):
+        executor.swap_plan(deep)
+    assert controller.stats["applied_mhz"] > 0
+    del executor, controller
+    assert clock_calls(log, 0)[-1] == "reset"
 
 
 def test_nvml_index_for_cuda_device(monkeypatch):
