@@ -86,31 +86,6 @@ void AddProfilerFlags(CLI::App* cmd, ProfilerFlags& flags, const std::string& st
                   "the frontier (repeatable)");
 }
 
-mobo::PriorModel EmulatorPrior(const mobo::ModelPerturbation& perturbation) {
-  ThrowIfInvalid(perturbation.Validate());
-  mobo::PriorModel prior;
-  prior.description = "emulator(noise_free) model of the workload's GPU preset";
-  if (!perturbation.IsIdentity()) prior.description += ", perturbed: " + perturbation.ToString();
-  prior.make = [perturbation](const workload::WorkloadModel& model) {
-    measure::EmulatorBackendOptions options;
-    options.measurement.noise_free = true;
-    options.workload_signature = model.workload.Signature();
-    std::unique_ptr<measure::Backend> backend =
-        measure::MakeEmulatorBackend(mobo::PerturbGpu(model.workload.gpu, perturbation), options);
-    return mobo::DistortModel(std::move(backend), perturbation);
-  };
-  prior.make_calibrated = [perturbation](const workload::WorkloadModel& model,
-                                         const mobo::ModelPerturbation& calibration) {
-    measure::EmulatorBackendOptions options;
-    options.measurement.noise_free = true;
-    options.workload_signature = model.workload.Signature();
-    const hw::GpuSpec gpu =
-        mobo::PerturbGpu(mobo::PerturbGpu(model.workload.gpu, perturbation), calibration);
-    return mobo::DistortModel(measure::MakeEmulatorBackend(gpu, options), perturbation);
-  };
-  return prior;
-}
-
 mobo::ProfileOptions ToProfileOptions(const ProfilerFlags& flags) {
   mobo::ProfileOptions options;
   options.budget = flags.budget;
@@ -124,7 +99,7 @@ mobo::ProfileOptions ToProfileOptions(const ProfilerFlags& flags) {
   options.denoise = !flags.raw_frontier;
   options.store = flags.store;
   if (flags.prior == "model") {
-    options.prior = EmulatorPrior(mobo::ParsePerturbation(flags.prior_perturb));
+    options.prior = mobo::EmulatorPrior(mobo::ParsePerturbation(flags.prior_perturb));
   } else if (flags.prior != "none") {
     ThrowInput("--prior", flags.prior, "must be one of: model, none");
   }

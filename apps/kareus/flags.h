@@ -54,9 +54,6 @@ void AddProfilerFlags(CLI::App* cmd, ProfilerFlags& flags, const std::string& st
 // model` (the default) is the emulator's noise-free model of the workload's GPU preset,
 // perturbed by --prior-perturb.
 mobo::ProfileOptions ToProfileOptions(const ProfilerFlags& flags);
-// The prior --prior model means: the emulator's noise-free prediction for the workload's GPU
-// preset with `perturbation` applied to the model (not to what is measured).
-mobo::PriorModel EmulatorPrior(const mobo::ModelPerturbation& perturbation);
 // The flags of mobo::ProfileOptions's fields; `prefix` is "" for the struct itself and
 // "profile." for the one inside methods::RunOptions.
 std::vector<FlagName> ProfilerFlagNames(const std::string& prefix);

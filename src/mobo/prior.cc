@@ -10,6 +10,7 @@
 #include <Eigen/Dense>
 
 #include "kareus/common/error.h"
+#include "kareus/measure/emulator_backend.h"
 
 namespace kareus::mobo {
 
@@ -103,6 +104,25 @@ hw::GpuSpec PerturbGpu(const hw::GpuSpec& gpu, const ModelPerturbation& p) {
   out.gemm_efficiency = std::min(1.0, out.gemm_efficiency * p.compute_efficiency);
   out.attention_efficiency = std::min(1.0, out.attention_efficiency * p.compute_efficiency);
   return out;
+}
+
+PriorModel EmulatorPrior(const ModelPerturbation& perturbation) {
+  ThrowIfInvalid(perturbation.Validate());
+  PriorModel prior;
+  prior.description = "emulator(noise_free) model of the workload's GPU preset";
+  if (!perturbation.IsIdentity()) prior.description += ", perturbed: " + perturbation.ToString();
+  prior.make_calibrated = [perturbation](const workload::WorkloadModel& model,
+                                         const ModelPerturbation& calibration) {
+    measure::EmulatorBackendOptions options;
+    options.measurement.noise_free = true;
+    options.workload_signature = model.workload.Signature();
+    const hw::GpuSpec gpu = PerturbGpu(PerturbGpu(model.workload.gpu, perturbation), calibration);
+    return DistortModel(measure::MakeEmulatorBackend(gpu, options), perturbation);
+  };
+  prior.make = [calibrated = prior.make_calibrated](const workload::WorkloadModel& model) {
+    return calibrated(model, ModelPerturbation{});
+  };
+  return prior;
 }
 
 namespace internal {

@@ -60,6 +60,12 @@ struct PriorModel {
   explicit operator bool() const { return static_cast<bool>(make); }
 };
 
+// The prior `--prior model` means: the emulator's noise-free prediction for the workload's GPU
+// preset, with `perturbation` applied to the model (not to what is measured); calibratable
+// (make_calibrated applies a calibration on top of the perturbation's physical fields, before
+// its invert_clock_trend/shuffle distortions).
+PriorModel EmulatorPrior(const ModelPerturbation& perturbation);
+
 // Parses ToString()'s form ("none", or comma-separated field=value; invert_clock_trend=1,
 // shuffle=1).
 // InputError naming the field.
