@@ -195,11 +195,15 @@ RunSummary BuildSummary(const RunResult& run) {
                       .store = profile.store.string(),
                       .prior = profile.prior ? profile.prior.description : "none",
                       .prior_note = "",
+                      .prior_is_measuring_model = false,
+                      .prior_calibrated = profile.prior && profile.prior_calibrate &&
+                                          static_cast<bool>(profile.prior.make_calibrated),
                       .related = {},
                       .evaluation = ToString(run.options.evaluation)};
   for (const auto& m : run.methods) {
     if (!m.profile) continue;
     summary.settings.prior_note = m.profile->prior_note;
+    summary.settings.prior_is_measuring_model = m.profile->prior_is_measuring_model;
     summary.settings.related = m.profile->related;
   }
   for (const auto& m : run.methods) {
@@ -415,6 +419,8 @@ Json ToJson(const RunSummary& summary) {
                   {"store", s.store},
                   {"prior", s.prior},
                   {"prior_note", s.prior_note},
+                  {"prior_is_measuring_model", s.prior_is_measuring_model},
+                  {"prior_calibrated", s.prior_calibrated},
                   {"related_workloads", s.related}}},
                 {"evaluation", s.evaluation},
                 {"backend", summary.backend},

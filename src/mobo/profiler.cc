@@ -575,11 +575,13 @@ std::string PriorNote(const ProfileOptions& options, bool measuring_model) {
   if (!options.prior) return "no prior: the surrogates start from the measurements alone";
   if (measuring_model) {
     return "the prior is the measuring backend's own noise-free model, i.e. the truth up to "
-           "measurement noise: sample efficiency at small budgets holds largely by construction "
-           "here; the mismatched-prior benchmark (bench/profile_prior.sh, a perturbed GPU model "
-           "as the prior) is the measure of the method";
+           "measurement noise: results with it (small budgets in particular) are flattering, "
+           "they hold largely by construction here; the mismatched-prior benchmark "
+           "(bench/profile_prior.py, a perturbed GPU model as the prior) is the measure of the "
+           "method";
   }
-  return "the prior is a model distinct from the measuring backend: the surrogates learn the "
+  return "the prior is a model distinct from the measuring backend: its physical scales are "
+         "calibrated to each type's measurements (when it has them), the surrogates learn the "
          "residual between the measurements and it, and its weight per target (0 drops it)";
 }
 

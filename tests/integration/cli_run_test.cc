@@ -168,6 +168,12 @@ TEST(CliEvaluate, CombinedTableOverWorkloads) {
   const Json& profile = summary["settings"]["profile"];
   EXPECT_NE(profile["prior"].get<std::string>().find("emulator"), std::string::npos) << profile;
   EXPECT_FALSE(profile["prior_note"].get<std::string>().empty()) << profile;
+  // On the emulator backend the default prior is the measuring model itself: the summary must
+  // say that its results are flattering, and that the prior is calibrated per type.
+  EXPECT_TRUE(profile["prior_is_measuring_model"].get<bool>()) << profile;
+  EXPECT_NE(profile["prior_note"].get<std::string>().find("by construction"), std::string::npos)
+      << profile;
+  EXPECT_TRUE(profile["prior_calibrated"].get<bool>()) << profile;
   std::filesystem::remove_all(out);
 }
 
