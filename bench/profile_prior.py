@@ -8,11 +8,13 @@ largely by construction), with deliberately mismatched priors (a perturbed GPU m
 measure of the method), with a harmful prior, and with transfer from a related workload's store.
 Also the GPU-hours each setting needs per type to reach HV ratio 0.99.
 
-Not part of CTest: a full run is ~1,000 profiles (tens of minutes on two cores). Re-runnable
-after any change of the emulator's physics; everything it reports is measured in the run.
+Not part of CTest: one share over the ten configurations x 3 seeds x 5-6 settings takes 10-40
+minutes on the loaded two-core machine (more at larger shares). Re-runnable after any change of
+the emulator's physics; everything it reports is measured in the run.
 
   bench/profile_prior.py [--kareus build/apps/kareus/kareus] [--fractions 0.03,0.05,0.10,0.15]
                          [--seeds 1,2,3] [--settings none,exact,P1,P2,P3,P4,harmful,invert,transfer]
+                         [--workloads 02,08] [--extra '--strategy believer']
                          [--out DIR] [--jobs N] [--markdown]
 
 Settings:

@@ -48,7 +48,8 @@ void AddProfilerFlags(CLI::App* cmd, ProfilerFlags& flags, const std::string& st
                                  "Evaluations per tunable partition type; 0: use --budget-fraction")
                      ->capture_default_str();
   cmd->add_option("--budget-fraction", flags.budget_fraction,
-                  "Share of each partition type's search space the profiler measures")
+                  "Share of each partition type's search space the profiler measures; 0: "
+                  "automatic, 0.10 with --prior model, 0.15 with --prior none")
       ->capture_default_str()
       ->excludes(budget);
   cmd->add_option("--surrogate", flags.surrogate, "Profiler surrogate: gp | xgb")->capture_default_str();

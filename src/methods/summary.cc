@@ -189,7 +189,7 @@ RunSummary BuildSummary(const RunResult& run) {
                       .idle_power_w = run.idle_power_w,
                       .planning_clocks_mhz = PlanningClocks(run.model, run.options),
                       .budget = profile.budget,
-                      .budget_fraction = profile.budget_fraction,
+                      .budget_fraction = profile.BudgetFraction(),
                       .surrogate = mobo::ToString(profile.surrogate),
                       .strategy = mobo::ToString(profile.strategy),
                       .store = profile.store.string(),

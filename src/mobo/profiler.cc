@@ -40,10 +40,16 @@ struct Plan {
 }  // namespace
 }  // namespace internal
 
+double ProfileOptions::BudgetFraction() const {
+  if (budget_fraction > 0.0) return budget_fraction;
+  return prior ? kBudgetFractionWithPrior : kBudgetFraction;
+}
+
 std::optional<OptionError> ProfileOptions::Validate() const {
   if (budget < 0) return OptionError{"budget", Describe(budget), "must be >= 0 (0: budget_fraction)"};
-  if (!(budget_fraction > 0.0 && budget_fraction <= 1.0)) {
-    return OptionError{"budget_fraction", Describe(budget_fraction), "must be in (0, 1]"};
+  if (!(budget_fraction == 0.0 || (budget_fraction > 0.0 && budget_fraction <= 1.0))) {
+    return OptionError{"budget_fraction", Describe(budget_fraction),
+                       "must be in (0, 1], or 0 (automatic)"};
   }
   if (initial_design < 0 || initial_design == 1) {
     return OptionError{"initial_design", Describe(initial_design), "must be 0 (auto) or at least 2"};
@@ -76,7 +82,7 @@ Plan PlanType(const workload::PartitionType& type, const hw::GpuSpec& gpu,
   if (options.budget > 0) {
     plan.budget = options.budget;
   } else {
-    plan.budget = static_cast<int64_t>(std::ceil(options.budget_fraction * size - 1e-9));
+    plan.budget = static_cast<int64_t>(std::ceil(options.BudgetFraction() * size - 1e-9));
   }
   if (plan.budget > size) {
     ThrowInput("budget", std::to_string(plan.budget),

@@ -32,7 +32,7 @@ TEST(CliRun, InvalidInputExitsTwoAndWritesNothing) {
   const auto out = Fresh("invalid");
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"--methods kareus,zeus", "zeus"},
-      {"--budget-fraction 0", "--budget-fraction"},
+      {"--budget-fraction -0.1", "--budget-fraction"},
       {"--budget-fraction 1.5", "--budget-fraction"},
       {"--surrogate forest", "forest"},
       {"--strategy greedy", "greedy"},

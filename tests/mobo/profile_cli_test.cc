@@ -93,7 +93,7 @@ TEST_F(ProfileCliTest, InvalidInputExitsTwoWithTheReason) {
   r = Kareus("profile " + wl + " --budget 100000");
   EXPECT_EQ(r.exit_code, 2) << r.out;
   EXPECT_NE(r.out.find("exceeds the search space"), std::string::npos) << r.out;
-  r = Kareus("profile " + wl + " --budget-fraction 0");
+  r = Kareus("profile " + wl + " --budget-fraction -0.1");  // 0 is automatic
   EXPECT_EQ(r.exit_code, 2) << r.out;
   r = Kareus("profile " + wl + " --surrogate forest");
   EXPECT_EQ(r.exit_code, 2) << r.out;
@@ -153,14 +153,16 @@ TEST_F(ProfileCliTest, JsonStoreReuseAndForeignWorkload) {
 // ends with the frontiers of an uninterrupted run.
 TEST_F(ProfileCliTest, SigkilledRunResumesWithTheSameFrontiers) {
   const std::string workload = Workload("02-llama3.2-3b-cp2-tp4-mbs8-seq4096.yaml");
-  const std::string types = " --partition fwd_qkv_ag --partition bwd_qkv_rs --partition bwd_mlp";
+  const std::string types =
+      " --partition fwd_qkv_ag --partition bwd_qkv_rs --partition bwd_mlp --budget-fraction 0.15";
   const fs::path store = dir_ / "killed.db";
   const pid_t child = fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
     if (std::freopen("/dev/null", "w", stdout) == nullptr) _exit(126);
     execl(kareus_.c_str(), "kareus", "profile", workload.c_str(), "--partition", "fwd_qkv_ag",
-          "--partition", "bwd_qkv_rs", "--partition", "bwd_mlp", "--quiet", "--store",
+          "--partition", "bwd_qkv_rs", "--partition", "bwd_mlp", "--budget-fraction", "0.15",
+          "--quiet", "--store",
           store.c_str(), static_cast<char*>(nullptr));
     _exit(127);
   }

@@ -25,9 +25,16 @@
 
 namespace kareus::mobo {
 
+// The automatic budget (ProfileOptions::budget_fraction 0): 15 % of each tunable type's space
+// without a prior; 10 % with one, where bench/profile_prior.py measured a *mismatched* prior
+// at 10 % no worse than no prior at 15 % (docs/ARCHITECTURE.md §5, "Prior and transfer").
+inline constexpr double kBudgetFraction = 0.15;
+inline constexpr double kBudgetFractionWithPrior = 0.10;
+
 struct ProfileOptions {
   int64_t budget = 0;              // evaluations per tunable partition type; 0: budget_fraction
-  double budget_fraction = 0.15;   // of each type's space, rounded up, when budget == 0
+  // Of each type's space, rounded up, when budget == 0; 0: automatic, BudgetFraction().
+  double budget_fraction = 0.0;
   int initial_design = 0;          // configurations of the initial design; 0: auto
                                    // (max(6, initial_fraction x budget))
   double initial_fraction = 0.2;   // auto initial design as a share of the budget
@@ -60,6 +67,10 @@ struct ProfileOptions {
   std::size_t related_max_rows = 64;  // per related workload and type (seeded subset)
   bool transfer = false;  // `kareus evaluate`: each workload also reads the stores of the
                           // earlier workloads of the run with the same model and GPU
+
+  // budget_fraction, or when it is 0: kBudgetFractionWithPrior with a prior, else
+  // kBudgetFraction.
+  double BudgetFraction() const;
 
   // The first invalid field (its name here), its value and the rule; nullopt when valid.
   // Checks the values on their own; budgets against each type's space are checked by
