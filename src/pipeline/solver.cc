@@ -329,6 +329,10 @@ class Engine {
   // capacity changed or that joined the critical sub-DAG, whose source-side ends are in rescan_.
   bool source_side_valid_ = false;
   std::vector<int> rescan_;
+  // The activity arcs a Scan found critical but without residual capacity (a superset of the
+  // cut's critical arcs while the source side is kept), each once (in_boundary_).
+  std::vector<int> boundary_;
+  std::vector<char> in_boundary_;
   std::vector<int> shorten_;
   std::vector<int> lengthen_;
   std::vector<int8_t> rate_;  // per node: -1 shortened, +1 lengthened, 0 otherwise
@@ -476,6 +480,7 @@ void Engine::BuildModel() {
   path_rate_.assign(num_events_, 0.0);
   flow_.assign(m, 0.0);
   critical_.assign(m, 0);
+  in_boundary_.assign(m, 0);
   rate_.assign(n_, 0);
   dur_.resize(n_);
   pos_.resize(n_);
@@ -544,11 +549,22 @@ void Engine::BackwardPass(double makespan) {
 }
 
 void Engine::Scan(int u) {
+  // A critical activity arc stopped by its residual capacity may cross the cut: remembered.
+  auto stopped = [&](int a) {
+    if (a < n_ && !in_boundary_[a]) {
+      in_boundary_[a] = 1;
+      boundary_.push_back(a);
+    }
+  };
   for (int i = out_start_[u]; i < out_start_[u + 1]; ++i) {
     const int w = out_to_[i];
     if (side_[w]) continue;
     const int a = out_arcs_[i];
-    if (!critical_[a] || up_[a] - flow_[a] <= flow_tol_) continue;
+    if (!critical_[a]) continue;
+    if (up_[a] - flow_[a] <= flow_tol_) {
+      stopped(a);
+      continue;
+    }
     side_[w] = 1;
     parent_[w] = a + 1;
     queue_.push_back(w);
@@ -557,7 +573,11 @@ void Engine::Scan(int u) {
     const int w = in_from_[i];
     if (side_[w]) continue;
     const int a = in_arcs_[i];
-    if (!critical_[a] || flow_[a] - lo_[a] <= flow_tol_) continue;
+    if (!critical_[a]) continue;
+    if (flow_[a] - lo_[a] <= flow_tol_) {
+      stopped(a);
+      continue;
+    }
     side_[w] = 1;
     parent_[w] = -(a + 1);
     queue_.push_back(w);
@@ -578,6 +598,8 @@ bool Engine::MaxFlow() {
     } else {
       for (int u : queue_) side_[u] = 0;
       queue_.clear();
+      for (int a : boundary_) in_boundary_[a] = 0;
+      boundary_.clear();
       queue_.push_back(source_);
       side_[source_] = 1;
     }
@@ -1390,26 +1412,32 @@ Result Engine::Run() {
     shorten_.clear();
     lengthen_.clear();
     double delta = kInf;
-    for (int u : queue_) {
-      for (int i = out_start_[u]; i < out_start_[u + 1]; ++i) {
-        const int a = out_arcs_[i];
-        const int v = arc_act_[a];
-        if (v < 0 || !critical_[a] || side_[arc_to_[a]]) continue;
+    // Every critical activity arc across the cut was stopped by its residual capacity in some
+    // Scan, so it is in boundary_; entries now inside the source side or off the critical
+    // sub-DAG are dropped here.
+    std::size_t kept = 0;
+    for (int a : boundary_) {
+      const bool from_side = side_[arc_from_[a]] != 0;
+      const bool to_side = side_[arc_to_[a]] != 0;
+      if (!critical_[a] || from_side == to_side) {
+        in_boundary_[a] = 0;
+        continue;
+      }
+      boundary_[kept++] = a;
+      const int v = arc_act_[a];
+      if (from_side) {  // source side to sink side: shortened
         const int p = pos_[v];
         const int target = p % 2 == 1 ? p / 2 : p / 2 - 1;
         shorten_.push_back(v);
         rate_[v] = -1;
         delta = std::min(delta, dur_[v] - SpecOf(v).hull_time[static_cast<std::size_t>(target)]);
-      }
-      for (int i = in_start_[u]; i < in_start_[u + 1]; ++i) {
-        const int a = in_arcs_[i];
-        const int v = arc_act_[a];
-        if (v < 0 || !critical_[a] || side_[arc_from_[a]] || !(lo_[a] > 0.0)) continue;
+      } else if (lo_[a] > 0.0) {  // backwards with a saving: lengthened
         lengthen_.push_back(v);
         rate_[v] = 1;
         delta = std::min(delta, SpecOf(v).hull_time[static_cast<std::size_t>(pos_[v] / 2 + 1)] - dur_[v]);
       }
     }
+    boundary_.resize(kept);
     if (shorten_.empty() || !(delta > 0.0)) {
       status = Status::kStalled;
       message = "the minimum cut shortens nothing above the fastest iteration time";
