@@ -13,17 +13,22 @@
 //    instruction only moves onto a wider capacity interval; arcs join the critical sub-DAG with
 //    lower bound 0 and leave it with zero flow), so the max-flow is warm-started: each step
 //    augments the previous flow (shortest augmenting paths on flat arrays) instead of solving
-//    from scratch.
+//    from scratch. The source side is kept between cuts too: a move changes only the cut's
+//    arcs, so the BFS rescans just the events whose arcs changed (capacity, or joining the
+//    critical sub-DAG) unless an augmentation or an arc leaving the critical sub-DAG inside the
+//    source side forces a fresh BFS; the cut's arcs are the BFS's boundary (critical activity
+//    arcs it stopped at), not a scan of the source side. The longest-path passes run over the
+//    nodes (each node's start and end event), capacities are flat per-arc arrays.
 // 2. Realization: at every deadline T_min + k * unit_time_s the descent passes, the convex
 //    durations are rounded down to real options (the cheapest option that fits), then slack is
 //    filled in real time (forward/backward passes, first within each instruction's convex
 //    segment, then freely), and the result is re-evaluated from the real options.
 // 3. The fastest point (T_min), and every deadline of small problems, is improved further:
 //    chain search (each stage's compute chain, all its chunks, re-optimized exactly with the
-//    other stages' start times fixed), one-exchange local search, then an exact dynamic program
-//    over a topological order (ExactAt: dominance, a per-stage knapsack completion bound, the
-//    incumbent); within its budget it proves the point optimal, past it the same search runs as
-//    a beam (a heuristic). Gradient-sync nodes are in no chain (they run beside the compute
+//    other stages' start times fixed), one-exchange local search (within a work budget), then,
+//    on DAGs of at most kExactMaxNodes nodes, an exact dynamic program over a topological order
+//    (ExactAt: dominance, a per-stage knapsack completion bound, the incumbent); within its
+//    budget it proves the point optimal, past it the same search runs as a beam (a heuristic). Gradient-sync nodes are in no chain (they run beside the compute
 //    stream): the bound counts each alone, at its cheapest option that fits.
 // Options, specs and GPU counts are per DAG node class (ClassOf: forward/backward per (stage,
 // chunk), the last backward per stage, the gradient-sync nodes).
