@@ -80,6 +80,45 @@ double ParseNumber(const std::string& text, const std::string& where) {
 
 double Percent(double value) { return 100.0 * value; }
 
+// Least-squares fit of t = a + b x over the points (x = 1/f); {a, b}. Needs two distinct x.
+std::pair<double, double> FitLine(const std::vector<double>& x, const std::vector<double>& t) {
+  const double n = double(x.size());
+  double mx = 0.0, mt = 0.0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    mx += x[i] / n;
+    mt += t[i] / n;
+  }
+  double sxx = 0.0, sxt = 0.0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    sxx += (x[i] - mx) * (x[i] - mx);
+    sxt += (x[i] - mx) * (t[i] - mt);
+  }
+  const double b = sxx > 0.0 ? sxt / sxx : 0.0;
+  return {mt - b * mx, b};
+}
+
+// StageCurve::measured_fixed_s and the rest: t(f) = a + b/f over the clocks where the measured
+// power is at most 90 % of the top clock's (the GPU not held by its power limit there).
+void SplitTime(StageCurve& c) {
+  constexpr double kUnlimitedPowerShare = 0.9;
+  std::vector<double> x, tm, te;
+  for (size_t i = 0; i < c.freqs_mhz.size(); ++i) {
+    const double power_w = c.measured_energy_j[i] / c.measured_time_s[i];
+    if (power_w > kUnlimitedPowerShare * c.measured_top_power_w) continue;
+    if (x.empty()) c.fit_top_mhz = c.freqs_mhz[i];
+    x.push_back(1.0 / c.freqs_mhz[i]);
+    tm.push_back(c.measured_time_s[i]);
+    te.push_back(c.emulated_time_s[i]);
+  }
+  if (x.size() < 2) return;
+  const auto [am, bm] = FitLine(x, tm);
+  const auto [ae, be] = FitLine(x, te);
+  c.measured_fixed_s = am;
+  c.emulated_fixed_s = ae;
+  c.measured_scaled_s = bm / c.fit_top_mhz;
+  c.emulated_scaled_s = be / c.fit_top_mhz;
+}
+
 // The shape metrics of one curve (RMS of normalized time and energy, optimum, saving, power at
 // the top clock). Clocks are descending: index 0 is the top clock.
 void Score(StageCurve& c) {
@@ -105,6 +144,7 @@ void Score(StageCurve& c) {
   c.measured_top_power_w = c.measured_energy_j[0] / c.measured_time_s[0];
   c.emulated_top_power_w = c.emulated_energy_j[0] / c.emulated_time_s[0];
   c.top_power_error_pct = Percent(c.emulated_top_power_w / c.measured_top_power_w - 1.0);
+  SplitTime(c);
 }
 
 // Columns stage,instruction,frequency,time,energy (Perseus's stage profiles): one sequential
@@ -281,7 +321,12 @@ Json ToJson(const ValidationReport& report) {
                           {"emulated_saving_pct", c.emulated_saving_pct},
                           {"measured_top_power_w", c.measured_top_power_w},
                           {"emulated_top_power_w", c.emulated_top_power_w},
-                          {"top_power_error_pct", c.top_power_error_pct}});
+                          {"top_power_error_pct", c.top_power_error_pct},
+                          {"fit_top_mhz", c.fit_top_mhz},
+                          {"measured_fixed_s", c.measured_fixed_s},
+                          {"emulated_fixed_s", c.emulated_fixed_s},
+                          {"measured_scaled_s", c.measured_scaled_s},
+                          {"emulated_scaled_s", c.emulated_scaled_s}});
       }
       j["curves"] = curves;
     } else {
@@ -315,7 +360,8 @@ std::string RenderValidation(const ValidationReport& report) {
         << "\n";
     if (d.kind == "stage_profile") {
       Table table({"stage", "instr", "time_rms_pt", "energy_rms_pt", "opt_mhz", "emu_opt_mhz",
-                   "saving_%", "emu_saving_%", "P_top_w", "emu_P_top_w", "P_top_err_%"});
+                   "saving_%", "emu_saving_%", "P_top_w", "emu_P_top_w", "P_top_err_%",
+                   "fit_mhz", "fixed_ms", "emu_fixed_ms", "scaled_ms", "emu_scaled_ms"});
       for (const StageCurve& c : d.curves) {
         table.AddRow({std::to_string(c.stage), schedule::ToString(c.direction),
                       FormatFixed(c.time_rms_points, 2), FormatFixed(c.energy_rms_points, 2),
@@ -323,7 +369,11 @@ std::string RenderValidation(const ValidationReport& report) {
                       std::to_string(c.emulated_optimal_mhz), FormatFixed(c.measured_saving_pct, 1),
                       FormatFixed(c.emulated_saving_pct, 1), FormatFixed(c.measured_top_power_w, 0),
                       FormatFixed(c.emulated_top_power_w, 0),
-                      FormatFixed(c.top_power_error_pct, 1)});
+                      FormatFixed(c.top_power_error_pct, 1), std::to_string(c.fit_top_mhz),
+                      FormatFixed(1e3 * c.measured_fixed_s, 1),
+                      FormatFixed(1e3 * c.emulated_fixed_s, 1),
+                      FormatFixed(1e3 * c.measured_scaled_s, 1),
+                      FormatFixed(1e3 * c.emulated_scaled_s, 1)});
       }
       out << table.ToString();
     } else {

@@ -66,6 +66,51 @@ TEST(Validation, A40Gpt3StageProfilesKnownGapsDoNotWiden) {
   }
 }
 
+// The time split t(f) = a + b/f below the power limit (StageCurve::measured_fixed_s ...). On
+// A100 the stand-in's memory-bound roofline lands on the measured clock-insensitive time within
+// a few milliseconds and its tensor work on the measured clock-scaled time.
+TEST(Validation, A100TimeSplitMatchesTheMeasuredOne) {
+  const DatasetResult& d = Dataset("gpt3-175b-a100");
+  for (const StageCurve& c : d.curves) {
+    SCOPED_TRACE("stage " + std::to_string(c.stage) + " " + schedule::ToString(c.direction));
+    ASSERT_GT(c.fit_top_mhz, 1200);
+    EXPECT_NEAR(c.emulated_fixed_s, c.measured_fixed_s, 5e-3);
+    EXPECT_NEAR(c.emulated_scaled_s / c.measured_scaled_s, 1.0, 0.2);
+  }
+}
+
+// Why the A40 stage's shape is out of reach of this stand-in (README.md "Where the emulator
+// misses"): the measured A40 profile holds about two thirds of the A100 profile's clock-scaled
+// work (forward 0.65; backward 0.35, its fit bent by the 975 -> 960 MHz step) and 12-21x its
+// clock-insensitive time, where the bandwidth ratio allows 2.9x. Per unit of
+// tensor peak at the fitted clock (A40 84 SMs x 1024 FLOP/clk, A100 108 x 2048; data/gpus/),
+// the A40's clock-scaled time is below 75 % of the A100's, and its clock-insensitive time is
+// over 8x the A100's where GDDR6 vs HBM2e alone gives 2039 / 696 = 2.9x. The emulator, running
+// the same stand-in on both, keeps both ratios physical. A stand-in for the A40 written from
+// the real A40 configuration would change these numbers; until then they are pinned here.
+TEST(Validation, A40ProfileHoldsDifferentWorkThanTheA100One) {
+  const DatasetResult& a100 = Dataset("gpt3-175b-a100");
+  const DatasetResult& a40 = Dataset("gpt3-175b-a40");
+  ASSERT_EQ(a100.curves.size(), a40.curves.size());
+  for (size_t i = 0; i < a40.curves.size(); ++i) {
+    const StageCurve& c = a40.curves[i];
+    const StageCurve& r = a100.curves[i];
+    SCOPED_TRACE("stage " + std::to_string(c.stage) + " " + schedule::ToString(c.direction));
+    ASSERT_EQ(c.stage, r.stage);
+    ASSERT_EQ(c.direction, r.direction);
+    // Tensor work in units of the A100's peak at its fitted clock.
+    const double peak_ratio = (84.0 * 1024.0 * c.fit_top_mhz) / (108.0 * 2048.0 * r.fit_top_mhz);
+    const double measured_work = c.measured_scaled_s * peak_ratio / r.measured_scaled_s;
+    const double emulated_work = c.emulated_scaled_s * peak_ratio / r.emulated_scaled_s;
+    EXPECT_LT(measured_work, 0.75);
+    // Same stand-in on both: the same work, over the A40's lower GEMM and attention efficiency
+    // (0.80 / 0.55 vs 0.869 / 0.62 in data/gpus/): 1.10-1.13.
+    EXPECT_NEAR(emulated_work, 1.1, 0.1);
+    EXPECT_GT(c.measured_fixed_s / r.measured_fixed_s, 8.0);
+    EXPECT_LT(c.emulated_fixed_s / r.emulated_fixed_s, 4.0);
+  }
+}
+
 // Zeus's BERT-base power-limit sweep on one A40 (validation only: it calibrated nothing): the
 // time against the 300 W run within 10 % at 200, 150, 125 and 100 W.
 TEST(Validation, A40BertPowerLimitSweepWithinTenPercent) {

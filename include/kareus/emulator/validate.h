@@ -37,6 +37,14 @@ struct StageCurve {
   double measured_top_power_w = 0.0;  // E / t at the top clock
   double emulated_top_power_w = 0.0;
   double top_power_error_pct = 0.0;  // emulated / measured - 1, percent
+  // The time split into a clock-insensitive and a clock-scaled part: t(f) = a + b/f, least
+  // squares over the clocks where the measured power is at most 90 % of the top clock's (below
+  // the board's limit, where the locked clock is the running clock), the same clocks for both.
+  // fixed = a; scaled = b / fit_top_mhz, the clock-scaled time at the highest fitted clock. A
+  // memory-bound or communication-bound share shows up in `fixed`, tensor-core work in `scaled`.
+  int fit_top_mhz = 0;
+  double measured_fixed_s = 0.0, emulated_fixed_s = 0.0;
+  double measured_scaled_s = 0.0, emulated_scaled_s = 0.0;
 };
 
 // One power limit of a power-limit sweep (the GPU runs unlocked, its clock capped by the limit).
