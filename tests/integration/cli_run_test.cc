@@ -37,6 +37,8 @@ TEST(CliRun, InvalidInputExitsTwoAndWritesNothing) {
       {"--surrogate forest", "forest"},
       {"--strategy greedy", "greedy"},
       {"--unit-time 0", "--unit-time"},
+      // CLI11 alone would wrap a negative seed to 2^64 - 1 and run.
+      {"--seed -1", "--seed = -1: must be a whole number"},
   };
   for (const auto& [flags, field] : cases) {
     const auto r = RunKareus("run " + kExample + " --out " + out.string() + " " + flags);
@@ -48,6 +50,9 @@ TEST(CliRun, InvalidInputExitsTwoAndWritesNothing) {
   EXPECT_EQ(missing.exit_code, 2);
   EXPECT_FALSE(std::filesystem::exists(out));
   EXPECT_EQ(RunKareus("run " + kExample).exit_code, 2);  // --out is required
+  const auto profile = RunKareus("profile " + kExample + " --seed -7 --quiet");
+  EXPECT_EQ(profile.exit_code, 2);
+  EXPECT_NE(profile.err.find("--seed = -7"), std::string::npos) << profile.err;
 }
 
 // Entries beside `out` that a run leaves behind (staging or previous folders).
