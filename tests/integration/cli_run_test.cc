@@ -94,6 +94,27 @@ TEST(CliRun, EmptyOrForeignOutIsRefusedBeforeAnythingRuns) {
   std::filesystem::remove_all(out);
 }
 
+// An --out Kareus cannot create is refused naming --out's value and the rule (not the internal
+// staging folder), before anything runs.
+TEST(CliRun, UnwritableOutIsRefusedNamingIt) {
+  const auto under_proc = RunKareus("run " + kExample + " --out /proc/kareus_out --quiet");
+  EXPECT_EQ(under_proc.exit_code, 2);
+  EXPECT_NE(under_proc.err.find("out = /proc/kareus_out: its parent folder /proc must be writable"),
+            std::string::npos)
+      << under_proc.err;
+  EXPECT_EQ(under_proc.err.find("staging"), std::string::npos) << under_proc.err;
+  const auto file = Fresh("file_parent");
+  WriteFileAtomic(file, "not a folder");
+  const auto under_file =
+      RunKareus("run " + kExample + " --out " + (file / "out").string() + " --quiet");
+  EXPECT_EQ(under_file.exit_code, 2);
+  EXPECT_NE(under_file.err.find("out = " + (file / "out").string() + ": its parent folder"),
+            std::string::npos)
+      << under_file.err;
+  EXPECT_EQ(ReadTextFile(file), "not a folder");
+  std::filesystem::remove_all(file);
+}
+
 TEST(CliRun, AnInterruptedRunLeavesThePreviousOutputsAndNoTemporaries) {
   const auto out = Fresh("interrupted");
   const auto first =
