@@ -368,19 +368,18 @@ std::string PythonStringLiteral(std::string_view text) {
 
 std::string ZeusFreqsText(const Plan& plan) {
   return StageListsText(plan, [](const PlannedInstruction& inst) {
-    return "(" + PythonStringLiteral(ToString(inst.kind)) + ", " +
-           std::to_string(inst.freq_mhz) + ")";
+    return fmt::format("({}, {})", PythonStringLiteral(ToString(inst.kind)), inst.freq_mhz);
   });
 }
 
 std::string KareusSchedsText(const Plan& plan) {
   return StageListsText(plan, [](const PlannedInstruction& inst) {
-    std::string out = "(" + PythonStringLiteral(ToString(inst.kind));
+    std::string out = fmt::format("({}", PythonStringLiteral(ToString(inst.kind)));
     if (inst.mode == ExecutionMode::kSequential || inst.partitions.empty()) return out + ",)";
     for (const PartitionKnobs& knobs : inst.partitions) {
       // The published config string: start-end-sms-block (kareus-official.md §4.4, §5.1).
-      out += ", " + PythonStringLiteral(knobs.slot + "-none-" + std::to_string(knobs.sms) +
-                                        "-1024");
+      out += fmt::format(", {}", PythonStringLiteral(fmt::format("{}-none-{}-1024", knobs.slot,
+                                                                  knobs.sms)));
     }
     return out + ")";
   });
