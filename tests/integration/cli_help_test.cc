@@ -84,6 +84,16 @@ TEST(CliHelp, SolveDefaultsComeFromSolveProfileOptions) {
   ExpectDefault(r.out, "--gpus-per-stage", std::to_string(defaults.gpus_per_stage));
 }
 
+TEST(CliHelp, UnknownCommandExitsTwoListingTheCommands) {
+  const auto r = RunKareus("simulte");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("command = simulte: unknown command (valid: gpus, models,"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("simulate"), std::string::npos) << r.err;
+  EXPECT_EQ(RunKareus("").exit_code, 2);  // no command at all: CLI11's usage error
+}
+
 TEST(CliHelp, UnknownBackendExitsTwo) {
   const auto r = RunKareus("profile " + (testing::SourceDir() / "examples/paper/01-llama3.2-3b-tp8-mbs8-seq4096.yaml").string() +
                            " --backend tpu --quiet");
