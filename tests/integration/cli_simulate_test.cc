@@ -44,6 +44,12 @@ TEST(CliSimulate, PartitionAsJson) {
   EXPECT_EQ(RunKareus("simulate " + Tp8() + " --partition fwd_attn --freq 1410 --sms 12 --slot linear_0")
                 .exit_code,
             0);
+  // Power-limit mode without --freq: the header must not claim a locked clock.
+  const auto capped = RunKareus("simulate " + Tp8() +
+                                " --partition fwd_attn --power-limit 250 --sms 12 --slot linear_0");
+  ASSERT_EQ(capped.exit_code, 0) << capped.err;
+  EXPECT_NE(capped.out.find("unlocked (up to 1410 MHz) (250 W limit)"), std::string::npos)
+      << capped.out;
 }
 
 TEST(CliSimulate, InstructionAsJson) {
