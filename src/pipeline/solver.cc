@@ -28,8 +28,11 @@
 //    other stages' start times fixed), one-exchange local search (within a work budget), then,
 //    on DAGs of at most kExactMaxNodes nodes, an exact dynamic program over a topological order
 //    (ExactAt: dominance, a per-stage knapsack completion bound, the incumbent); within its
-//    budget it proves the point optimal, past it the same search runs as a beam (a heuristic). Gradient-sync nodes are in no chain (they run beside the compute
-//    stream): the bound counts each alone, at its cheapest option that fits.
+//    budget it proves the point optimal, past it the same search runs as a beam (a heuristic),
+//    then (small problems) the same exact search on neighbourhoods of the plan (every pair of
+//    stages, windows of the topological order; the other nodes' options fixed). Gradient-sync
+//    nodes are in no chain (they run beside the compute stream): the bound counts each alone,
+//    at its cheapest option that fits.
 // Options, specs and GPU counts are per DAG node class (ClassOf: forward/backward per (stage,
 // chunk), the last backward per stage, the gradient-sync nodes).
 #include "kareus/pipeline/solver.h"
@@ -70,6 +73,8 @@ constexpr int64_t kExchangeBudget = 40'000'000;
 // never finished within its budget nor improved the plan in the benchmark's cases (8 x 64,
 // 16 x 128: 0.2-1 s spent for nothing).
 constexpr int kExactMaxNodes = 256;
+// NeighborhoodSearch: the exact search's budget on each neighbourhood.
+constexpr int64_t kNeighborhoodBudget = 300'000;
 
 // Per node class (ClassOf): the real options' effective-energy front and its convex hull.
 struct Spec {
@@ -279,7 +284,14 @@ class Engine {
   // exceed `budget`.
   // With `beam` > 0 the same search keeps at most `beam` states per step (those with the best
   // completion bound): a heuristic that may improve `choice` and never proves (returns false).
-  bool ExactAt(int64_t budget, double deadline, std::vector<int>& choice, std::size_t beam) const;
+  // With `free_nodes` (per node, nonzero = free) the nodes not free keep their option in
+  // `choice` (a neighbourhood of the plan, searched exactly; their start times still float).
+  bool ExactAt(int64_t budget, double deadline, std::vector<int>& choice, std::size_t beam,
+               const std::vector<char>* free_nodes = nullptr) const;
+  // Large-neighbourhood search: ExactAt on every pair of stages and on sliding windows of the
+  // topological order, every other node fixed at its option, until no neighbourhood improves
+  // (at most `rounds` sweeps); true when the plan changed.
+  bool NeighborhoodSearch(std::vector<int>& choice, double deadline, int rounds) const;
 
   const Problem& problem_;
   const Options& options_;
@@ -1082,7 +1094,11 @@ void Engine::RecordPoint(double deadline, int64_t k, double offset) {
             std::clamp(std::sqrt(static_cast<double>(budget) / per_step), 4.0, 4096.0));
         const std::vector<int> before = choice;
         ExactAt(budget, deadline, choice, beam);
-        if (choice != before) {
+        // The neighbourhood search on small problems only: at the fastest point of the 4 x 16
+        // benchmark (128 nodes, 20 options) its 27 neighbourhoods cost 0.2 s and improved
+        // nothing (no neighbourhood finished within its budget; the beams found no better plan).
+        const bool moved = small_ && NeighborhoodSearch(choice, deadline, 4);
+        if (choice != before || moved) {
           ChainSearch(choice, deadline, 8);
           Exchange(choice, deadline);
         }
@@ -1105,16 +1121,26 @@ void Engine::RecordPoint(double deadline, int64_t k, double offset) {
 }
 
 bool Engine::ExactAt(int64_t budget, double deadline, std::vector<int>& choice,
-                     std::size_t beam) const {
+                     std::size_t beam, const std::vector<char>* free_nodes) const {
   const double incumbent = Energy(choice);
   int64_t work = 0;
+  const std::vector<int> given = choice;
+  // Per node: its first and one-past-last allowed front index (a fixed node: its given one).
+  const auto first_option = [&](int v) {
+    return free_nodes == nullptr || (*free_nodes)[v] ? std::size_t{0} : static_cast<std::size_t>(given[v]);
+  };
+  const auto end_option = [&](int v) {
+    return free_nodes == nullptr || (*free_nodes)[v] ? SpecOf(v).time.size()
+                                                     : static_cast<std::size_t>(given[v]) + 1;
+  };
+  const auto fastest_time = [&](int v) { return SpecOf(v).time[first_option(v)]; };
   // Order: by earliest start with every instruction at its fastest (topological, since every
   // duration is positive), which keeps the set of open instructions narrow.
   std::vector<double> head(static_cast<std::size_t>(n_), 0.0);
   for (int v : dag_.topological_order) {
     for (int i = preds_.start[v]; i < preds_.start[v + 1]; ++i) {
       const int p = preds_.node[i];
-      head[v] = std::max(head[v], head[p] + SpecOf(p).time.front() + preds_.lag[i]);
+      head[v] = std::max(head[v], head[p] + fastest_time(p) + preds_.lag[i]);
     }
   }
   std::vector<double> tail(static_cast<std::size_t>(n_), 0.0);  // after the node, at fastest
@@ -1122,7 +1148,7 @@ bool Engine::ExactAt(int64_t budget, double deadline, std::vector<int>& choice,
     const int v = *it;
     for (int i = succs_.start[v]; i < succs_.start[v + 1]; ++i) {
       const int w = succs_.node[i];
-      tail[v] = std::max(tail[v], succs_.lag[i] + SpecOf(w).time.front() + tail[w]);
+      tail[v] = std::max(tail[v], succs_.lag[i] + fastest_time(w) + tail[w]);
     }
   }
   std::vector<int> order(static_cast<std::size_t>(n_));
@@ -1161,7 +1187,7 @@ bool Engine::ExactAt(int64_t budget, double deadline, std::vector<int>& choice,
       }
       for (std::size_t b = 0; b < cells; ++b) {
         double best = kInf;
-        for (std::size_t j = 0; j < spec.time.size(); ++j) {
+        for (std::size_t j = first_option(v); j < end_option(v); ++j) {
           if (units[j] <= b) best = std::min(best, spec.eff[j] + t[i + 1][b - units[j]]);
         }
         t[i][b] = best;
@@ -1177,7 +1203,9 @@ bool Engine::ExactAt(int64_t budget, double deadline, std::vector<int>& choice,
     double own = 0.0;
     if (chain_of[v] < 0) {
       const Spec& spec = SpecOf(v);
-      own = spec.eff[static_cast<std::size_t>(spec.Fit(deadline - head[v] - tail[v] + time_tol_))];
+      own = end_option(v) - first_option(v) == 1
+                ? spec.eff[first_option(v)]
+                : spec.eff[static_cast<std::size_t>(spec.Fit(deadline - head[v] - tail[v] + time_tol_))];
     }
     loose_after[static_cast<std::size_t>(k) - 1] = loose_after[static_cast<std::size_t>(k)] + own;
   }
@@ -1264,7 +1292,7 @@ bool Engine::ExactAt(int64_t budget, double deadline, std::vector<int>& choice,
         const int u = from.open[i];
         if (last_use[u] > k) open_low = std::max(open_low, from.finish[s * d_from + i] + tail[u]);
       }
-      for (std::size_t j = 0; j < spec.time.size(); ++j) {
+      for (std::size_t j = first_option(v); j < end_option(v); ++j) {
         const double finish = start + spec.time[j];
         const double makespan = last_use[v] < 0 ? std::max(from.makespan[s], finish) : from.makespan[s];
         const double makespan_low = std::max({makespan, finish + tail[v], open_low});
@@ -1338,6 +1366,60 @@ bool Engine::ExactAt(int64_t budget, double deadline, std::vector<int>& choice,
     }
   }
   return beam == 0;
+}
+
+bool Engine::NeighborhoodSearch(std::vector<int>& choice, double deadline, int rounds) const {
+  // Neighbourhoods: every pair of stages (with three or more), then windows of kWindow nodes
+  // of the topological order, half-overlapping.
+  constexpr int kWindow = 12;
+  std::vector<std::vector<char>> hoods;
+  const int stages = problem_.num_stages;
+  if (stages >= 3) {
+    for (int a = 0; a < stages; ++a) {
+      for (int b = a + 1; b < stages; ++b) {
+        std::vector<char> mask(static_cast<std::size_t>(n_), 0);
+        for (int v = 0; v < n_; ++v) {
+          const int s = dag_.nodes[static_cast<std::size_t>(v)].stage;
+          mask[v] = static_cast<char>(s == a || s == b);
+        }
+        hoods.push_back(std::move(mask));
+      }
+    }
+  }
+  if (n_ > kWindow) {
+    for (int first = 0; first < n_; first += kWindow / 2) {
+      std::vector<char> mask(static_cast<std::size_t>(n_), 0);
+      const int last = std::min(n_, first + kWindow);
+      for (int k = first; k < last; ++k) mask[dag_.topological_order[static_cast<std::size_t>(k)]] = 1;
+      hoods.push_back(std::move(mask));
+      if (last == n_) break;
+    }
+  }
+  bool changed = false;
+  for (int round = 0; round < rounds; ++round) {
+    bool improved = false;
+    for (const std::vector<char>& mask : hoods) {
+      const double before = Energy(choice);
+      std::vector<int> trial = choice;
+      if (!ExactAt(kNeighborhoodBudget, deadline, trial, 0, &mask)) {
+        // Out of budget: the same neighbourhood as a beam (a heuristic) within the budget.
+        double options = 1.0;
+        for (int v = 0; v < n_; ++v) options += mask[v] ? static_cast<double>(SpecOf(v).time.size()) : 1.0;
+        const auto beam = static_cast<std::size_t>(
+            std::clamp(std::sqrt(static_cast<double>(kNeighborhoodBudget) / options), 4.0, 4096.0));
+        ExactAt(kNeighborhoodBudget, deadline, trial, beam, &mask);
+      }
+      if (trial == choice) continue;
+      Refine(trial, deadline, nullptr);
+      if (Energy(trial) < before * (1 - 1e-12)) {
+        choice.swap(trial);
+        improved = true;
+        changed = true;
+      }
+    }
+    if (!improved) break;
+  }
+  return changed;
 }
 
 Result Engine::Run() {

@@ -189,11 +189,13 @@ TEST(Solver, MatchesExactOptimumOnRandomSmallDags) {
               gaps.size(), 100 * gaps[gaps.size() / 2],
               100 * gaps[static_cast<std::size_t>(0.95 * (gaps.size() - 1))], 100 * worst,
               worst_instance, above, fastest_exact, instances, lp_checked);
-  // Issue 17 asks for 0.1 % at every sampled deadline; measured (seed 20261129, 40 instances):
-  // 2 of 240 above it (0.12 % and 0.40 %, where the exact search ran out of budget). These
-  // bounds hold what was reached: at most 1 % of the deadlines above 0.1 %, none above 0.5 %.
-  EXPECT_LE(static_cast<double>(above), 0.01 * static_cast<double>(gaps.size()));
-  EXPECT_LE(worst, 5e-3);
+  // Issue 17 asks for 0.1 % at every sampled deadline. Measured (seed 20261129, 40 instances):
+  // worst 0.063 % (instance 17); before the neighbourhood search (exact search on stage pairs
+  // and windows of the topological order, after the whole-DAG search ran out of budget) 2 of
+  // 240 were above it (instance 2: 0.12 %, instance 9: 0.40 %, whose optimum differs from the
+  // beam's plan in 7 instructions on all three stages).
+  EXPECT_EQ(above, 0);
+  EXPECT_LE(worst, 1e-3);
 }
 
 // Issue 17's unbalanced pipeline (tests/pipeline/data/make_perseus_4x16.sh): the fastest point
