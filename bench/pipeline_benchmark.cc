@@ -2,15 +2,28 @@
 // Full iteration frontier (pipeline::Solve) on Perseus-sized problems: 20 clock options per
 // instruction (1410 -> 840 MHz, step 30), time ~ 1/f^0.9, power = static + dynamic * (f/f_max)^2.5,
 // stages slightly imbalanced, 1 ms quanta, 85 W static power (A100).
+//
+// Each case also runs the solver as it was before issue 17's speed work
+// (pipeline_reference_solver.cc, SolveReference) on the same problem in the same process, and
+// reports both medians (wall and this thread's CPU time) and their ratio: `speedup_cpu` =
+// reference CPU time / current CPU time. The peak resident memory is read right after the
+// current solver's runs (before the reference runs; cases run smallest first).
 #include <sys/resource.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <ctime>
+#include <vector>
 
 #include <benchmark/benchmark.h>
 
 #include "kareus/pipeline/solver.h"
 
 namespace kareus::pipeline {
+
+Result SolveReference(const Problem& problem, const Options& options);  // the baseline
+
 namespace {
 
 std::vector<Option> ClockOptions(double t_max_clock_s, double dynamic_w) {
@@ -35,44 +48,93 @@ Problem MakeProblem(int stages, int microbatches, double forward_s) {
   return problem;
 }
 
-void Run(benchmark::State& state, const Problem& problem) {
+double ThreadCpuS() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Times `solve` `runs` times: medians of wall and CPU seconds; the last result in `*out`.
+template <typename F>
+void TimeRuns(F solve, int runs, double* wall_s, double* cpu_s, Result* out) {
+  std::vector<double> wall;
+  std::vector<double> cpu;
+  for (int i = 0; i < runs; ++i) {
+    const auto w0 = std::chrono::steady_clock::now();
+    const double c0 = ThreadCpuS();
+    *out = solve();
+    cpu.push_back(ThreadCpuS() - c0);
+    wall.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count());
+  }
+  *wall_s = Median(wall);
+  *cpu_s = Median(cpu);
+}
+
+void Run(benchmark::State& state, const Problem& problem, int reference_runs) {
+  const Options options{.unit_time_s = 1e-3, .p_static_w = 85.0};
   Result result;
+  std::vector<double> cpu;
   for (auto _ : state) {
-    result = Solve(problem, {.unit_time_s = 1e-3, .p_static_w = 85.0});
+    const double c0 = ThreadCpuS();
+    result = Solve(problem, options);
+    cpu.push_back(ThreadCpuS() - c0);
     benchmark::DoNotOptimize(result.points.data());
   }
-  state.counters["cuts"] = static_cast<double>(result.summary.steps);
-  state.counters["deadlines"] = static_cast<double>(result.summary.deadlines);
-  state.counters["points"] = static_cast<double>(result.points.size());
-  state.counters["critical_edges_max"] = static_cast<double>(result.summary.critical_edges_max);
-  // The process's peak resident memory so far (cases run smallest first, so the last case's
-  // figure is its own peak) and the frontier's plan storage.
   struct rusage usage {};
   getrusage(RUSAGE_SELF, &usage);
   state.counters["peak_rss_mib"] = static_cast<double>(usage.ru_maxrss) / 1024.0;
   state.counters["plans_mib"] = static_cast<double>(result.points.size() * result.dag.nodes.size() *
                                                     sizeof(int)) / (1024.0 * 1024.0);
+  state.counters["cuts"] = static_cast<double>(result.summary.steps);
+  state.counters["deadlines"] = static_cast<double>(result.summary.deadlines);
+  state.counters["points"] = static_cast<double>(result.points.size());
+  state.counters["critical_edges_max"] = static_cast<double>(result.summary.critical_edges_max);
+  const double cpu_s = Median(cpu);
+  state.counters["cpu_ms"] = 1e3 * cpu_s;
+  // Where the time went (one run's split, wall).
+  state.counters["descent_ms"] = 1e3 * result.summary.descent_wall_s;
+  state.counters["realize_ms"] = 1e3 * result.summary.realize_wall_s;
+  state.counters["fastest_ms"] = 1e3 * result.summary.fastest_point_wall_s;
+  double reference_wall_s = 0.0;
+  double reference_cpu_s = 0.0;
+  Result reference;
+  TimeRuns([&] { return SolveReference(problem, options); }, reference_runs, &reference_wall_s,
+           &reference_cpu_s, &reference);
+  state.counters["ref_cpu_ms"] = 1e3 * reference_cpu_s;
+  state.counters["ref_points"] = static_cast<double>(reference.points.size());
+  state.counters["speedup_cpu"] = reference_cpu_s / cpu_s;
+  // The fastest plans' energies (current / reference - 1, in %): the speed-up's price, if any.
+  if (!result.points.empty() && !reference.points.empty()) {
+    state.counters["fastest_energy_vs_ref_pct"] =
+        100.0 * (result.points.back().cost.energy_j / reference.points.back().cost.energy_j - 1.0);
+  }
 }
 
 // The published evaluation's shape (PP=2, 8 microbatches, ~0.15 s forwards).
 void BM_Frontier2Stages8Microbatches(benchmark::State& state) {
-  Run(state, MakeProblem(2, 8, 0.15));
+  Run(state, MakeProblem(2, 8, 0.15), 15);
 }
-BENCHMARK(BM_Frontier2Stages8Microbatches)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Frontier2Stages8Microbatches)->Unit(benchmark::kMillisecond)->Iterations(15);
 
 void BM_Frontier4Stages16Microbatches(benchmark::State& state) {
-  Run(state, MakeProblem(4, 16, 0.07));
+  Run(state, MakeProblem(4, 16, 0.07), 7);
 }
-BENCHMARK(BM_Frontier4Stages16Microbatches)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Frontier4Stages16Microbatches)->Unit(benchmark::kMillisecond)->Iterations(7);
 
 void BM_Frontier8Stages64Microbatches(benchmark::State& state) {
-  Run(state, MakeProblem(8, 64, 0.04));
+  Run(state, MakeProblem(8, 64, 0.04), 3);
 }
-BENCHMARK(BM_Frontier8Stages64Microbatches)->Unit(benchmark::kMillisecond)->Iterations(1);
+BENCHMARK(BM_Frontier8Stages64Microbatches)->Unit(benchmark::kMillisecond)->Iterations(3);
 
 // The 70B workload's scale (PP 16, 128 microbatches).
 void BM_Frontier16Stages128Microbatches(benchmark::State& state) {
-  Run(state, MakeProblem(16, 128, 0.02));
+  Run(state, MakeProblem(16, 128, 0.02), 1);
 }
 BENCHMARK(BM_Frontier16Stages128Microbatches)->Unit(benchmark::kMillisecond)->Iterations(1);
 

@@ -41,8 +41,7 @@ void AddProfileCommand(CLI::App& app) {
                    "rerun resumes without re-measuring");
   AddBackendFlags(cmd, args->backend);
   AddDistributedFlags(cmd, args->distributed);
-  cmd->add_option("--seed", args->seed, "Root seed (noise, designs, surrogates)")
-      ->capture_default_str();
+  AddSeedOption(cmd, args->seed, "Root seed (noise, designs, surrogates)");
   cmd->add_option("--partition", args->partitions, "Profile only these partition types");
   cmd->add_flag("--oracle", args->oracle,
                 "Also run the exhaustive noise-free oracle and random search at equal budget");

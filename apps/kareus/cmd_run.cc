@@ -53,7 +53,7 @@ void AddSharedOptions(CLI::App* cmd, RunArgs& args, const std::string& store_hel
                   "How finished plans are evaluated: auto (the backend's noise-free twin, else "
                   "measured runs) | noise-free | measured | none (tables say 'not evaluated')")
       ->capture_default_str();
-  cmd->add_option("--seed", args.seed, "Root seed")->capture_default_str();
+  AddSeedOption(cmd, args.seed, "Root seed");
   cmd->add_option("--unit-time", args.unit_time_ms, "Solver time quantum in ms")->capture_default_str();
   cmd->add_flag("--quiet", args.quiet, "No progress on the terminal");
   cmd->add_flag("--json", args.json, "Print the summary as JSON instead of tables");

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "commands.h"
 #include "kareus/common/error.h"
 #include "kareus/common/io.h"
@@ -166,8 +168,11 @@ void RunPartition(const SimulateArgs& a, const workload::WorkloadModel& model) {
     std::fputs(DumpJson(j).c_str(), stdout);
     return;
   }
-  std::printf("%s %s on %s at %d MHz (%.0f W limit), %d comm SMs launched at %s\n",
-              model.workload.name.c_str(), type.name.c_str(), gpu.name.c_str(), knobs.freq_mhz,
+  // Without --freq (power-limit mode) the clock is not locked: say so, not "at 1410 MHz".
+  const std::string clock = a.freq_mhz ? fmt::format("at {} MHz", knobs.freq_mhz)
+                                       : fmt::format("unlocked (up to {} MHz)", knobs.freq_mhz);
+  std::printf("%s %s on %s %s (%.0f W limit), %d comm SMs launched at %s\n",
+              model.workload.name.c_str(), type.name.c_str(), gpu.name.c_str(), clock.c_str(),
               gpu.power.cap_w, knobs.sms, knobs.slot.c_str());
   Table table(kResultHeader);
   table.AddRow(ResultCells(r));

@@ -109,6 +109,18 @@ mobo::ProfileOptions ToProfileOptions(const ProfilerFlags& flags) {
   return options;
 }
 
+CLI::Option* AddSeedOption(CLI::App* cmd, uint64_t& seed, const std::string& help) {
+  const CLI::Validator non_negative(
+      [](std::string& value) {
+        if (value.find('-') != std::string::npos) {
+          ThrowInput("--seed", value, "must be a whole number from 0 to 18446744073709551615");
+        }
+        return std::string();
+      },
+      "", "NON_NEGATIVE_SEED");
+  return cmd->add_option("--seed", seed, help)->capture_default_str()->check(non_negative);
+}
+
 std::vector<std::string> BackendNames() {
   std::vector<std::string> names = {"emulator"};
   if (measure::CudaBackendBuilt()) names.push_back("cuda");

@@ -58,6 +58,10 @@ mobo::ProfileOptions ToProfileOptions(const ProfilerFlags& flags);
 // "profile." for the one inside methods::RunOptions.
 std::vector<FlagName> ProfilerFlagNames(const std::string& prefix);
 
+// --seed: a root seed from 0 to 2^64 - 1. A negative number is refused (InputError naming the
+// flag) where CLI11 would wrap it silently ("-1" -> 18446744073709551615).
+CLI::Option* AddSeedOption(CLI::App* cmd, uint64_t& seed, const std::string& help);
+
 struct BackendFlags {
   std::string backend = "emulator";
   bool allow_clock_control = false;  // cuda: lock the SM clock per measurement

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include <cstdio>
 #include <exception>
+#include <string>
 
 #include <CLI/CLI.hpp>
 
@@ -27,6 +28,20 @@ int main(int argc, char** argv) {
   kareus::cli::AddExportCommand(app);
   kareus::cli::AddDeviceCheckCommand(app);
   kareus::cli::AddValidateCommand(app);
+  // CLI11 alone answers a mistyped command with "A subcommand is required".
+  if (argc > 1 && argv[1][0] != '-') {
+    std::string names;
+    bool known = false;
+    for (const CLI::App* command : app.get_subcommands([](CLI::App*) { return true; })) {
+      known = known || command->get_name() == argv[1];
+      names += (names.empty() ? "" : ", ") + command->get_name();
+    }
+    if (!known) {
+      std::fprintf(stderr, "kareus: error: command = %s: unknown command (valid: %s)\n",
+                   kareus::ShownValue(argv[1]).c_str(), names.c_str());
+      return 2;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

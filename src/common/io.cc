@@ -169,16 +169,25 @@ void WriteFileAtomic(const fs::path& path, std::string_view contents) {
   {
     std::lock_guard<std::mutex> lock(TemporariesMutex());
     std::error_code ec;
+    // Refused before anything is written (the rename at the end would fail on a folder).
+    if (fs::is_directory(path, ec)) {
+      throw InputError(path.string() + ": is a folder; a file path is required");
+    }
     if (path.has_parent_path()) {
       fs::create_directories(path.parent_path(), ec);
       if (ec) {
-        throw EnvironmentError(path.parent_path().string() + ": cannot create folder: " +
-                               ec.message());
+        throw EnvironmentError(path.string() + ": cannot be written: its folder " +
+                               path.parent_path().string() + " cannot be created (" +
+                               ec.message() + ")");
       }
     }
     temp = path.string() + ".tmp." + RandomSuffix();
     fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd < 0) throw EnvironmentError(temp.string() + ": cannot create: " + ErrnoText());
+    if (fd < 0) {
+      throw EnvironmentError(path.string() +
+                             ": cannot be written: the folder that holds it must be writable (" +
+                             ErrnoText() + ")");
+    }
     Temporaries().insert(temp.string());
   }
   const auto fail = [&](const std::string& what) {
@@ -258,15 +267,20 @@ OutputFolder::OutputFolder(const fs::path& target) {
   target_ = resolved;
   fs::create_directories(target_.parent_path(), ec);
   if (ec) {
-    throw EnvironmentError(target_.parent_path().string() + ": cannot create folder: " +
-                           ec.message());
+    throw EnvironmentError("out = " + ShownValue(target.string()) + ": its parent folder " +
+                           target_.parent_path().string() + " cannot be created (" +
+                           ec.message() + ")");
   }
   RemoveStaleTemporaries(target_);
   std::lock_guard<std::mutex> lock(TemporariesMutex());
   staging_ = target_.parent_path() / (TemporaryName(target_, "staging-") + RandomSuffix());
   if (!fs::create_directory(staging_, ec) || ec) {
-    throw EnvironmentError(staging_.string() + ": cannot create the staging folder: " +
-                           (ec ? ec.message() : std::string("already exists")));
+    // The outputs are staged beside the target and swapped in whole, so its parent folder
+    // must be writable.
+    throw EnvironmentError("out = " + ShownValue(target.string()) + ": its parent folder " +
+                           target_.parent_path().string() + " must be writable (" +
+                           (ec ? ec.message() : std::string("staging folder already exists")) +
+                           ")");
   }
   Temporaries().insert(staging_.string());
 }

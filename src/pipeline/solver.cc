@@ -13,28 +13,38 @@
 //    instruction only moves onto a wider capacity interval; arcs join the critical sub-DAG with
 //    lower bound 0 and leave it with zero flow), so the max-flow is warm-started: each step
 //    augments the previous flow (shortest augmenting paths on flat arrays) instead of solving
-//    from scratch.
+//    from scratch. The source side is kept between cuts too: a move changes only the cut's
+//    arcs, so the BFS rescans just the events whose arcs changed (capacity, or joining the
+//    critical sub-DAG) unless an augmentation or an arc leaving the critical sub-DAG inside the
+//    source side forces a fresh BFS; the cut's arcs are the BFS's boundary (critical activity
+//    arcs it stopped at), not a scan of the source side. The longest-path passes run over the
+//    nodes (each node's start and end event), capacities are flat per-arc arrays.
 // 2. Realization: at every deadline T_min + k * unit_time_s the descent passes, the convex
 //    durations are rounded down to real options (the cheapest option that fits), then slack is
 //    filled in real time (forward/backward passes, first within each instruction's convex
 //    segment, then freely), and the result is re-evaluated from the real options.
 // 3. The fastest point (T_min), and every deadline of small problems, is improved further:
 //    chain search (each stage's compute chain, all its chunks, re-optimized exactly with the
-//    other stages' start times fixed), one-exchange local search, then an exact dynamic program
-//    over a topological order (ExactAt: dominance, a per-stage knapsack completion bound, the
-//    incumbent); within its budget it proves the point optimal, past it the same search runs as
-//    a beam (a heuristic). Gradient-sync nodes are in no chain (they run beside the compute
-//    stream): the bound counts each alone, at its cheapest option that fits.
+//    other stages' start times fixed), one-exchange local search (within a work budget), then,
+//    on DAGs of at most kExactMaxNodes nodes, an exact dynamic program over a topological order
+//    (ExactAt: dominance, a per-stage knapsack completion bound, the incumbent); within its
+//    budget it proves the point optimal, past it the same search runs as a beam (a heuristic),
+//    then (small problems) the same exact search on neighbourhoods of the plan (every pair of
+//    stages, windows of the topological order; the other nodes' options fixed). Gradient-sync
+//    nodes are in no chain (they run beside the compute stream): the bound counts each alone,
+//    at its cheapest option that fits.
 // Options, specs and GPU counts are per DAG node class (ClassOf: forward/backward per (stage,
 // chunk), the last backward per stage, the gradient-sync nodes).
 #include "kareus/pipeline/solver.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cmath>
 #include <limits>
 #include <numeric>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "kareus/common/error.h"
@@ -57,6 +67,14 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr int64_t kFastestBudget = 5'000'000;
 constexpr int64_t kSmallOptions = 160;
 constexpr int64_t kSmallBudget = 5'000'000;
+// The one-exchange local search (Exchange) stops after this many node visits.
+constexpr int64_t kExchangeBudget = 40'000'000;
+// The exact search (and its beam) runs on DAGs of at most this many nodes: on larger ones it
+// never finished within its budget nor improved the plan in the benchmark's cases (8 x 64,
+// 16 x 128: 0.2-1 s spent for nothing).
+constexpr int kExactMaxNodes = 256;
+// NeighborhoodSearch: the exact search's budget on each neighbourhood.
+constexpr int64_t kNeighborhoodBudget = 300'000;
 
 // Per node class (ClassOf): the real options' effective-energy front and its convex hull.
 struct Spec {
@@ -218,14 +236,17 @@ class Engine {
   void BuildModel();
 
   // ---- convex trace (activity-on-arc graph; event 2v = start of node v, 2v+1 = its end)
-  double Length(int a) const { return arc_act_[a] >= 0 ? dur_[arc_act_[a]] : arc_lag_[a]; }
-  double Upper(int a) const;
-  double Lower(int a) const;
-  double ForwardPass();               // earliest_ from dur_; returns the makespan
+  // An arc's capacity interval (up_, lo_): kept for every activity arc by SetCapacity after
+  // each move (flat arrays: the max-flow's BFS reads them for every arc it scans).
+  void SetCapacity(int v);
+  // The passes run over the DAG's nodes (activity-on-node: event 2v+1 has the one in-arc v,
+  // event 2v the one out-arc v), not over the events.
+  double ForwardPass() { return MakespanAfter(0.0, &scratch_base_, &scratch_rate_); }
   void BackwardPass(double makespan);  // latest_ and critical_ (needs earliest_)
   // Augments the flow to a maximum on the critical sub-DAG; false when it is unbounded (a
   // critical path cannot be shortened). Leaves side_ = the source side of a minimum cut.
   bool MaxFlow();
+  void Scan(int u);  // the BFS step of MaxFlow: marks and queues what u reaches in the residual
   // The longest path after moving `delta` along the cut: fills earliest_ and returns the
   // makespan, with the base length and net rate of one longest path.
   double MakespanAfter(double delta, double* base, double* rate);
@@ -237,7 +258,8 @@ class Engine {
   void Repair(std::vector<int>& choice, double deadline) const;
   bool FillForward(std::vector<int>& choice, double deadline, const std::vector<double>* cap) const;
   bool FillBackward(std::vector<int>& choice, double deadline, const std::vector<double>* cap) const;
-  void Refine(std::vector<int>& choice, double deadline, const std::vector<double>* cap) const;
+  // Returns the passes it ran (each visits every node).
+  int Refine(std::vector<int>& choice, double deadline, const std::vector<double>* cap) const;
   void Exchange(std::vector<int>& choice, double deadline) const;
   // Chains: the maximal paths of same-stage edges (a stage's instructions in order); empty when
   // some node has two same-stage predecessors or successors.
@@ -262,7 +284,14 @@ class Engine {
   // exceed `budget`.
   // With `beam` > 0 the same search keeps at most `beam` states per step (those with the best
   // completion bound): a heuristic that may improve `choice` and never proves (returns false).
-  bool ExactAt(int64_t budget, double deadline, std::vector<int>& choice, std::size_t beam) const;
+  // With `free_nodes` (per node, nonzero = free) the nodes not free keep their option in
+  // `choice` (a neighbourhood of the plan, searched exactly; their start times still float).
+  bool ExactAt(int64_t budget, double deadline, std::vector<int>& choice, std::size_t beam,
+               const std::vector<char>* free_nodes = nullptr) const;
+  // Large-neighbourhood search: ExactAt on every pair of stages and on sliding windows of the
+  // topological order, every other node fixed at its option, until no neighbourhood improves
+  // (at most `rounds` sweeps); true when the plan changed.
+  bool NeighborhoodSearch(std::vector<int>& choice, double deadline, int rounds) const;
 
   const Problem& problem_;
   const Options& options_;
@@ -288,11 +317,21 @@ class Engine {
   std::vector<int> arc_from_;
   std::vector<int> arc_to_;
   std::vector<int> arc_act_;
-  std::vector<double> arc_lag_;
   std::vector<int> out_start_;
   std::vector<int> out_arcs_;
+  std::vector<int> out_to_;   // arc_to_ of out_arcs_[i], beside it (the BFS's inner loop)
   std::vector<int> in_start_;
   std::vector<int> in_arcs_;
+  std::vector<int> in_from_;  // arc_from_ of in_arcs_[i]
+  std::vector<double> up_;    // per arc: upper capacity (cost per second of shortening)
+  std::vector<double> lo_;    // per arc: lower bound (saving per second of lengthening)
+  std::vector<int> pred_arc_;  // parallel to preds_: the arc of each DAG edge
+  std::vector<int> succ_arc_;  // parallel to succs_
+  std::vector<int> source_arc_;  // per node: its arc from the source, or -1
+  std::vector<int> sink_arc_;    // per node: its arc to the sink, or -1
+  std::vector<int> sink_nodes_;  // nodes with an arc to the sink, in node order
+  double scratch_base_ = 0.0;
+  double scratch_rate_ = 0.0;
   std::vector<int> event_order_;
   std::vector<double> earliest_;
   std::vector<double> latest_;
@@ -302,7 +341,18 @@ class Engine {
   std::vector<char> critical_;
   std::vector<char> side_;  // per event: on the source side of the current cut
   std::vector<int> parent_;  // BFS: arc into the event (+1), negated for a backward arc
-  std::vector<int> queue_;
+  std::vector<int> queue_;  // the source side of the last cut, in BFS order
+  // Incremental source side: a move changes the capacities of the cut's arcs only (they cross
+  // the cut) and the flow not at all, so the events reached before stay reachable unless an arc
+  // inside the source side leaves the critical sub-DAG (BackwardPass clears the flag) or an
+  // augmentation changes the residual graph; new reach can only come through arcs whose
+  // capacity changed or that joined the critical sub-DAG, whose source-side ends are in rescan_.
+  bool source_side_valid_ = false;
+  std::vector<int> rescan_;
+  // The activity arcs a Scan found critical but without residual capacity (a superset of the
+  // cut's critical arcs while the source side is kept), each once (in_boundary_).
+  std::vector<int> boundary_;
+  std::vector<char> in_boundary_;
   std::vector<int> shorten_;
   std::vector<int> lengthen_;
   std::vector<int8_t> rate_;  // per node: -1 shortened, +1 lengthened, 0 otherwise
@@ -314,7 +364,13 @@ class Engine {
   int64_t steps_ = 0;
   int64_t augmentations_ = 0;
   int64_t critical_arcs_max_ = 0;
+  double realize_wall_s_ = 0.0;
+  double fastest_wall_s_ = 0.0;
 };
+
+double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
 
 void Engine::BuildModel() {
   n_ = static_cast<int>(dag_.nodes.size());
@@ -352,19 +408,24 @@ void Engine::BuildModel() {
   }
   flow_tol_ = 1e-12 * std::max(1.0, slope_max) * std::max(1, n_);
   // AON adjacency with lags (real-time passes).
-  std::vector<std::vector<std::pair<int, double>>> preds(n_);
-  std::vector<std::vector<std::pair<int, double>>> succs(n_);
-  for (const DagEdge& e : dag_.edges) {
-    const double lag = e.cross_stage ? problem_.p2p_time_s : 0.0;
-    preds[e.to].emplace_back(e.from, lag);
-    succs[e.from].emplace_back(e.to, lag);
+  // (The arc of DAG edge e is n + e: the activity arcs come first, then the edges' arcs.)
+  std::vector<std::vector<std::tuple<int, double, int>>> preds(n_);
+  std::vector<std::vector<std::tuple<int, double, int>>> succs(n_);
+  for (std::size_t e = 0; e < dag_.edges.size(); ++e) {
+    const DagEdge& edge = dag_.edges[e];
+    const double lag = edge.cross_stage ? problem_.p2p_time_s : 0.0;
+    const int arc = n_ + static_cast<int>(e);
+    preds[edge.to].emplace_back(edge.from, lag, arc);
+    succs[edge.from].emplace_back(edge.to, lag, arc);
   }
-  for (auto [lists, adjacency] : {std::pair{&preds, &preds_}, std::pair{&succs, &succs_}}) {
+  for (auto [lists, adjacency, arcs] : {std::tuple{&preds, &preds_, &pred_arc_},
+                                        std::tuple{&succs, &succs_, &succ_arc_}}) {
     adjacency->start.assign(1, 0);
     for (const auto& list : *lists) {
-      for (auto [w, lag] : list) {
+      for (auto [w, lag, arc] : list) {
         adjacency->node.push_back(w);
         adjacency->lag.push_back(lag);
+        arcs->push_back(arc);
       }
       adjacency->start.push_back(static_cast<int>(adjacency->node.size()));
     }
@@ -373,19 +434,27 @@ void Engine::BuildModel() {
   num_events_ = 2 * n_ + 2;
   source_ = 2 * n_;
   sink_ = 2 * n_ + 1;
-  auto add_arc = [&](int from, int to, int act, double lag) {
+  auto add_arc = [&](int from, int to, int act) {
     arc_from_.push_back(from);
     arc_to_.push_back(to);
     arc_act_.push_back(act);
-    arc_lag_.push_back(lag);
   };
-  for (int v = 0; v < n_; ++v) add_arc(2 * v, 2 * v + 1, v, 0.0);
+  for (int v = 0; v < n_; ++v) add_arc(2 * v, 2 * v + 1, v);
   for (const DagEdge& e : dag_.edges) {
-    add_arc(2 * e.from + 1, 2 * e.to, -1, e.cross_stage ? problem_.p2p_time_s : 0.0);
+    add_arc(2 * e.from + 1, 2 * e.to, -1);
   }
+  source_arc_.assign(n_, -1);
+  sink_arc_.assign(n_, -1);
   for (int v = 0; v < n_; ++v) {
-    if (preds[v].empty()) add_arc(source_, 2 * v, -1, 0.0);
-    if (succs[v].empty()) add_arc(2 * v + 1, sink_, -1, 0.0);
+    if (preds[v].empty()) {
+      source_arc_[v] = static_cast<int>(arc_from_.size());
+      add_arc(source_, 2 * v, -1);
+    }
+    if (succs[v].empty()) {
+      sink_arc_[v] = static_cast<int>(arc_from_.size());
+      sink_nodes_.push_back(v);
+      add_arc(2 * v + 1, sink_, -1);
+    }
   }
   const int m = static_cast<int>(arc_from_.size());
   out_start_.assign(num_events_ + 1, 0);
@@ -408,6 +477,14 @@ void Engine::BuildModel() {
       in_arcs_[in_fill[arc_to_[a]]++] = a;
     }
   }
+  out_to_.resize(m);
+  in_from_.resize(m);
+  for (int i = 0; i < m; ++i) {
+    out_to_[i] = arc_to_[out_arcs_[i]];
+    in_from_[i] = arc_from_[in_arcs_[i]];
+  }
+  up_.assign(m, kInf);
+  lo_.assign(m, 0.0);
   event_order_.push_back(source_);
   for (int v : dag_.topological_order) {
     event_order_.push_back(2 * v);
@@ -422,95 +499,142 @@ void Engine::BuildModel() {
   path_rate_.assign(num_events_, 0.0);
   flow_.assign(m, 0.0);
   critical_.assign(m, 0);
+  in_boundary_.assign(m, 0);
   rate_.assign(n_, 0);
   dur_.resize(n_);
   pos_.resize(n_);
   for (int v = 0; v < n_; ++v) {
     dur_[v] = SpecOf(v).hull_time.back();
     pos_[v] = 2 * SpecOf(v).last_vertex();
+    SetCapacity(v);
   }
 }
 
-double Engine::Upper(int a) const {
-  const int v = arc_act_[a];
-  if (v < 0) return kInf;
-  const int p = pos_[v];
-  if (p % 2 == 1) return SpecOf(v).slope[static_cast<std::size_t>(p / 2)];
-  return p == 0 ? kInf : SpecOf(v).slope[static_cast<std::size_t>(p / 2 - 1)];
-}
-
-double Engine::Lower(int a) const {
-  const int v = arc_act_[a];
-  if (v < 0) return 0.0;
-  const int p = pos_[v];
+void Engine::SetCapacity(int v) {
   const Spec& spec = SpecOf(v);
-  if (p % 2 == 1) return spec.slope[static_cast<std::size_t>(p / 2)];
-  return p / 2 == spec.last_vertex() ? 0.0 : spec.slope[static_cast<std::size_t>(p / 2)];
-}
-
-double Engine::ForwardPass() {
-  for (int u : event_order_) {
-    double e = 0.0;
-    for (int i = in_start_[u]; i < in_start_[u + 1]; ++i) {
-      const int a = in_arcs_[i];
-      e = std::max(e, earliest_[arc_from_[a]] + Length(a));
-    }
-    earliest_[u] = e;
+  const int p = pos_[v];
+  if (p % 2 == 1) {  // inside segment p / 2: shortening costs its slope, lengthening saves it
+    up_[v] = lo_[v] = spec.slope[static_cast<std::size_t>(p / 2)];
+    return;
   }
-  return earliest_[sink_];
+  const int k = p / 2;  // at vertex k: the faster segment's slope up, the slower one's down
+  up_[v] = k == 0 ? kInf : spec.slope[static_cast<std::size_t>(k - 1)];
+  lo_[v] = k == spec.last_vertex() ? 0.0 : spec.slope[static_cast<std::size_t>(k)];
 }
 
 void Engine::BackwardPass(double makespan) {
+  // An arc is critical when its slack is zero; one carrying flow is critical in exact
+  // arithmetic (every flow path is a critical path shortened by exactly the move).
   int64_t count = 0;
-  for (auto it = event_order_.rbegin(); it != event_order_.rend(); ++it) {
-    const int u = *it;
-    // An arc is critical when its slack is zero; one carrying flow is critical in exact
-    // arithmetic (every flow path is a critical path shortened by exactly the move).
-    double l = makespan;
-    for (int i = out_start_[u]; i < out_start_[u + 1]; ++i) {
-      const int a = out_arcs_[i];
-      const double start_by = latest_[arc_to_[a]] - Length(a);
-      l = std::min(l, start_by);
-      const bool critical = start_by - earliest_[u] <= time_tol_ || flow_[a] > flow_tol_;
+  auto mark = [&](int a, double slack) {
+    const bool critical = slack <= time_tol_ || flow_[a] > flow_tol_;
+    if (critical != (critical_[a] != 0)) {
+      const int from = arc_from_[a];
+      const int to = arc_to_[a];
+      if (critical) {
+        if (side_[from]) rescan_.push_back(from);
+        if (side_[to]) rescan_.push_back(to);
+      } else if (side_[from] && side_[to]) {
+        source_side_valid_ = false;
+      }
       critical_[a] = critical ? 1 : 0;
-      count += critical ? 1 : 0;
     }
-    latest_[u] = l;
+    count += critical ? 1 : 0;
+  };
+  latest_[sink_] = makespan;
+  for (auto it = dag_.topological_order.rbegin(); it != dag_.topological_order.rend(); ++it) {
+    const int v = *it;
+    const double finish = earliest_[2 * v + 1];
+    double lf = makespan;
+    if (sink_arc_[v] >= 0) mark(sink_arc_[v], makespan - finish);
+    for (int i = succs_.start[v]; i < succs_.start[v + 1]; ++i) {
+      const double start_by = latest_[2 * succs_.node[i]] - succs_.lag[i];
+      lf = std::min(lf, start_by);
+      mark(succ_arc_[i], start_by - finish);
+    }
+    latest_[2 * v + 1] = lf;
+    const double start_by = lf - dur_[v];
+    mark(v, start_by - earliest_[2 * v]);
+    latest_[2 * v] = start_by;
   }
+  double source_latest = makespan;
+  for (int v = 0; v < n_; ++v) {
+    if (source_arc_[v] < 0) continue;
+    mark(source_arc_[v], latest_[2 * v]);
+    source_latest = std::min(source_latest, latest_[2 * v]);
+  }
+  latest_[source_] = source_latest;
   critical_arcs_max_ = std::max(critical_arcs_max_, count);
+}
+
+void Engine::Scan(int u) {
+  // A critical activity arc stopped by its residual capacity may cross the cut: remembered.
+  auto stopped = [&](int a) {
+    if (a < n_ && !in_boundary_[a]) {
+      in_boundary_[a] = 1;
+      boundary_.push_back(a);
+    }
+  };
+  for (int i = out_start_[u]; i < out_start_[u + 1]; ++i) {
+    const int w = out_to_[i];
+    if (side_[w]) continue;
+    const int a = out_arcs_[i];
+    if (!critical_[a]) continue;
+    if (up_[a] - flow_[a] <= flow_tol_) {
+      stopped(a);
+      continue;
+    }
+    side_[w] = 1;
+    parent_[w] = a + 1;
+    queue_.push_back(w);
+  }
+  for (int i = in_start_[u]; i < in_start_[u + 1]; ++i) {
+    const int w = in_from_[i];
+    if (side_[w]) continue;
+    const int a = in_arcs_[i];
+    if (!critical_[a]) continue;
+    if (flow_[a] - lo_[a] <= flow_tol_) {
+      stopped(a);
+      continue;
+    }
+    side_[w] = 1;
+    parent_[w] = -(a + 1);
+    queue_.push_back(w);
+  }
 }
 
 bool Engine::MaxFlow() {
   for (;;) {
-    for (int u : queue_) side_[u] = 0;
-    queue_.clear();
-    queue_.push_back(source_);
-    side_[source_] = 1;
-    for (std::size_t head = 0; head < queue_.size() && !side_[sink_]; ++head) {
-      const int u = queue_[head];
-      for (int i = out_start_[u]; i < out_start_[u + 1]; ++i) {
-        const int a = out_arcs_[i];
-        const int w = arc_to_[a];
-        if (side_[w] || !critical_[a] || Upper(a) - flow_[a] <= flow_tol_) continue;
-        side_[w] = 1;
-        parent_[w] = a + 1;
-        queue_.push_back(w);
+    std::size_t head = 0;
+    if (source_side_valid_) {
+      // The previous step's source side is still reachable (see source_side_valid_): only the
+      // events whose arcs changed are scanned again, and the search continues from what they
+      // reach.
+      head = queue_.size();
+      for (int u : rescan_) {
+        if (side_[u]) Scan(u);
       }
-      for (int i = in_start_[u]; i < in_start_[u + 1]; ++i) {
-        const int a = in_arcs_[i];
-        const int w = arc_from_[a];
-        if (side_[w] || !critical_[a] || flow_[a] - Lower(a) <= flow_tol_) continue;
-        side_[w] = 1;
-        parent_[w] = -(a + 1);
-        queue_.push_back(w);
-      }
+    } else {
+      for (int u : queue_) side_[u] = 0;
+      queue_.clear();
+      for (int a : boundary_) in_boundary_[a] = 0;
+      boundary_.clear();
+      queue_.push_back(source_);
+      side_[source_] = 1;
     }
-    if (!side_[sink_]) return true;
+    rescan_.clear();
+    for (; head < queue_.size() && !side_[sink_]; ++head) Scan(queue_[head]);
+    if (!side_[sink_]) {
+      source_side_valid_ = true;
+      return true;
+    }
+    // An augmenting path: the residual graph changes along it (the source side may shrink).
+    source_side_valid_ = false;
     double bottleneck = kInf;
     for (int w = sink_; w != source_;) {
       const int p = parent_[w];
       const int a = std::abs(p) - 1;
-      bottleneck = std::min(bottleneck, p > 0 ? Upper(a) - flow_[a] : flow_[a] - Lower(a));
+      bottleneck = std::min(bottleneck, p > 0 ? up_[a] - flow_[a] : flow_[a] - lo_[a]);
       w = p > 0 ? arc_from_[a] : arc_to_[a];
     }
     if (!std::isfinite(bottleneck)) return false;
@@ -526,29 +650,45 @@ bool Engine::MaxFlow() {
 }
 
 double Engine::MakespanAfter(double delta, double* base, double* rate) {
-  for (int u : event_order_) {
-    double best = u == source_ ? 0.0 : -kInf;
-    double best_base = 0.0;
-    double best_rate = 0.0;
-    for (int i = in_start_[u]; i < in_start_[u + 1]; ++i) {
-      const int a = in_arcs_[i];
-      const int f = arc_from_[a];
-      const double d0 = Length(a);
-      const double r = arc_act_[a] >= 0 ? rate_[arc_act_[a]] : 0.0;
-      const double len = earliest_[f] + d0 + r * delta;
-      if (len > best) {
-        best = len;
-        best_base = path_base_[f] + d0;
-        best_rate = path_rate_[f] + r;
+  for (int v : dag_.topological_order) {
+    // The start: the latest predecessor's finish (the source's 0 without predecessors).
+    double es = 0.0;
+    double es_base = 0.0;
+    double es_rate = 0.0;
+    const int begin = preds_.start[v];
+    const int end = preds_.start[v + 1];
+    if (begin < end) {
+      es = -kInf;
+      for (int i = begin; i < end; ++i) {
+        const int f = 2 * preds_.node[i] + 1;
+        const double len = earliest_[f] + preds_.lag[i];
+        if (len > es) {
+          es = len;
+          es_base = path_base_[f] + preds_.lag[i];
+          es_rate = path_rate_[f];
+        }
       }
     }
-    earliest_[u] = best;
-    path_base_[u] = best_base;
-    path_rate_[u] = best_rate;
+    earliest_[2 * v] = es;
+    path_base_[2 * v] = es_base;
+    path_rate_[2 * v] = es_rate;
+    const double r = rate_[v];
+    earliest_[2 * v + 1] = es + dur_[v] + r * delta;
+    path_base_[2 * v + 1] = es_base + dur_[v];
+    path_rate_[2 * v + 1] = es_rate + r;
   }
+  double best = -kInf;
+  for (int v : sink_nodes_) {
+    if (earliest_[2 * v + 1] > best) {
+      best = earliest_[2 * v + 1];
+      path_base_[sink_] = path_base_[2 * v + 1];
+      path_rate_[sink_] = path_rate_[2 * v + 1];
+    }
+  }
+  earliest_[sink_] = best;
   *base = path_base_[sink_];
   *rate = path_rate_[sink_];
-  return earliest_[sink_];
+  return best;
 }
 
 void Engine::ApplyMove(double delta) {
@@ -575,6 +715,14 @@ void Engine::ApplyMove(double delta) {
     } else {
       pos_[v] = 2 * (target - 1) + 1;
     }
+  }
+  for (int v : shorten_) {
+    SetCapacity(v);
+    rescan_.push_back(2 * v);  // its start is on the source side
+  }
+  for (int v : lengthen_) {
+    SetCapacity(v);
+    rescan_.push_back(2 * v + 1);  // its end is on the source side
   }
 }
 
@@ -707,33 +855,41 @@ bool Engine::FillBackward(std::vector<int>& choice, double deadline,
 // Slack refinement within `deadline`: first each instruction may only move up to the slower end
 // of its convex segment (`cap`: spreads the slack the way the convex optimum does), then
 // freely, forward and backward until nothing changes.
-void Engine::Refine(std::vector<int>& choice, double deadline,
-                    const std::vector<double>* cap) const {
+int Engine::Refine(std::vector<int>& choice, double deadline,
+                   const std::vector<double>* cap) const {
+  int passes = 0;
   if (cap != nullptr) {
     FillForward(choice, deadline, cap);
     FillBackward(choice, deadline, cap);
+    passes += 2;
   }
   // A pass that changes nothing leaves a plan where no instruction's float fits a slower option:
   // the other direction would change nothing either.
   for (int round = 0; round < 8; ++round) {
+    ++passes;
     if (!FillForward(choice, deadline, nullptr)) break;
+    ++passes;
     if (!FillBackward(choice, deadline, nullptr)) break;
   }
+  return passes;
 }
 
 // One-exchange local search: make one instruction faster (each faster front entry), let Refine
 // hand the freed slack to the others, keep the result when the energy drops; until no exchange
-// helps.
+// helps or kExchangeBudget node visits are spent (each trial visits every node a few times:
+// on large pipelines the search stops early, a bounded cost instead of O(n^2 options)).
 void Engine::Exchange(std::vector<int>& choice, double deadline) const {
   double best = Energy(choice);
   std::vector<int> trial;
+  int64_t work = 0;
   for (int round = 0; round < 4; ++round) {
     bool improved = false;
     for (int v : dag_.topological_order) {
       for (int j = 0; j < choice[v]; ++j) {
+        if (work > kExchangeBudget) return;
         trial = choice;
         trial[v] = j;
-        Refine(trial, deadline, nullptr);
+        work += static_cast<int64_t>(n_) * (Refine(trial, deadline, nullptr) + 2);
         const double energy = Energy(trial);
         if (energy < best * (1 - 1e-12)) {
           best = energy;
@@ -905,6 +1061,7 @@ void Engine::ChainSearch(std::vector<int>& choice, double deadline, int rounds) 
 }
 
 void Engine::RecordPoint(double deadline, int64_t k, double offset) {
+  const auto started = std::chrono::steady_clock::now();
   // The convex durations `offset` into the current move, rounded down to real options.
   std::vector<int> choice(static_cast<std::size_t>(n_));
   std::vector<double> cap(static_cast<std::size_t>(n_));
@@ -923,12 +1080,13 @@ void Engine::RecordPoint(double deadline, int64_t k, double offset) {
   if (options_.reclaim_slack) {
     Refine(choice, deadline, &cap);
     if (k <= 0 || small_) {
+      const auto searched = std::chrono::steady_clock::now();
       ChainSearch(choice, deadline, 8);
       Exchange(choice, deadline);
       ChainSearch(choice, deadline, 8);
       const int64_t budget = k <= 0 ? kFastestBudget : kSmallBudget;
-      exact = ExactAt(budget, deadline, choice, 0);
-      if (!exact) {
+      exact = n_ <= kExactMaxNodes && ExactAt(budget, deadline, choice, 0);
+      if (!exact && n_ <= kExactMaxNodes) {
         // Out of budget: a beam as wide as the budget allows (states x options x kept states
         // per step), then the local searches again from its plan.
         const double per_step = static_cast<double>(node_options_) + 1.0;  // ~ n x options
@@ -936,11 +1094,16 @@ void Engine::RecordPoint(double deadline, int64_t k, double offset) {
             std::clamp(std::sqrt(static_cast<double>(budget) / per_step), 4.0, 4096.0));
         const std::vector<int> before = choice;
         ExactAt(budget, deadline, choice, beam);
-        if (choice != before) {
+        // The neighbourhood search on small problems only: at the fastest point of the 4 x 16
+        // benchmark (128 nodes, 20 options) its 27 neighbourhoods cost 0.2 s and improved
+        // nothing (no neighbourhood finished within its budget; the beams found no better plan).
+        const bool moved = small_ && NeighborhoodSearch(choice, deadline, 4);
+        if (choice != before || moved) {
           ChainSearch(choice, deadline, 8);
           Exchange(choice, deadline);
         }
       }
+      if (k <= 0) fastest_wall_s_ += SecondsSince(searched);
     }
   }
   IterationPoint point;
@@ -953,19 +1116,31 @@ void Engine::RecordPoint(double deadline, int64_t k, double offset) {
   point.model_energy_j = exact ? point.cost.energy_j : model + pg_ * deadline;
   point.exact = exact;
   raw_.push_back(std::move(point));
+  realize_wall_s_ += SecondsSince(started);
+
 }
 
 bool Engine::ExactAt(int64_t budget, double deadline, std::vector<int>& choice,
-                     std::size_t beam) const {
+                     std::size_t beam, const std::vector<char>* free_nodes) const {
   const double incumbent = Energy(choice);
   int64_t work = 0;
+  const std::vector<int> given = choice;
+  // Per node: its first and one-past-last allowed front index (a fixed node: its given one).
+  const auto first_option = [&](int v) {
+    return free_nodes == nullptr || (*free_nodes)[v] ? std::size_t{0} : static_cast<std::size_t>(given[v]);
+  };
+  const auto end_option = [&](int v) {
+    return free_nodes == nullptr || (*free_nodes)[v] ? SpecOf(v).time.size()
+                                                     : static_cast<std::size_t>(given[v]) + 1;
+  };
+  const auto fastest_time = [&](int v) { return SpecOf(v).time[first_option(v)]; };
   // Order: by earliest start with every instruction at its fastest (topological, since every
   // duration is positive), which keeps the set of open instructions narrow.
   std::vector<double> head(static_cast<std::size_t>(n_), 0.0);
   for (int v : dag_.topological_order) {
     for (int i = preds_.start[v]; i < preds_.start[v + 1]; ++i) {
       const int p = preds_.node[i];
-      head[v] = std::max(head[v], head[p] + SpecOf(p).time.front() + preds_.lag[i]);
+      head[v] = std::max(head[v], head[p] + fastest_time(p) + preds_.lag[i]);
     }
   }
   std::vector<double> tail(static_cast<std::size_t>(n_), 0.0);  // after the node, at fastest
@@ -973,7 +1148,7 @@ bool Engine::ExactAt(int64_t budget, double deadline, std::vector<int>& choice,
     const int v = *it;
     for (int i = succs_.start[v]; i < succs_.start[v + 1]; ++i) {
       const int w = succs_.node[i];
-      tail[v] = std::max(tail[v], succs_.lag[i] + SpecOf(w).time.front() + tail[w]);
+      tail[v] = std::max(tail[v], succs_.lag[i] + fastest_time(w) + tail[w]);
     }
   }
   std::vector<int> order(static_cast<std::size_t>(n_));
@@ -1012,7 +1187,7 @@ bool Engine::ExactAt(int64_t budget, double deadline, std::vector<int>& choice,
       }
       for (std::size_t b = 0; b < cells; ++b) {
         double best = kInf;
-        for (std::size_t j = 0; j < spec.time.size(); ++j) {
+        for (std::size_t j = first_option(v); j < end_option(v); ++j) {
           if (units[j] <= b) best = std::min(best, spec.eff[j] + t[i + 1][b - units[j]]);
         }
         t[i][b] = best;
@@ -1028,7 +1203,9 @@ bool Engine::ExactAt(int64_t budget, double deadline, std::vector<int>& choice,
     double own = 0.0;
     if (chain_of[v] < 0) {
       const Spec& spec = SpecOf(v);
-      own = spec.eff[static_cast<std::size_t>(spec.Fit(deadline - head[v] - tail[v] + time_tol_))];
+      own = end_option(v) - first_option(v) == 1
+                ? spec.eff[first_option(v)]
+                : spec.eff[static_cast<std::size_t>(spec.Fit(deadline - head[v] - tail[v] + time_tol_))];
     }
     loose_after[static_cast<std::size_t>(k) - 1] = loose_after[static_cast<std::size_t>(k)] + own;
   }
@@ -1115,7 +1292,7 @@ bool Engine::ExactAt(int64_t budget, double deadline, std::vector<int>& choice,
         const int u = from.open[i];
         if (last_use[u] > k) open_low = std::max(open_low, from.finish[s * d_from + i] + tail[u]);
       }
-      for (std::size_t j = 0; j < spec.time.size(); ++j) {
+      for (std::size_t j = first_option(v); j < end_option(v); ++j) {
         const double finish = start + spec.time[j];
         const double makespan = last_use[v] < 0 ? std::max(from.makespan[s], finish) : from.makespan[s];
         const double makespan_low = std::max({makespan, finish + tail[v], open_low});
@@ -1191,7 +1368,62 @@ bool Engine::ExactAt(int64_t budget, double deadline, std::vector<int>& choice,
   return beam == 0;
 }
 
+bool Engine::NeighborhoodSearch(std::vector<int>& choice, double deadline, int rounds) const {
+  // Neighbourhoods: every pair of stages (with three or more), then windows of kWindow nodes
+  // of the topological order, half-overlapping.
+  constexpr int kWindow = 12;
+  std::vector<std::vector<char>> hoods;
+  const int stages = problem_.num_stages;
+  if (stages >= 3) {
+    for (int a = 0; a < stages; ++a) {
+      for (int b = a + 1; b < stages; ++b) {
+        std::vector<char> mask(static_cast<std::size_t>(n_), 0);
+        for (int v = 0; v < n_; ++v) {
+          const int s = dag_.nodes[static_cast<std::size_t>(v)].stage;
+          mask[v] = static_cast<char>(s == a || s == b);
+        }
+        hoods.push_back(std::move(mask));
+      }
+    }
+  }
+  if (n_ > kWindow) {
+    for (int first = 0; first < n_; first += kWindow / 2) {
+      std::vector<char> mask(static_cast<std::size_t>(n_), 0);
+      const int last = std::min(n_, first + kWindow);
+      for (int k = first; k < last; ++k) mask[dag_.topological_order[static_cast<std::size_t>(k)]] = 1;
+      hoods.push_back(std::move(mask));
+      if (last == n_) break;
+    }
+  }
+  bool changed = false;
+  for (int round = 0; round < rounds; ++round) {
+    bool improved = false;
+    for (const std::vector<char>& mask : hoods) {
+      const double before = Energy(choice);
+      std::vector<int> trial = choice;
+      if (!ExactAt(kNeighborhoodBudget, deadline, trial, 0, &mask)) {
+        // Out of budget: the same neighbourhood as a beam (a heuristic) within the budget.
+        double options = 1.0;
+        for (int v = 0; v < n_; ++v) options += mask[v] ? static_cast<double>(SpecOf(v).time.size()) : 1.0;
+        const auto beam = static_cast<std::size_t>(
+            std::clamp(std::sqrt(static_cast<double>(kNeighborhoodBudget) / options), 4.0, 4096.0));
+        ExactAt(kNeighborhoodBudget, deadline, trial, beam, &mask);
+      }
+      if (trial == choice) continue;
+      Refine(trial, deadline, nullptr);
+      if (Energy(trial) < before * (1 - 1e-12)) {
+        choice.swap(trial);
+        improved = true;
+        changed = true;
+      }
+    }
+    if (!improved) break;
+  }
+  return changed;
+}
+
 Result Engine::Run() {
+  const auto started = std::chrono::steady_clock::now();
   Result result;
   Summary& summary = result.summary;
   BuildModel();
@@ -1269,26 +1501,32 @@ Result Engine::Run() {
     shorten_.clear();
     lengthen_.clear();
     double delta = kInf;
-    for (int u : queue_) {
-      for (int i = out_start_[u]; i < out_start_[u + 1]; ++i) {
-        const int a = out_arcs_[i];
-        const int v = arc_act_[a];
-        if (v < 0 || !critical_[a] || side_[arc_to_[a]]) continue;
+    // Every critical activity arc across the cut was stopped by its residual capacity in some
+    // Scan, so it is in boundary_; entries now inside the source side or off the critical
+    // sub-DAG are dropped here.
+    std::size_t kept = 0;
+    for (int a : boundary_) {
+      const bool from_side = side_[arc_from_[a]] != 0;
+      const bool to_side = side_[arc_to_[a]] != 0;
+      if (!critical_[a] || from_side == to_side) {
+        in_boundary_[a] = 0;
+        continue;
+      }
+      boundary_[kept++] = a;
+      const int v = arc_act_[a];
+      if (from_side) {  // source side to sink side: shortened
         const int p = pos_[v];
         const int target = p % 2 == 1 ? p / 2 : p / 2 - 1;
         shorten_.push_back(v);
         rate_[v] = -1;
         delta = std::min(delta, dur_[v] - SpecOf(v).hull_time[static_cast<std::size_t>(target)]);
-      }
-      for (int i = in_start_[u]; i < in_start_[u + 1]; ++i) {
-        const int a = in_arcs_[i];
-        const int v = arc_act_[a];
-        if (v < 0 || !critical_[a] || side_[arc_from_[a]] || !(Lower(a) > 0.0)) continue;
+      } else if (lo_[a] > 0.0) {  // backwards with a saving: lengthened
         lengthen_.push_back(v);
         rate_[v] = 1;
         delta = std::min(delta, SpecOf(v).hull_time[static_cast<std::size_t>(pos_[v] / 2 + 1)] - dur_[v]);
       }
     }
+    boundary_.resize(kept);
     if (shorten_.empty() || !(delta > 0.0)) {
       status = Status::kStalled;
       message = "the minimum cut shortens nothing above the fastest iteration time";
@@ -1348,6 +1586,9 @@ Result Engine::Run() {
   summary.steps = steps_;
   summary.augmentations = augmentations_;
   summary.critical_edges_max = critical_arcs_max_;
+  summary.realize_wall_s = realize_wall_s_;
+  summary.fastest_point_wall_s = fastest_wall_s_;
+  summary.descent_wall_s = SecondsSince(started) - realize_wall_s_;
   summary.deadlines = static_cast<int64_t>(raw_.size());
   if (options_.keep_dominated) {
     result.points = std::move(raw_);

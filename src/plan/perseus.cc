@@ -214,6 +214,26 @@ SolveProfileSummary SolveProfile(const SolveProfileOptions& options) {
                       .num_microbatches = options.num_microbatches,
                       .stages = ReadPerseusProfile(options.profile, options.num_stages)};
   for (StageOptions& stage : problem.stages) stage.gpus = options.gpus_per_stage;
+  // A row's energy per GPU includes the static power over its time (plans split it into static
+  // and dynamic energy): one below static power x time is refused by name, not later as a
+  // negative dynamic energy of the iteration.
+  for (std::size_t s = 0; s < problem.stages.size(); ++s) {
+    for (const bool forward : {true, false}) {
+      for (const InstructionOption& option :
+           forward ? problem.stages[s].forward : problem.stages[s].backward) {
+        const double static_j = options.p_static_w * option.time_s;
+        if (option.energy_j >= static_j * (1.0 - 1e-9)) continue;
+        ThrowInput(fmt::format("{} stage {} {} at {} MHz: energy",
+                               ShownValue(options.profile.filename().string()), s,
+                               forward ? "forward" : "backward", option.freq_mhz),
+                   fmt::format("{:g} J", option.energy_j),
+                   fmt::format("must be at least the static power x time = {:g} W x {:g} s = "
+                               "{:g} J (energy per GPU includes static power; check "
+                               "--static-power)",
+                               options.p_static_w, option.time_s, static_j));
+      }
+    }
+  }
   problem.workload = {{"profile", ShownValue(options.profile.filename().string(), 255)},
                       {"stages", options.num_stages},
                       {"microbatches", options.num_microbatches},
@@ -368,19 +388,18 @@ std::string PythonStringLiteral(std::string_view text) {
 
 std::string ZeusFreqsText(const Plan& plan) {
   return StageListsText(plan, [](const PlannedInstruction& inst) {
-    return "(" + PythonStringLiteral(ToString(inst.kind)) + ", " +
-           std::to_string(inst.freq_mhz) + ")";
+    return fmt::format("({}, {})", PythonStringLiteral(ToString(inst.kind)), inst.freq_mhz);
   });
 }
 
 std::string KareusSchedsText(const Plan& plan) {
   return StageListsText(plan, [](const PlannedInstruction& inst) {
-    std::string out = "(" + PythonStringLiteral(ToString(inst.kind));
+    std::string out = fmt::format("({}", PythonStringLiteral(ToString(inst.kind)));
     if (inst.mode == ExecutionMode::kSequential || inst.partitions.empty()) return out + ",)";
     for (const PartitionKnobs& knobs : inst.partitions) {
       // The published config string: start-end-sms-block (kareus-official.md §4.4, §5.1).
-      out += ", " + PythonStringLiteral(knobs.slot + "-none-" + std::to_string(knobs.sms) +
-                                        "-1024");
+      out += fmt::format(", {}", PythonStringLiteral(fmt::format("{}-none-{}-1024", knobs.slot,
+                                                                  knobs.sms)));
     }
     return out + ")";
   });

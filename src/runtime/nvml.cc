@@ -77,8 +77,25 @@ void BindOptional(Nvml::Impl& impl, Fn& slot, const char* name) {
   slot = reinterpret_cast<Fn>(dlsym(impl.library, name));
 }
 
-std::vector<int> ToInts(const std::vector<unsigned int>& values) {
-  return std::vector<int>(values.begin(), values.end());
+// NVML's two-call protocol for a list: ask with room for `initial_size` entries and, when it
+// answers "insufficient size", retry once with the size it wants. `query(count, data)` calls
+// the NVML function named `function` (for the error message).
+template <typename Query>
+std::vector<int> QueryList(const Nvml::Impl& impl, const char* function, std::size_t initial_size,
+                           Query query) {
+  std::vector<unsigned int> values(initial_size);
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    unsigned int count = static_cast<unsigned int>(values.size());
+    const nvmlReturn_t code = query(&count, values.data());
+    if (code == static_cast<int>(NvmlStatus::kInsufficientSize)) {
+      values.resize(count);
+      continue;
+    }
+    if (code != 0) throw NvmlError(std::string(function) + ": " + impl.ErrorText(code), code);
+    values.resize(count);
+    return std::vector<int>(values.begin(), values.end());
+  }
+  throw NvmlError(std::string(function) + ": list size keeps changing", 7);
 }
 
 }  // namespace
@@ -165,42 +182,20 @@ std::string Nvml::Describe(const char* function, NvmlStatus status) const {
 
 std::vector<int> Nvml::SupportedMemoryClocksMhz(int gpu) const {
   CheckGpu(gpu);
-  // NVML's two-call protocol: ask with room for a generous list, retry with the size it wants.
-  std::vector<unsigned int> clocks(64);
-  for (int attempt = 0; attempt < 2; ++attempt) {
-    unsigned int count = static_cast<unsigned int>(clocks.size());
-    const nvmlReturn_t code = impl_->memory_clocks(impl_->devices[gpu], &count, clocks.data());
-    if (code == static_cast<int>(NvmlStatus::kInsufficientSize)) {
-      clocks.resize(count);
-      continue;
-    }
-    if (code != 0) {
-      throw NvmlError("nvmlDeviceGetSupportedMemoryClocks: " + impl_->ErrorText(code), code);
-    }
-    clocks.resize(count);
-    return ToInts(clocks);
-  }
-  throw NvmlError("nvmlDeviceGetSupportedMemoryClocks: list size keeps changing", 7);
+  return QueryList(*impl_, "nvmlDeviceGetSupportedMemoryClocks", 64,
+                   [&](unsigned int* count, unsigned int* clocks) {
+                     return impl_->memory_clocks(impl_->devices[gpu], count, clocks);
+                   });
 }
 
 std::vector<int> Nvml::SupportedGraphicsClocksMhz(int gpu, int memory_clock_mhz) const {
   CheckGpu(gpu);
-  std::vector<unsigned int> clocks(512);
-  for (int attempt = 0; attempt < 2; ++attempt) {
-    unsigned int count = static_cast<unsigned int>(clocks.size());
-    const nvmlReturn_t code = impl_->graphics_clocks(
-        impl_->devices[gpu], static_cast<unsigned int>(memory_clock_mhz), &count, clocks.data());
-    if (code == static_cast<int>(NvmlStatus::kInsufficientSize)) {
-      clocks.resize(count);
-      continue;
-    }
-    if (code != 0) {
-      throw NvmlError("nvmlDeviceGetSupportedGraphicsClocks: " + impl_->ErrorText(code), code);
-    }
-    clocks.resize(count);
-    return ToInts(clocks);
-  }
-  throw NvmlError("nvmlDeviceGetSupportedGraphicsClocks: list size keeps changing", 7);
+  return QueryList(*impl_, "nvmlDeviceGetSupportedGraphicsClocks", 512,
+                   [&](unsigned int* count, unsigned int* clocks) {
+                     return impl_->graphics_clocks(impl_->devices[gpu],
+                                                   static_cast<unsigned int>(memory_clock_mhz),
+                                                   count, clocks);
+                   });
 }
 
 int Nvml::ClockMhz(int gpu, ClockType type) const {

@@ -3,11 +3,15 @@
 // from the same Options structs, formatted as CLI11 prints them.
 #include <gtest/gtest.h>
 
+#include <cctype>
+#include <regex>
+#include <set>
 #include <sstream>
 #include <string>
 
 #include "integration/cli_util.h"
 #include "kareus/common/context.h"
+#include "kareus/common/io.h"
 #include "kareus/methods/run.h"
 #include "kareus/mobo/profiler.h"
 #include "kareus/plan/perseus.h"
@@ -80,12 +84,64 @@ TEST(CliHelp, SolveDefaultsComeFromSolveProfileOptions) {
   ExpectDefault(r.out, "--gpus-per-stage", std::to_string(defaults.gpus_per_stage));
 }
 
+TEST(CliHelp, UnknownCommandExitsTwoListingTheCommands) {
+  const auto r = RunKareus("simulte");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("command = simulte: unknown command (valid: gpus, models,"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("simulate"), std::string::npos) << r.err;
+  EXPECT_EQ(RunKareus("").exit_code, 2);  // no command at all: CLI11's usage error
+}
+
 TEST(CliHelp, UnknownBackendExitsTwo) {
   const auto r = RunKareus("profile " + (testing::SourceDir() / "examples/paper/01-llama3.2-3b-tp8-mbs8-seq4096.yaml").string() +
                            " --backend tpu --quiet");
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_NE(r.err.find("--backend = tpu"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("emulator"), std::string::npos) << r.err;
+}
+
+// README.md's command-line reference names every command `kareus --help` lists and every flag
+// each command's --help prints: a flag added without documentation fails here.
+TEST(CliHelp, ReadmeDocumentsEveryCommandAndFlag) {
+  const std::string readme = ReadTextFile(testing::SourceDir() / "README.md");
+  const auto documented = [&readme](const std::string& word) {
+    for (auto at = readme.find(word); at != std::string::npos; at = readme.find(word, at + 1)) {
+      const std::size_t end = at + word.size();
+      const char next = end < readme.size() ? readme[end] : ' ';
+      if (!std::isalnum(static_cast<unsigned char>(next)) && next != '-' && next != '_') return true;
+    }
+    return false;
+  };
+  const auto top = RunKareus("--help");
+  ASSERT_EQ(top.exit_code, 0) << top.err;
+  const auto commands_at = top.out.find("Subcommands:");
+  ASSERT_NE(commands_at, std::string::npos) << top.out;
+  std::istringstream lines(top.out.substr(commands_at));
+  std::vector<std::string> commands;
+  const std::regex command_line(R"(^  ([a-z][a-z-]*)\s)");
+  for (std::string line; std::getline(lines, line);) {
+    std::smatch m;
+    if (std::regex_search(line, m, command_line)) commands.push_back(m[1]);
+  }
+  ASSERT_GE(commands.size(), 11u) << top.out;
+  const std::regex flag_line(R"(^  (?:-[A-Za-z],)?(--[a-z0-9][a-z0-9-]*))");
+  for (const std::string& command : commands) {
+    EXPECT_TRUE(documented("`kareus " + command)) << "README.md: no `kareus " << command << "`";
+    const auto help = RunKareus(command + " --help");
+    ASSERT_EQ(help.exit_code, 0) << command << ": " << help.err;
+    std::istringstream flags(help.out);
+    std::set<std::string> seen;
+    for (std::string line; std::getline(flags, line);) {
+      std::smatch m;
+      if (!std::regex_search(line, m, flag_line) || m[1] == "--help") continue;
+      seen.insert(m[1]);
+      EXPECT_TRUE(documented(m[1])) << "README.md does not mention " << m[1] << " of kareus "
+                                    << command;
+    }
+    EXPECT_FALSE(seen.empty()) << command << " --help listed no flags";
+  }
 }
 
 }  // namespace

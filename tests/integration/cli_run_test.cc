@@ -37,6 +37,8 @@ TEST(CliRun, InvalidInputExitsTwoAndWritesNothing) {
       {"--surrogate forest", "forest"},
       {"--strategy greedy", "greedy"},
       {"--unit-time 0", "--unit-time"},
+      // CLI11 alone would wrap a negative seed to 2^64 - 1 and run.
+      {"--seed -1", "--seed = -1: must be a whole number"},
   };
   for (const auto& [flags, field] : cases) {
     const auto r = RunKareus("run " + kExample + " --out " + out.string() + " " + flags);
@@ -48,6 +50,9 @@ TEST(CliRun, InvalidInputExitsTwoAndWritesNothing) {
   EXPECT_EQ(missing.exit_code, 2);
   EXPECT_FALSE(std::filesystem::exists(out));
   EXPECT_EQ(RunKareus("run " + kExample).exit_code, 2);  // --out is required
+  const auto profile = RunKareus("profile " + kExample + " --seed -7 --quiet");
+  EXPECT_EQ(profile.exit_code, 2);
+  EXPECT_NE(profile.err.find("--seed = -7"), std::string::npos) << profile.err;
 }
 
 // Entries beside `out` that a run leaves behind (staging or previous folders).
@@ -87,6 +92,27 @@ TEST(CliRun, EmptyOrForeignOutIsRefusedBeforeAnythingRuns) {
   EXPECT_EQ(ReadTextFile(out / "notes.txt"), "mine");
   EXPECT_FALSE(std::filesystem::exists(out / "measurements.sqlite"));
   std::filesystem::remove_all(out);
+}
+
+// An --out Kareus cannot create is refused naming --out's value and the rule (not the internal
+// staging folder), before anything runs.
+TEST(CliRun, UnwritableOutIsRefusedNamingIt) {
+  const auto under_proc = RunKareus("run " + kExample + " --out /proc/kareus_out --quiet");
+  EXPECT_EQ(under_proc.exit_code, 2);
+  EXPECT_NE(under_proc.err.find("out = /proc/kareus_out: its parent folder /proc must be writable"),
+            std::string::npos)
+      << under_proc.err;
+  EXPECT_EQ(under_proc.err.find("staging"), std::string::npos) << under_proc.err;
+  const auto file = Fresh("file_parent");
+  WriteFileAtomic(file, "not a folder");
+  const auto under_file =
+      RunKareus("run " + kExample + " --out " + (file / "out").string() + " --quiet");
+  EXPECT_EQ(under_file.exit_code, 2);
+  EXPECT_NE(under_file.err.find("out = " + (file / "out").string() + ": its parent folder"),
+            std::string::npos)
+      << under_file.err;
+  EXPECT_EQ(ReadTextFile(file), "not a folder");
+  std::filesystem::remove_all(file);
 }
 
 TEST(CliRun, AnInterruptedRunLeavesThePreviousOutputsAndNoTemporaries) {

@@ -44,6 +44,12 @@ TEST(CliSimulate, PartitionAsJson) {
   EXPECT_EQ(RunKareus("simulate " + Tp8() + " --partition fwd_attn --freq 1410 --sms 12 --slot linear_0")
                 .exit_code,
             0);
+  // Power-limit mode without --freq: the header must not claim a locked clock.
+  const auto capped = RunKareus("simulate " + Tp8() +
+                                " --partition fwd_attn --power-limit 250 --sms 12 --slot linear_0");
+  ASSERT_EQ(capped.exit_code, 0) << capped.err;
+  EXPECT_NE(capped.out.find("unlocked (up to 1410 MHz) (250 W limit)"), std::string::npos)
+      << capped.out;
 }
 
 TEST(CliSimulate, InstructionAsJson) {
@@ -94,6 +100,30 @@ TEST(CliSimulate, BadInputExitsTwoWithTheChoices) {
     EXPECT_EQ(r.exit_code, 2) << c.args;
     EXPECT_NE(r.err.find(c.expect), std::string::npos) << c.args << ": " << r.err;
   }
+}
+
+// --csv must name a file Kareus can write: a folder, or a place it cannot write, is refused with
+// the path and the rule, and nothing is left behind.
+TEST(CliSimulate, CsvThatCannotBeWrittenExitsTwoNamingThePath) {
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("kareus_sweep_dir_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const auto folder = RunKareus("simulate " + Tp8() + " --partition fwd_mlp --sweep --csv " +
+                                dir.string());
+  EXPECT_EQ(folder.exit_code, 2);
+  EXPECT_NE(folder.err.find(dir.string() + ": is a folder; a file path is required"),
+            std::string::npos)
+      << folder.err;
+  EXPECT_TRUE(std::filesystem::is_empty(dir)) << "a temporary file stayed";
+  const auto unwritable =
+      RunKareus("simulate " + Tp8() + " --partition fwd_mlp --sweep --csv /proc/kareus_sweep.csv");
+  EXPECT_EQ(unwritable.exit_code, 2);
+  EXPECT_NE(unwritable.err.find("/proc/kareus_sweep.csv: cannot be written"), std::string::npos)
+      << unwritable.err;
+  EXPECT_EQ(unwritable.err.find(".tmp."), std::string::npos) << "names a temporary: "
+                                                             << unwritable.err;
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

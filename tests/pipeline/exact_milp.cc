@@ -7,9 +7,12 @@
 
 namespace kareus::pipeline::testing {
 
-MilpAnswer MinEnergyMilp(const Problem& problem, const schedule::Dag& dag, double deadline_s,
-                         double p_static_w, const std::map<int, int>& fixed,
-                         double time_limit_s) {
+namespace {
+
+// Builds the program (binary x unless `relax`) into `lp`; returns the first x column per node.
+std::vector<int> Build(glp_prob* lp, const Problem& problem, const schedule::Dag& dag,
+                       double deadline_s, double p_static_w, const std::map<int, int>& fixed,
+                       bool relax) {
   const int n = static_cast<int>(dag.nodes.size());
   auto gpus = [&](int stage) {
     return problem.gpus_per_stage.empty() ? 1 : problem.gpus_per_stage[stage];
@@ -22,7 +25,6 @@ MilpAnswer MinEnergyMilp(const Problem& problem, const schedule::Dag& dag, doubl
   int gpus_total = 0;
   for (int s = 0; s < problem.num_stages; ++s) gpus_total += gpus(s);
 
-  glp_prob* lp = glp_create_prob();
   glp_set_obj_dir(lp, GLP_MIN);
   // Columns (1-based): x_vj, then S_v, then C.
   std::vector<int> first_x(n);
@@ -39,7 +41,11 @@ MilpAnswer MinEnergyMilp(const Problem& problem, const schedule::Dag& dag, doubl
     const int g = gpus(dag.nodes[v].stage);
     for (int j = 0; j < static_cast<int>(list.size()); ++j) {
       const int col = first_x[v] + j;
-      glp_set_col_kind(lp, col, GLP_BV);
+      if (relax) {
+        glp_set_col_bnds(lp, col, GLP_DB, 0.0, 1.0);
+      } else {
+        glp_set_col_kind(lp, col, GLP_BV);
+      }
       glp_set_obj_coef(lp, col, g * (list[j].energy_j - p_static_w * list[j].time_s));
       const auto it = fixed.find(v);
       if (it != fixed.end()) glp_set_col_bnds(lp, col, GLP_FX, it->second == j ? 1.0 : 0.0, 0.0);
@@ -81,6 +87,22 @@ MilpAnswer MinEnergyMilp(const Problem& problem, const schedule::Dag& dag, doubl
     finish_terms(v, -1.0);
   }
   glp_load_matrix(lp, static_cast<int>(ia.size()) - 1, ia.data(), ja.data(), ar.data());
+  return first_x;
+}
+
+}  // namespace
+
+MilpAnswer MinEnergyMilp(const Problem& problem, const schedule::Dag& dag, double deadline_s,
+                         double p_static_w, const std::map<int, int>& fixed,
+                         double time_limit_s) {
+  auto options = [&](int v) -> const std::vector<Option>& {
+    const auto& inst = dag.nodes[v];
+    return inst.kind == schedule::Direction::kForward ? problem.forward_options[inst.stage]
+                                                      : problem.backward_options[inst.stage];
+  };
+  const int n = static_cast<int>(dag.nodes.size());
+  glp_prob* lp = glp_create_prob();
+  const std::vector<int> first_x = Build(lp, problem, dag, deadline_s, p_static_w, fixed, false);
 
   glp_iocp parm;
   glp_init_iocp(&parm);
@@ -101,6 +123,20 @@ MilpAnswer MinEnergyMilp(const Problem& problem, const schedule::Dag& dag, doubl
       answer.choice.push_back(best);
     }
   }
+  glp_delete_prob(lp);
+  return answer;
+}
+
+std::optional<double> MinEnergyLp(const Problem& problem, const schedule::Dag& dag,
+                                  double deadline_s, double p_static_w) {
+  glp_prob* lp = glp_create_prob();
+  Build(lp, problem, dag, deadline_s, p_static_w, {}, true);
+  glp_smcp parm;
+  glp_init_smcp(&parm);
+  parm.msg_lev = GLP_MSG_OFF;
+  glp_term_out(GLP_OFF);
+  std::optional<double> answer;
+  if (glp_simplex(lp, &parm) == 0 && glp_get_status(lp) == GLP_OPT) answer = glp_get_obj_val(lp);
   glp_delete_prob(lp);
   return answer;
 }

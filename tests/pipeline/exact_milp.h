@@ -4,6 +4,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <vector>
 
 #include "kareus/pipeline/solver.h"
@@ -24,5 +25,11 @@ struct MilpAnswer {
 MilpAnswer MinEnergyMilp(const Problem& problem, const schedule::Dag& dag, double deadline_s,
                          double p_static_w, const std::map<int, int>& fixed = {},
                          double time_limit_s = 60.0);
+
+// The same program's LINEAR relaxation (x in [0, 1], GLPK's simplex): per instruction the
+// convex hull of its options, i.e. the convex relaxation the solver traces. nullopt when the
+// simplex finds no optimum.
+std::optional<double> MinEnergyLp(const Problem& problem, const schedule::Dag& dag,
+                                  double deadline_s, double p_static_w);
 
 }  // namespace kareus::pipeline::testing

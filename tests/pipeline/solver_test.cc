@@ -109,6 +109,7 @@ TEST(Solver, MatchesExactOptimumOnRandomSmallDags) {
   const int instances = env != nullptr ? std::atoi(env) : 40;
   const bool verbose = std::getenv("KAREUS_SOLVER_TEST_VERBOSE") != nullptr;
   int fastest_exact = 0;
+  int lp_checked = 0;
   constexpr int kDeadlines = 6;
   for (int instance = 0; instance < instances; ++instance) {
     const Problem problem = RandomProblem(rng);
@@ -130,6 +131,19 @@ TEST(Solver, MatchesExactOptimumOnRandomSmallDags) {
         EXPECT_LT(point.cost.time_s, result.points[i - 1].cost.time_s);
         EXPECT_GT(point.cost.energy_j, result.points[i - 1].cost.energy_j);
       }
+    }
+    // The descent traces the convex relaxation EXACTLY (minimum cuts, moves to the next
+    // breakpoint; with issue 17's incremental source side and boundary cut): every point not
+    // proven by the exact search reports the relaxation's least energy at its deadline, which
+    // is the linear relaxation of the mixed-integer program (GLPK's simplex). A wrong cut or
+    // move would trace a costlier convex schedule: model_energy_j above the LP optimum.
+    for (const IterationPoint& point : result.points) {
+      if (point.exact) continue;
+      const auto lp = testing::MinEnergyLp(problem, result.dag, point.deadline_s, kStaticW);
+      ASSERT_TRUE(lp.has_value()) << "instance " << instance;
+      EXPECT_NEAR(point.model_energy_j, *lp, 1e-7 * *lp)
+          << "instance " << instance << " deadline " << point.deadline_s;
+      ++lp_checked;
     }
     if (verbose) {
       int ex = 0;
@@ -171,15 +185,17 @@ TEST(Solver, MatchesExactOptimumOnRandomSmallDags) {
   const auto above = std::count_if(gaps.begin(), gaps.end(), [](double g) { return g > 1e-3; });
   std::printf("solver vs exact (GLPK) at %zu sampled deadlines: median gap %.4f %%, p95 %.4f %%, "
               "worst %.4f %% (instance %d), %td above 0.1 %%; fastest point exact on %d of %d "
-              "instances\n",
+              "instances; convex energy = LP relaxation at %d points\n",
               gaps.size(), 100 * gaps[gaps.size() / 2],
               100 * gaps[static_cast<std::size_t>(0.95 * (gaps.size() - 1))], 100 * worst,
-              worst_instance, above, fastest_exact, instances);
-  // Issue 17 asks for 0.1 % at every sampled deadline; measured (seed 20261129, 40 instances):
-  // 2 of 240 above it (0.12 % and 0.40 %, where the exact search ran out of budget). These
-  // bounds hold what was reached: at most 1 % of the deadlines above 0.1 %, none above 0.5 %.
-  EXPECT_LE(static_cast<double>(above), 0.01 * static_cast<double>(gaps.size()));
-  EXPECT_LE(worst, 5e-3);
+              worst_instance, above, fastest_exact, instances, lp_checked);
+  // Issue 17 asks for 0.1 % at every sampled deadline. Measured (seed 20261129, 40 instances):
+  // worst 0.063 % (instance 17); before the neighbourhood search (exact search on stage pairs
+  // and windows of the topological order, after the whole-DAG search ran out of budget) 2 of
+  // 240 were above it (instance 2: 0.12 %, instance 9: 0.40 %, whose optimum differs from the
+  // beam's plan in 7 instructions on all three stages).
+  EXPECT_EQ(above, 0);
+  EXPECT_LE(worst, 1e-3);
 }
 
 // Issue 17's unbalanced pipeline (tests/pipeline/data/make_perseus_4x16.sh): the fastest point

@@ -326,6 +326,10 @@ TEST(SolveProfile, BadCsvNamesTheLineAndWritesNothing) {
                                     "1,backward,1410,0.1,3\n",
        "no backward rows"},
       {"bad_header", "stage,instr,frequency,time,energy\n0,forward,1410,0.1,3\n", ":1 header"},
+      // 3 J in 0.1 s is 30 W per GPU, below the 85 W static power.
+      {"below_static_power", good + "1,backward,1200,0.1,3\n",
+       "stage 1 backward at 1200 MHz: energy = 3 J: must be at least the static power x time = "
+       "85 W x 0.1 s = 8.5 J"},
   };
   for (const BadCsv& c : cases) {
     const fs::path dir = TempDir(c.name);

@@ -5,27 +5,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "c_check.h"
 #include "kareus/c_api.h"
-
-static int g_failures = 0;
-
-#define CHECK(condition)                                                               \
-  do {                                                                                 \
-    if (!(condition)) {                                                                \
-      fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #condition);    \
-      ++g_failures;                                                                    \
-    }                                                                                  \
-  } while (0)
-
-#define CHECK_OK(call)                                                                 \
-  do {                                                                                 \
-    int status_ = (call);                                                              \
-    if (status_ != KAREUS_OK) {                                                        \
-      fprintf(stderr, "%s:%d: %s -> %d: %s\n", __FILE__, __LINE__, #call, status_,     \
-              kareus_last_error());                                                    \
-      ++g_failures;                                                                    \
-    }                                                                                  \
-  } while (0)
 
 /* Stage 1's order for 2 stages x 4 microbatches x 2 chunks (Megatron-LM's interleaved loop:
  * warm-up (2-1-1)*2 + (2-1)*2 = 2 forwards): kind (0 forward, 1 backward), microbatch, chunk. */

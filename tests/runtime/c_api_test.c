@@ -11,27 +11,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "c_check.h"
 #include "kareus/c_api.h"
-
-static int g_failures = 0;
-
-#define CHECK(condition)                                                  \
-  do {                                                                    \
-    if (!(condition)) {                                                   \
-      fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #condition); \
-      ++g_failures;                                                       \
-    }                                                                     \
-  } while (0)
-
-#define CHECK_OK(call)                                                                 \
-  do {                                                                                 \
-    int status_ = (call);                                                              \
-    if (status_ != KAREUS_OK) {                                                        \
-      fprintf(stderr, "%s:%d: %s -> %d: %s\n", __FILE__, __LINE__, #call, status_,     \
-              kareus_last_error());                                                    \
-      ++g_failures;                                                                    \
-    }                                                                                  \
-  } while (0)
 
 enum { kStages = 2, kMicrobatches = 8, kSteps = 2, kMaxCalls = 256 };
 

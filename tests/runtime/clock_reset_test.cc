@@ -48,13 +48,7 @@ class ClockResetTest : public ::testing::Test {
     ASSERT_EQ(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
   }
   void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("kareus_clock_reset_test_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
-    log_ = dir_ / "nvml.log";
-    setenv("FAKE_NVML_LOG", log_.c_str(), 1);
+    dir_ = testing::FreshTestDirWithNvmlLog("kareus_clock_reset_test", &log_);
     for (const char* name : {"FAKE_NVML_SET_RETURN", "FAKE_NVML_CALL_DELAY_US",
                              "KAREUS_CLOCK_WATCHER"}) {
       unsetenv(name);

@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <string>
+#include <vector>
 
 #include "kareus/runtime/nvml.h"
 
@@ -40,6 +42,26 @@ TEST(NvmlQueries, ReadWhatTheDriverExports) {
   EXPECT_EQ(nvml->TemperatureC(0, &celsius), NvmlStatus::kFunctionNotFound);  // not exported
   EXPECT_EQ(celsius, -1);
   EXPECT_THROW(nvml->DeviceName(7, &name), EnvironmentError);
+}
+
+// The list queries (NVML's two-call protocol, one helper in nvml.cc): the whole list, and an
+// NVML error reported with the function's name and NVML's code.
+TEST(NvmlQueries, SupportedClockLists) {
+  auto nvml = Nvml::Open({.library_path = KAREUS_FAKE_NVML_PATH});
+  EXPECT_EQ(nvml->SupportedMemoryClocksMhz(0), (std::vector<int>{2619, 1593}));
+  const std::vector<int> graphics = nvml->SupportedGraphicsClocksMhz(0, 2619);
+  ASSERT_EQ(graphics.size(), (1980u - 210u) / 15u + 1u);
+  EXPECT_EQ(graphics.front(), 1980);
+  EXPECT_EQ(graphics.back(), 210);
+  try {
+    nvml->SupportedGraphicsClocksMhz(0, 1234);  // not a memory clock of the fake: NOT_FOUND
+    ADD_FAILURE() << "no error";
+  } catch (const NvmlError& e) {
+    EXPECT_EQ(e.code(), 6);
+    EXPECT_NE(std::string(e.what()).find("nvmlDeviceGetSupportedGraphicsClocks: "),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace

@@ -37,13 +37,7 @@ constexpr int kMicrobatches = 8;
 class RuntimeTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("kareus_runtime_test_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
-    log_ = dir_ / "nvml.log";
-    setenv("FAKE_NVML_LOG", log_.c_str(), 1);
+    dir_ = testing::FreshTestDirWithNvmlLog("kareus_runtime_test", &log_);
     for (const char* name : {"FAKE_NVML_SET_RETURN", "FAKE_NVML_ENERGY_RETURN",
                              "FAKE_NVML_INIT_RETURN", "FAKE_NVML_DEVICES", "FAKE_NVML_POWER_MW"}) {
       unsetenv(name);

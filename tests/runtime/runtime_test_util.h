@@ -4,6 +4,7 @@
 #pragma once
 
 #include <dlfcn.h>
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -55,6 +56,22 @@ inline plan::Plan MakeTestPlan(int num_stages, int num_microbatches, int offset_
 }
 
 inline std::string FakeNvmlPath() { return KAREUS_FAKE_NVML_PATH; }
+
+// A fresh, empty folder for the running test (`prefix`_PID_TESTNAME under the temporary
+// folder); the fake NVML logs its calls to nvml.log in it (FAKE_NVML_LOG), whose path is
+// returned in `log`.
+inline std::filesystem::path FreshTestDirWithNvmlLog(const std::string& prefix,
+                                                     std::filesystem::path* log) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() /
+      (prefix + "_" + std::to_string(::getpid()) + "_" +
+       ::testing::UnitTest::GetInstance()->current_test_info()->name());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  *log = dir / "nvml.log";
+  setenv("FAKE_NVML_LOG", log->c_str(), 1);
+  return dir;
+}
 
 // The fake's control functions, resolved from the already-loaded library.
 struct FakeNvml {

@@ -60,13 +60,7 @@ plan::Plan MakePlan(ScheduleKind kind, int stages, int microbatches, int chunks,
 class SchedulesTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("kareus_schedules_test_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
-    log_ = dir_ / "nvml.log";
-    setenv("FAKE_NVML_LOG", log_.c_str(), 1);
+    dir_ = testing::FreshTestDirWithNvmlLog("kareus_schedules_test", &log_);
   }
   void TearDown() override {
     unsetenv("FAKE_NVML_LOG");

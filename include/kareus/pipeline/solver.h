@@ -127,6 +127,12 @@ struct Summary {
   int64_t deadlines = 0;         // deadlines realized (points before the dominance filter)
   int64_t points_dominated = 0;  // realized points dropped because another dominated them
   int64_t critical_edges_max = 0;  // largest critical sub-DAG seen (arcs)
+  // Where the time went (wall clock, for benchmarks; never compared in tests): the convex
+  // descent (cuts, moves, passes), realizing every deadline's plan (fastest point included),
+  // and of that the fastest point's extra searches.
+  double descent_wall_s = 0.0;
+  double realize_wall_s = 0.0;
+  double fastest_point_wall_s = 0.0;
 };
 
 struct Result {
