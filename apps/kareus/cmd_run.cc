@@ -32,6 +32,7 @@ struct RunArgs {
   double unit_time_ms = methods::RunOptions{}.unit_time_s * 1e3;
   bool quiet = false;
   bool json = false;
+  bool transfer = mobo::ProfileOptions{}.transfer;
 };
 
 std::string DefaultMethodNames() {
@@ -69,6 +70,7 @@ methods::RunOptions ToOptions(const RunArgs& args) {
     }
   }
   options.profile = ToProfileOptions(args.profiler);
+  options.profile.transfer = args.transfer;
   options.evaluation = methods::EvaluationModeFromString(args.evaluation);
   options.unit_time_s = args.unit_time_ms * 1e-3;
   options.quiet = args.quiet;
@@ -155,6 +157,9 @@ void AddEvaluateCommand(CLI::App& app) {
   AddSharedOptions(cmd, *args,
                    "SQLite measurement store shared by every workload (default: one per "
                    "workload, OUT/<name>/measurements.sqlite)");
+  cmd->add_flag("--transfer", args->transfer,
+                "Profile each workload with the measurements of the earlier workloads of the "
+                "same model and GPU (their stores, read-only) as related data");
   cmd->callback([args]() {
     // Under mpirun every rank runs this command: rank 0 profiles the workloads' partition types
     // on every rank together, then each workload's remaining flow runs on a rank; rank 0 writes
@@ -187,6 +192,11 @@ void AddEvaluateCommand(CLI::App& app) {
     methods::EvaluationResult result;
     if (session->distributed()) {
       methods::LoadEvaluationWorkloads(paths);  // input errors first, as one process
+      if (options.profile.transfer) {
+        ThrowInput("--transfer", "set",
+                   "needs the workloads profiled one after another (one process); under mpirun "
+                   "they are profiled together");
+      }
       distributed::Planner planner(*session, make_spec, planner_options);
       result = planner.Evaluate(paths, options, backend, context, args->out);
       ReportRanks(planner, args->distributed, args->quiet);

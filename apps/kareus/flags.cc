@@ -8,6 +8,7 @@
 #include "kareus/common/json.h"
 #include "kareus/measure/cuda_backend.h"
 #include "kareus/measure/emulator_backend.h"
+#include "kareus/mobo/prior.h"
 
 namespace kareus::cli {
 
@@ -47,12 +48,13 @@ void AddProfilerFlags(CLI::App* cmd, ProfilerFlags& flags, const std::string& st
                                  "Evaluations per tunable partition type; 0: use --budget-fraction")
                      ->capture_default_str();
   cmd->add_option("--budget-fraction", flags.budget_fraction,
-                  "Share of each partition type's search space the profiler measures")
+                  "Share of each partition type's search space the profiler measures; 0: "
+                  "automatic, 0.10 with --prior model, 0.15 with --prior none")
       ->capture_default_str()
       ->excludes(budget);
   cmd->add_option("--surrogate", flags.surrogate, "Profiler surrogate: gp | xgb")->capture_default_str();
   cmd->add_option("--strategy", flags.strategy,
-                  "Profiler batch acquisition: per-clock | published | believer")
+                  "Profiler batch acquisition: per-clock | published | believer | thompson")
       ->capture_default_str();
   cmd->add_option("--initial", flags.initial, "Initial design size per type; 0: automatic")
       ->capture_default_str();
@@ -68,6 +70,21 @@ void AddProfilerFlags(CLI::App* cmd, ProfilerFlags& flags, const std::string& st
                 "Select partition frontiers on the raw readings instead of the surrogate's "
                 "denoised means");
   cmd->add_option("--store", flags.store, store_help);
+  cmd->add_option("--prior", flags.prior,
+                  "Profiler prior mean: model (the emulator's noise-free prediction for the "
+                  "workload's GPU preset; the surrogates learn the residual and drop the prior "
+                  "where held-out errors say it hurts) | none")
+      ->capture_default_str();
+  cmd->add_option("--prior-perturb", flags.prior_perturb,
+                  "Deliberate error of the prior's GPU model, for benchmarks: none or "
+                  "dynamic_power=F,voltage_shift_mhz=M,collective_bandwidth=F,"
+                  "compute_efficiency=F,invert_clock_trend=1,shuffle=1")
+      ->capture_default_str();
+  cmd->add_option("--related", flags.related,
+                  "Transfer: the measurement store of a related workload (same model and GPU, "
+                  "another sequence length, microbatch, TP or CP), read-only; its measurements "
+                  "of each partition type inform the surrogates with a learned similarity, never "
+                  "the frontier (repeatable)");
 }
 
 mobo::ProfileOptions ToProfileOptions(const ProfilerFlags& flags) {
@@ -82,6 +99,12 @@ mobo::ProfileOptions ToProfileOptions(const ProfilerFlags& flags) {
   options.full_grid = flags.full_grid;
   options.denoise = !flags.raw_frontier;
   options.store = flags.store;
+  if (flags.prior == "model") {
+    options.prior = mobo::EmulatorPrior(mobo::ParsePerturbation(flags.prior_perturb));
+  } else if (flags.prior != "none") {
+    ThrowInput("--prior", flags.prior, "must be one of: model, none");
+  }
+  options.related_stores.assign(flags.related.begin(), flags.related.end());
   ThrowAsFlag(options.Validate(), ProfilerFlagNames(""));
   return options;
 }

@@ -40,13 +40,19 @@ struct ProfilerFlags {
   bool full_grid = mobo::ProfileOptions{}.full_grid;
   bool raw_frontier = !mobo::ProfileOptions{}.denoise;
   std::string store;
+  std::string prior = "model";
+  std::string prior_perturb = "none";
+  std::vector<std::string> related;
 };
 
 // --budget, --budget-fraction, --surrogate, --strategy, --initial, --batch, --unit-size, --full-grid,
-// --raw-frontier, --store (`store_help` says what the default store is for the command).
+// --raw-frontier, --store (`store_help` says what the default store is for the command),
+// --prior, --prior-perturb, --related.
 void AddProfilerFlags(CLI::App* cmd, ProfilerFlags& flags, const std::string& store_help);
 
-// The profiler's options from the flags, validated (InputError naming the flag).
+// The profiler's options from the flags, validated (InputError naming the flag). `--prior
+// model` (the default) is the emulator's noise-free model of the workload's GPU preset,
+// perturbed by --prior-perturb.
 mobo::ProfileOptions ToProfileOptions(const ProfilerFlags& flags);
 // The flags of mobo::ProfileOptions's fields; `prefix` is "" for the struct itself and
 // "profile." for the one inside methods::RunOptions.

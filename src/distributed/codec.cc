@@ -161,6 +161,32 @@ pareto::Point GetParetoPoint(Reader& r) {
   return p;
 }
 
+void Put(Writer& w, const mobo::PriorUse& u) {
+  w.F64(u.time_weight);
+  w.F64(u.energy_weight);
+  w.F64(u.held_out.time);
+  w.F64(u.held_out.dynamic_energy);
+  w.U64(u.related_similarity.size());
+  for (double v : u.related_similarity) w.F64(v);
+  w.Str(u.calibration);
+  w.F64(u.calibration_log_rms_before);
+  w.F64(u.calibration_log_rms_after);
+}
+
+mobo::PriorUse GetPriorUse(Reader& r) {
+  mobo::PriorUse u;
+  u.time_weight = r.F64();
+  u.energy_weight = r.F64();
+  u.held_out.time = r.F64();
+  u.held_out.dynamic_energy = r.F64();
+  u.related_similarity.resize(r.Size());
+  for (double& v : u.related_similarity) v = r.F64();
+  u.calibration = r.Str();
+  u.calibration_log_rms_before = r.F64();
+  u.calibration_log_rms_after = r.F64();
+  return u;
+}
+
 void Put(Writer& w, const mobo::PartitionResult& p) {
   w.Str(p.type);
   w.Bool(p.tunable);
@@ -203,6 +229,9 @@ void Put(Writer& w, const mobo::PartitionResult& p) {
     Put(w, o.reference);
     Put(w, o.space_reference);
   }
+  w.Bool(p.has_prior);
+  w.U64(p.prior_uses.size());
+  for (const mobo::PriorUse& u : p.prior_uses) Put(w, u);
 }
 
 mobo::PartitionResult GetPartitionResult(Reader& r) {
@@ -248,6 +277,9 @@ mobo::PartitionResult GetPartitionResult(Reader& r) {
     o.space_reference = GetParetoPoint(r);
     p.oracle = o;
   }
+  p.has_prior = r.Bool();
+  p.prior_uses.resize(r.Size());
+  for (mobo::PriorUse& u : p.prior_uses) u = GetPriorUse(r);
   return p;
 }
 
@@ -259,6 +291,11 @@ void Put(Writer& w, const mobo::ProfileSummary& s) {
   w.Str(s.backend);
   w.Str(s.surrogate);
   w.Str(s.strategy);
+  w.Str(s.prior);
+  w.U64(s.related.size());
+  for (const std::string& r : s.related) w.Str(r);
+  w.Bool(s.prior_is_measuring_model);
+  w.Str(s.prior_note);
   w.U64(s.seed);
   w.U64(s.partitions.size());
   for (const auto& p : s.partitions) Put(w, p);
@@ -275,6 +312,11 @@ mobo::ProfileSummary GetProfileSummary(Reader& r) {
   s.backend = r.Str();
   s.surrogate = r.Str();
   s.strategy = r.Str();
+  s.prior = r.Str();
+  s.related.resize(r.Size());
+  for (std::string& related : s.related) related = r.Str();
+  s.prior_is_measuring_model = r.Bool();
+  s.prior_note = r.Str();
   s.seed = r.U64();
   s.partitions.resize(r.Size());
   for (auto& p : s.partitions) p = GetPartitionResult(r);

@@ -77,6 +77,23 @@ std::filesystem::path EvaluationStore(const RunOptions& options, const workload:
   return {};
 }
 
+std::vector<std::filesystem::path> EvaluationRelatedStores(
+    const RunOptions& options, const std::vector<workload::Workload>& loaded, std::size_t index,
+    const std::filesystem::path& out) {
+  std::vector<std::filesystem::path> related = options.profile.related_stores;
+  if (!options.profile.transfer || !options.profile.store.empty() || out.empty()) return related;
+  const workload::Workload& w = loaded.at(index);
+  for (std::size_t j = 0; j < index; ++j) {
+    const workload::Workload& r = loaded[j];
+    const std::filesystem::path store = EvaluationStore(options, r, out);
+    if (r.model.name == w.model.name && r.gpu.name == w.gpu.name &&
+        r.Signature() != w.Signature() && std::filesystem::exists(store)) {
+      related.push_back(store);
+    }
+  }
+  return related;
+}
+
 Json EvaluationRow(const RunResult& run, const std::string& workload_name) {
   const Json summary = ToJson(run.summary);
   return Json{{"workload", workload_name},
@@ -107,9 +124,11 @@ EvaluationResult EvaluateWorkloads(const std::vector<std::filesystem::path>& wor
     for (const auto& w : loaded) folder->Keep(EvaluationStore(options, w, out));
   }
   std::vector<Json> rows;
-  for (const auto& w : loaded) {
+  for (std::size_t i = 0; i < loaded.size(); ++i) {
+    const workload::Workload& w = loaded[i];
     RunOptions per = options;
     per.profile.store = EvaluationStore(options, w, out);
+    per.profile.related_stores = EvaluationRelatedStores(options, loaded, i, out);
     if (!options.quiet && kareus::Progress::StderrIsTerminal()) {
       std::fprintf(stderr, "kareus: workload %s\n", w.name.c_str());
     }

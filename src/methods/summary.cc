@@ -189,11 +189,23 @@ RunSummary BuildSummary(const RunResult& run) {
                       .idle_power_w = run.idle_power_w,
                       .planning_clocks_mhz = PlanningClocks(run.model, run.options),
                       .budget = profile.budget,
-                      .budget_fraction = profile.budget_fraction,
+                      .budget_fraction = profile.BudgetFraction(),
                       .surrogate = mobo::ToString(profile.surrogate),
                       .strategy = mobo::ToString(profile.strategy),
                       .store = profile.store.string(),
+                      .prior = profile.prior ? profile.prior.description : "none",
+                      .prior_note = "",
+                      .prior_is_measuring_model = false,
+                      .prior_calibrated = profile.prior && profile.prior_calibrate &&
+                                          static_cast<bool>(profile.prior.make_calibrated),
+                      .related = {},
                       .evaluation = ToString(run.options.evaluation)};
+  for (const auto& m : run.methods) {
+    if (!m.profile) continue;
+    summary.settings.prior_note = m.profile->prior_note;
+    summary.settings.prior_is_measuring_model = m.profile->prior_is_measuring_model;
+    summary.settings.related = m.profile->related;
+  }
   for (const auto& m : run.methods) {
     summary.settings.methods.push_back(m.method.name);
     summary.methods.push_back(Summarize(m));
@@ -404,7 +416,12 @@ Json ToJson(const RunSummary& summary) {
                   {"budget_fraction", s.budget_fraction},
                   {"surrogate", s.surrogate},
                   {"strategy", s.strategy},
-                  {"store", s.store}}},
+                  {"store", s.store},
+                  {"prior", s.prior},
+                  {"prior_note", s.prior_note},
+                  {"prior_is_measuring_model", s.prior_is_measuring_model},
+                  {"prior_calibrated", s.prior_calibrated},
+                  {"related_workloads", s.related}}},
                 {"evaluation", s.evaluation},
                 {"backend", summary.backend},
                 {"evaluator", summary.evaluator}};

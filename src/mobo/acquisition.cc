@@ -374,6 +374,36 @@ std::vector<Pick> SelectPerClock(const AcquisitionInput& in, int batch_size) {
   return s.picks();
 }
 
+std::vector<Pick> SelectThompson(const AcquisitionInput& in, int batch_size) {
+  Selector s(in, batch_size);
+  const Normalizer real(in.measured_time_s, in.measured_energy_j);
+  std::vector<pareto::Point> front = MeasuredFront(real, in.measured_time_s, in.measured_energy_j);
+  for (int j = 0; !in.samples.empty() && !s.Full(); ++j) {
+    const Predictions& draw = in.samples[static_cast<std::size_t>(j) % in.samples.size()];
+    double best = 0.0;
+    std::size_t best_k = in.sampled.size();
+    for (std::size_t k = 0; k < in.sampled.size(); ++k) {
+      if (s.Taken(in.sampled[k])) continue;
+      const double t = draw.time_s[k];
+      const double hvi = FrontHvi(
+          front, real.Apply(t, draw.dynamic_energy_j[k] + in.static_power_w * t, -1),
+          real.reference);
+      if (hvi > best) {
+        best = hvi;
+        best_k = k;
+      }
+    }
+    if (best_k == in.sampled.size()) break;  // no draw improves: the rest by the mean
+    s.Take(in.sampled[best_k], PickReason::kThompson);
+    const double t = draw.time_s[best_k];
+    InsertIntoFront(&front,
+                    real.Apply(t, draw.dynamic_energy_j[best_k] + in.static_power_w * t, -1));
+  }
+  s.TakeBelieverHvi(real, std::move(front), s.Remaining(), PickReason::kTotalHvi);
+  s.TakeTop(s.RelativeUncertainty(), s.Remaining(), PickReason::kUncertain, false);
+  return s.picks();
+}
+
 }  // namespace
 }  // namespace internal
 
@@ -385,6 +415,8 @@ const char* ToString(Strategy strategy) {
       return "per-clock";
     case Strategy::kBeliever:
       return "believer";
+    case Strategy::kThompson:
+      return "thompson";
   }
   return "?";
 }
@@ -393,7 +425,8 @@ Strategy StrategyFromString(const std::string& text) {
   if (text == "published") return Strategy::kPublished;
   if (text == "per-clock") return Strategy::kPerClock;
   if (text == "believer") return Strategy::kBeliever;
-  ThrowInput("strategy", text, "must be one of: published, per-clock, believer");
+  if (text == "thompson") return Strategy::kThompson;
+  ThrowInput("strategy", text, "must be one of: published, per-clock, believer, thompson");
 }
 
 const char* ToString(PickReason reason) {
@@ -412,6 +445,8 @@ const char* ToString(PickReason reason) {
       return "backfill";
     case PickReason::kNeighbour:
       return "neighbour";
+    case PickReason::kThompson:
+      return "thompson";
   }
   return "?";
 }
@@ -426,6 +461,8 @@ std::vector<Pick> SelectBatch(Strategy strategy, const AcquisitionInput& input, 
       return internal::SelectPerClock(input, batch_size);
     case Strategy::kBeliever:
       return internal::SelectBeliever(input, batch_size);
+    case Strategy::kThompson:
+      return internal::SelectThompson(input, batch_size);
   }
   return {};
 }

@@ -57,18 +57,19 @@ pareto::Point ComparisonReference(const std::vector<pareto::Point>& front) {
 std::vector<measure::Sample> Estimates(const SearchSpace& space, const std::vector<int64_t>& indices,
                                        const std::vector<measure::Sample>& samples,
                                        SurrogateKind kind, bool denoise, double static_power_w,
-                                       uint64_t seed) {
+                                       uint64_t seed, const TypeKnowledge& knowledge,
+                                       bool learn_prior_weight, PriorUse* use) {
   if (!denoise || indices.size() < 3) return samples;
-  std::vector<std::vector<double>> x;
-  std::vector<double> time_s, dynamic_j;
-  for (std::size_t i = 0; i < indices.size(); ++i) {
-    x.push_back(space.Encode(indices[i]));
-    time_s.push_back(samples[i].time_s);
-    dynamic_j.push_back(samples[i].dynamic_energy_j);
-  }
-  auto surrogate = MakeSurrogate(kind, {.seed = seed});
-  surrogate->Fit(x, time_s, dynamic_j);
-  const Predictions p = surrogate->Predict(x);
+  const TrainingRows rows = knowledge.Rows(space, indices, samples);
+  auto surrogate = MakeSurrogate(kind, {.seed = seed, .learn_prior_weight = learn_prior_weight});
+  surrogate->Fit(rows);
+  if (use != nullptr) *use = surrogate->Use();
+  // The target's rows come first: predict at them.
+  const std::size_t n = indices.size();
+  const std::vector<std::vector<double>> x(rows.x.begin(), rows.x.begin() + n);
+  const std::vector<double> prior_t = rows.has_prior() ? std::vector<double>(rows.prior_time_s.begin(), rows.prior_time_s.begin() + n) : std::vector<double>();
+  const std::vector<double> prior_e = rows.has_prior() ? std::vector<double>(rows.prior_dynamic_energy_j.begin(), rows.prior_dynamic_energy_j.begin() + n) : std::vector<double>();
+  const Predictions p = surrogate->Predict(x, prior_t, prior_e);
   std::vector<measure::Sample> out = samples;
   for (std::size_t i = 0; i < out.size(); ++i) {
     out[i].time_s = p.time_s[i];
@@ -82,7 +83,7 @@ std::vector<measure::Sample> Estimates(const SearchSpace& space, const std::vect
 OracleComparison CompareWithOracle(const SearchSpace& space, const workload::PartitionType& type,
                                    const PartitionResult& result, measure::Backend& noisy,
                                    measure::Backend& oracle, const ProfileOptions& options,
-                                   uint64_t random_seed) {
+                                   uint64_t random_seed, const TypeKnowledge& knowledge) {
   const std::vector<measure::Sample> truth = Exhaustive(space, type, oracle);
   auto front_of = [&](int clock) {  // clock < 0: all clocks
     std::vector<pareto::Point> points;
@@ -106,7 +107,8 @@ OracleComparison CompareWithOracle(const SearchSpace& space, const workload::Par
   // Random search gets the same frontier extraction as the optimizer.
   const std::vector<measure::Sample> random_samples =
       Estimates(space, random_indices, noisy.MeasureAll(type, random_knobs), options.surrogate,
-                options.denoise && type.tunable, noisy.StaticPowerW(), random_seed);
+                options.denoise && type.tunable, noisy.StaticPowerW(), random_seed, knowledge,
+                options.prior_check);
 
   OracleComparison out;
   const std::vector<pareto::Point> oracle_front = front_of(-1);

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kareus/measure/backend.h"
+#include "kareus/mobo/prior.h"
 #include "kareus/mobo/profiler.h"
 #include "kareus/mobo/search_space.h"
 
@@ -32,15 +33,20 @@ double ReevaluatedHypervolume(const std::vector<int64_t>& indices,
 pareto::Point ComparisonReference(const std::vector<pareto::Point>& front);
 
 // The frontier-selection values of measured configurations: the posterior mean of a surrogate
-// of `kind` fitted on them (denoised), or the readings themselves when `denoise` is false.
+// of `kind` fitted on them (denoised; with what `knowledge` holds: the prior mean and related
+// workloads' rows; the prior's weight learned unless `learn_prior_weight` is false), or the
+// readings themselves when `denoise` is false. `use`, when given, receives what the fit made
+// of the prior and the related rows.
 std::vector<measure::Sample> Estimates(const SearchSpace& space, const std::vector<int64_t>& indices,
                                        const std::vector<measure::Sample>& samples,
                                        SurrogateKind kind, bool denoise, double static_power_w,
-                                       uint64_t seed);
+                                       uint64_t seed, const TypeKnowledge& knowledge,
+                                       bool learn_prior_weight, PriorUse* use = nullptr);
 
+// Random search gets the optimizer's frontier extraction, prior included.
 OracleComparison CompareWithOracle(const SearchSpace& space, const workload::PartitionType& type,
                                    const PartitionResult& result, measure::Backend& noisy,
                                    measure::Backend& oracle, const ProfileOptions& options,
-                                   uint64_t random_seed);
+                                   uint64_t random_seed, const TypeKnowledge& knowledge);
 
 }  // namespace kareus::mobo::internal

@@ -16,6 +16,7 @@
 #include "kareus/measure/store.h"
 #include "kareus/mobo/search_space.h"
 #include "mobo/baselines.h"
+#include "mobo/hv_fast.h"
 
 namespace kareus::mobo {
 namespace internal {
@@ -24,6 +25,9 @@ namespace {
 // The smallest automatic initial design: enough points for a first surrogate fit over the
 // three knobs; coverage of every clock then comes from the per-clock acquisition.
 constexpr int kMinInitialDesign = 6;
+// With a prior: the initial design is the prior's (measured better at 5 % of the space than
+// 3 LHS points + 10 % of the budget, bench/profile_prior.py).
+constexpr int kPriorDesign = 4;
 
 struct Plan {
   const workload::PartitionType* type = nullptr;
@@ -36,10 +40,16 @@ struct Plan {
 }  // namespace
 }  // namespace internal
 
+double ProfileOptions::BudgetFraction() const {
+  if (budget_fraction > 0.0) return budget_fraction;
+  return prior ? kBudgetFractionWithPrior : kBudgetFraction;
+}
+
 std::optional<OptionError> ProfileOptions::Validate() const {
   if (budget < 0) return OptionError{"budget", Describe(budget), "must be >= 0 (0: budget_fraction)"};
-  if (!(budget_fraction > 0.0 && budget_fraction <= 1.0)) {
-    return OptionError{"budget_fraction", Describe(budget_fraction), "must be in (0, 1]"};
+  if (!(budget_fraction == 0.0 || (budget_fraction > 0.0 && budget_fraction <= 1.0))) {
+    return OptionError{"budget_fraction", Describe(budget_fraction),
+                       "must be in (0, 1], or 0 (automatic)"};
   }
   if (initial_design < 0 || initial_design == 1) {
     return OptionError{"initial_design", Describe(initial_design), "must be 0 (auto) or at least 2"};
@@ -49,6 +59,9 @@ std::optional<OptionError> ProfileOptions::Validate() const {
   }
   if (batch_size < 0) return OptionError{"batch_size", Describe(batch_size), "must be >= 0 (0: auto)"};
   if (unit_size < 0) return OptionError{"unit_size", Describe(unit_size), "must be >= 0 (0: whole batch)"};
+  if (related_max_rows < 1) {
+    return OptionError{"related_max_rows", Describe(related_max_rows), "must be >= 1"};
+  }
   return std::nullopt;
 }
 
@@ -69,7 +82,7 @@ Plan PlanType(const workload::PartitionType& type, const hw::GpuSpec& gpu,
   if (options.budget > 0) {
     plan.budget = options.budget;
   } else {
-    plan.budget = static_cast<int64_t>(std::ceil(options.budget_fraction * size - 1e-9));
+    plan.budget = static_cast<int64_t>(std::ceil(options.BudgetFraction() * size - 1e-9));
   }
   if (plan.budget > size) {
     ThrowInput("budget", std::to_string(plan.budget),
@@ -78,6 +91,10 @@ Plan PlanType(const workload::PartitionType& type, const hw::GpuSpec& gpu,
   }
   if (options.initial_design > 0) {
     plan.initial = options.initial_design;
+  } else if (options.prior) {
+    // The prior's design (PriorDesign): a few configurations where the model expects the
+    // frontier, spread over the clocks; the surrogate's batches do the rest.
+    plan.initial = kPriorDesign;
   } else {
     plan.initial = std::max<int>(
         kMinInitialDesign, static_cast<int>(std::lround(options.initial_fraction * plan.budget)));
@@ -140,9 +157,11 @@ std::vector<int64_t> InitialDesign(const SearchSpace& space, int count, Rng& rng
 class TypeState {
  public:
   TypeState(const Plan& plan, const ProfileOptions& options, const measure::Backend& backend,
-            measure::MeasurementStore* store, uint64_t seed)
+            measure::MeasurementStore* store, uint64_t seed, TypeKnowledge knowledge,
+            const workload::WorkloadModel& model)
       : plan_(plan), options_(options), backend_(backend), store_(store), seed_(seed),
-        gpus_(measure::PartitionGpus(*plan.type)) {
+        gpus_(measure::PartitionGpus(*plan.type)), knowledge_(std::move(knowledge)),
+        model_(model) {
     result_.type = plan_.type->name;
     result_.tunable = plan_.type->tunable;
     result_.space_size = plan_.space.Size();
@@ -150,7 +169,10 @@ class TypeState {
     result_.initial_design = plan_.initial;
     result_.batch_size = plan_.batch;
     measured_.assign(plan_.space.Size(), false);
+    result_.has_prior = !knowledge_.prior.empty();
   }
+
+  const TypeKnowledge& knowledge() const { return knowledge_; }
 
   bool complete() const { return complete_; }
   bool in_flight() const { return !missing_.empty() && pending_ > 0; }
@@ -170,12 +192,13 @@ class TypeState {
           indices.resize(plan_.space.Size());
           std::iota(indices.begin(), indices.end(), 0);
         } else {
-          indices = InitialDesign(plan_.space, plan_.initial, rng);
+          indices = Initial(rng);
         }
         reasons.assign(indices.size(), plan_.type->tunable ? "initial" : "exhaustive");
         if (plan_.type->tunable) {
           surrogate_ = MakeSurrogate(options_.surrogate,
-                                     {.seed = DeriveSeed(seed_, HashString("surrogate"))});
+                                     {.seed = DeriveSeed(seed_, HashString("surrogate")),
+                                      .learn_prior_weight = options_.prior_check});
         }
       } else if (!PickBatch(&indices, &reasons)) {
         Finalize();
@@ -229,6 +252,23 @@ class TypeState {
   }
 
  private:
+  // The tunable type's initial design: the prior's (PriorDesign) when there is a prior and no
+  // --initial, topped up with Latin-hypercube points (no prior, or fewer clocks than points).
+  std::vector<int64_t> Initial(Rng& rng) const {
+    std::vector<int64_t> initial;
+    if (!knowledge_.prior.empty() && options_.initial_design == 0) {
+      initial = PriorDesign(plan_.space, knowledge_.prior, backend_.StaticPowerW(), plan_.initial);
+    }
+    if (static_cast<int>(initial.size()) < plan_.initial) {
+      std::set<int64_t> have(initial.begin(), initial.end());
+      for (int64_t i : InitialDesign(plan_.space, plan_.initial, rng)) {
+        if (static_cast<int>(initial.size()) >= plan_.initial) break;
+        if (have.insert(i).second) initial.push_back(i);
+      }
+    }
+    return initial;
+  }
+
   // Fits the surrogate on every measurement and picks the next batch; false when the type is
   // done (budget spent, space exhausted, or not tunable).
   bool PickBatch(std::vector<int64_t>* indices, std::vector<std::string>* reasons) {
@@ -238,25 +278,33 @@ class TypeState {
     AcquisitionInput input;
     input.space = &plan_.space;
     input.static_power_w = backend_.StaticPowerW();
-    std::vector<std::vector<double>> x;
+    std::vector<measure::Sample> samples;
     for (const Evaluation& e : result_.evaluations) {
       input.measured.push_back(e.index);
       input.measured_time_s.push_back(e.sample.time_s);
       input.measured_energy_j.push_back(e.sample.energy_j);
       input.measured_dynamic_energy_j.push_back(e.sample.dynamic_energy_j);
-      x.push_back(plan_.space.Encode(e.index));
+      samples.push_back(e.sample);
     }
-    surrogate_->Fit(x, input.measured_time_s, input.measured_dynamic_energy_j);
+    Calibrate();
+    surrogate_->Fit(knowledge_.Rows(plan_.space, input.measured, samples));
+    if (Knows()) result_.prior_uses.push_back(WithCalibration(surrogate_->Use()));
     std::vector<std::vector<double>> candidates_x;
+    std::vector<double> candidates_prior_t, candidates_prior_e;
     for (int64_t i = 0; i < plan_.space.Size(); ++i) {
       if (measured_[i]) continue;
       input.candidates.push_back(i);
       candidates_x.push_back(plan_.space.Encode(i));
+      AddPrior(i, &candidates_prior_t, &candidates_prior_e);
     }
     if (input.candidates.empty()) return false;
-    input.predictions = surrogate_->Predict(candidates_x);
+    input.predictions = surrogate_->Predict(candidates_x, candidates_prior_t, candidates_prior_e);
     const int k = static_cast<int>(std::min<int64_t>(
         plan_.batch, plan_.budget - static_cast<int64_t>(result_.evaluations.size())));
+    if (options_.strategy == Strategy::kThompson) {
+      DrawSamples(*surrogate_, candidates_x, candidates_prior_t, candidates_prior_e, k, batch_ + 1,
+                  &input);
+    }
     const std::vector<Pick> picks = SelectBatch(options_.strategy, input, k);
     KAREUS_CHECK(!picks.empty());
     ++batch_;
@@ -265,6 +313,91 @@ class TypeState {
       reasons->push_back(ToString(p.reason));
     }
     return true;
+  }
+
+  // Thompson sampling: joint draws at the candidates that could be on the frontier (optimistic
+  // point, mean - 2 std, improves the measured front), at most kMaxSampled of them by that
+  // improvement; one draw per pick.
+  void DrawSamples(const Surrogate& surrogate, const std::vector<std::vector<double>>& x,
+                   const std::vector<double>& prior_t, const std::vector<double>& prior_e, int k,
+                   int batch, AcquisitionInput* input) const {
+    constexpr std::size_t kMaxSampled = 300;
+    const Predictions& p = input->predictions;
+    std::vector<pareto::Point> measured;
+    for (std::size_t i = 0; i < input->measured.size(); ++i) {
+      measured.push_back({.time_s = input->measured_time_s[i], .energy_j = input->measured_energy_j[i]});
+    }
+    const std::vector<pareto::Point> front = pareto::Filter(measured);
+    double t_max = 0.0, e_max = 0.0;
+    for (const pareto::Point& q : measured) {
+      t_max = std::max(t_max, q.time_s);
+      e_max = std::max(e_max, q.energy_j);
+    }
+    const pareto::Point reference{.time_s = 1.1 * t_max, .energy_j = 1.1 * e_max};
+    std::vector<std::pair<double, std::size_t>> scored;
+    for (std::size_t c = 0; c < input->candidates.size(); ++c) {
+      const double t = std::max(0.5 * p.time_s[c], p.time_s[c] - 2.0 * p.time_std_s[c]);
+      const double e = std::max(0.5 * p.dynamic_energy_j[c],
+                                p.dynamic_energy_j[c] - 2.0 * p.dynamic_energy_std_j[c]);
+      const double hvi = FrontHvi(front, {.time_s = t, .energy_j = e + input->static_power_w * t},
+                                  reference);
+      if (hvi > 0.0) scored.push_back({-hvi, c});
+    }
+    std::sort(scored.begin(), scored.end());
+    if (scored.size() > kMaxSampled) scored.resize(kMaxSampled);
+    std::vector<std::vector<double>> sx;
+    std::vector<double> st, se;
+    for (const auto& [score, c] : scored) {
+      input->sampled.push_back(c);
+      sx.push_back(x[c]);
+      if (!prior_t.empty()) {
+        st.push_back(prior_t[c]);
+        se.push_back(prior_e[c]);
+      }
+    }
+    if (sx.empty()) return;
+    input->samples = surrogate.Sample(sx, st, se, k, DeriveSeed(seed_, 0x75 + static_cast<uint64_t>(batch)));
+  }
+
+  // Fits the prior model's physical scales to every measurement so far and, when they moved,
+  // predicts the space again with them (the surrogate then learns what is left).
+  void Calibrate() {
+    if (knowledge_.prior.empty() || !options_.prior_calibrate || !options_.prior.make_calibrated) {
+      return;
+    }
+    std::vector<measure::PartitionKnobs> knobs;
+    std::vector<measure::Sample> samples;
+    for (const Evaluation& e : result_.evaluations) {
+      knobs.push_back(e.knobs);
+      samples.push_back(e.sample);
+    }
+    const CalibrationResult c = CalibratePrior(options_.prior, model_, *plan_.type, knobs,
+                                               samples, calibration_.calibration);
+    const bool moved = c.calibration.ToString() != calibration_.calibration.ToString();
+    calibration_ = c;
+    calibrated_ = true;
+    if (moved) {
+      const std::unique_ptr<measure::Backend> prior =
+          options_.prior.make_calibrated(model_, calibration_.calibration);
+      knowledge_.prior = PredictSpace(*prior, *plan_.type, plan_.space);
+    }
+  }
+
+  PriorUse WithCalibration(PriorUse use) const {
+    if (!calibrated_) return use;
+    use.calibration = calibration_.calibration.ToString();
+    use.calibration_log_rms_before = calibration_.log_rms_before;
+    use.calibration_log_rms_after = calibration_.log_rms_after;
+    return use;
+  }
+
+  bool Knows() const { return !knowledge_.prior.empty() || !knowledge_.related.empty(); }
+
+  // The prior mean at space index `i`, appended (nothing without a prior).
+  void AddPrior(int64_t i, std::vector<double>* time_s, std::vector<double>* energy_j) const {
+    if (knowledge_.prior.empty()) return;
+    time_s->push_back(knowledge_.prior.time_s[i]);
+    energy_j->push_back(knowledge_.prior.dynamic_energy_j[i]);
   }
 
   // Appends the batch's evaluations, reading what the store has. Evaluation order is the pick
@@ -344,10 +477,14 @@ class TypeState {
         indices.push_back(e.index);
         samples.push_back(e.sample);
       }
+      PriorUse use;
+      const bool denoise = options_.denoise && plan_.type->tunable && indices.size() >= 3;
+      if (denoise) Calibrate();
       const std::vector<measure::Sample> estimates =
-          Estimates(plan_.space, indices, samples, options_.surrogate,
-                    options_.denoise && plan_.type->tunable, backend_.StaticPowerW(),
-                    DeriveSeed(seed_, HashString("final-surrogate")));
+          Estimates(plan_.space, indices, samples, options_.surrogate, denoise,
+                    backend_.StaticPowerW(), DeriveSeed(seed_, HashString("final-surrogate")),
+                    knowledge_, options_.prior_check, &use);
+      if (denoise && Knows()) result_.prior_uses.push_back(WithCalibration(use));
       for (std::size_t i = 0; i < estimates.size(); ++i) result_.evaluations[i].estimate = estimates[i];
     }
     BuildFrontiers();
@@ -389,6 +526,10 @@ class TypeState {
   measure::MeasurementStore* store_;
   uint64_t seed_;
   int gpus_;
+  TypeKnowledge knowledge_;  // the prior mean (calibrated) and related workloads' rows
+  const workload::WorkloadModel& model_;
+  CalibrationResult calibration_;  // the prior's latest calibration to this type
+  bool calibrated_ = false;
   PartitionResult result_;
   std::unique_ptr<Surrogate> surrogate_;
   std::vector<bool> measured_;       // picked (space index), measured or in flight
@@ -414,6 +555,65 @@ Json PointJson(const FrontierPoint& p) {
               {"measured_energy_j", p.measured_energy_j}};
 }
 
+// Whether `model` reads what `backend`'s noise-free twin reads: the same description and the
+// GPU figures a model's predictions rest on.
+bool SameModel(measure::Backend& model, measure::Backend& backend) {
+  const std::unique_ptr<measure::Backend> twin = backend.NoiseFreeTwin();
+  if (!twin || twin->Description() != model.Description()) return false;
+  const hw::GpuSpec& a = model.Gpu();
+  const hw::GpuSpec& b = twin->Gpu();
+  bool same_curve = a.voltage_curve.size() == b.voltage_curve.size();
+  for (std::size_t i = 0; same_curve && i < a.voltage_curve.size(); ++i) {
+    same_curve = a.voltage_curve[i].freq_mhz == b.voltage_curve[i].freq_mhz &&
+                 a.voltage_curve[i].volts == b.voltage_curve[i].volts;
+  }
+  return same_curve && a.name == b.name && a.sm_count == b.sm_count &&
+         a.power.dynamic_max_w == b.power.dynamic_max_w && a.power.static_w == b.power.static_w &&
+         a.power.cap_w == b.power.cap_w && a.power.memory_w == b.power.memory_w &&
+         a.gemm_efficiency == b.gemm_efficiency &&
+         a.attention_efficiency == b.attention_efficiency &&
+         a.hbm_bandwidth_gbps == b.hbm_bandwidth_gbps &&
+         a.interconnect.bus_bandwidth_gbps == b.interconnect.bus_bandwidth_gbps &&
+         a.interconnect.channel_bandwidth_gbps == b.interconnect.channel_bandwidth_gbps;
+}
+
+std::string PriorNote(const ProfileOptions& options, bool measuring_model) {
+  if (!options.prior) return "no prior: the surrogates start from the measurements alone";
+  if (measuring_model) {
+    return "the prior is the measuring backend's own noise-free model, i.e. the truth up to "
+           "measurement noise: results with it (small budgets in particular) are flattering, "
+           "they hold largely by construction here; the mismatched-prior benchmark "
+           "(bench/profile_prior.py, a perturbed GPU model as the prior) is the measure of the "
+           "method";
+  }
+  return "the prior is a model distinct from the measuring backend: its physical scales are "
+         "calibrated to each type's measurements (when it has them), the surrogates learn the "
+         "residual between the measurements and it, and its weight per target (0 drops it)";
+}
+
+// What the last fit (the one the frontier was selected with) made of the prior, and every fit.
+Json PriorJson(const std::vector<PriorUse>& uses) {
+  Json fits = Json::array();
+  for (const PriorUse& u : uses) {
+    Json fit{{"time_weight", u.time_weight}, {"energy_weight", u.energy_weight}};
+    if (!u.related_similarity.empty()) fit["related_similarity"] = u.related_similarity;
+    if (!u.calibration.empty()) fit["calibration"] = u.calibration;
+    fits.push_back(std::move(fit));
+  }
+  const PriorUse& last = uses.back();
+  Json out{{"time_weight", last.time_weight},
+           {"energy_weight", last.energy_weight},
+           {"held_out_log_error",
+            {{"time", last.held_out.time}, {"dynamic_energy", last.held_out.dynamic_energy}}},
+           {"fits", fits}};
+  if (!last.calibration.empty()) {
+    out["calibration"] = Json{{"perturbation", last.calibration},
+                              {"log_rms_before", last.calibration_log_rms_before},
+                              {"log_rms_after", last.calibration_log_rms_after}};
+  }
+  return out;
+}
+
 }  // namespace
 }  // namespace internal
 
@@ -425,6 +625,8 @@ struct WorkloadProfiler::State {
   std::vector<const workload::PartitionType*> types;
   std::vector<internal::Plan> plans;
   std::unique_ptr<measure::Backend> oracle;
+  std::unique_ptr<measure::Backend> prior_model;  // predictions only (never counted)
+  std::vector<RelatedWorkload> related;           // transfer: read once, read-only
   std::unique_ptr<measure::MeasurementStore> store;
   std::vector<std::unique_ptr<internal::TypeState>> states;
   std::vector<std::string> labels;
@@ -468,6 +670,13 @@ WorkloadProfiler::WorkloadProfiler(const workload::WorkloadModel& model,
                  "the exhaustive oracle needs a backend with noise-free values (the emulator)");
     }
   }
+  if (options.prior) {
+    s.prior_model = options.prior.make(model);
+    KAREUS_CHECK(s.prior_model != nullptr) << "the prior's model factory returned nothing";
+  }
+  for (const std::filesystem::path& path : options.related_stores) {
+    s.related.push_back(LoadRelatedWorkload(path, model, backend.Description()));
+  }
   if (!options.store.empty()) {
     s.store = measure::MeasurementStore::Open(
         options.store, {.gpu = backend.Gpu().name,
@@ -476,8 +685,18 @@ WorkloadProfiler::WorkloadProfiler(const workload::WorkloadModel& model,
   }
   for (std::size_t i = 0; i < s.plans.size(); ++i) {
     const uint64_t seed = DeriveSeed(context.seed, HashString(s.plans[i].type->name.c_str()));
+    TypeKnowledge knowledge;
+    if (s.plans[i].type->tunable) {
+      if (s.prior_model) {
+        knowledge.prior = PredictSpace(*s.prior_model, *s.plans[i].type, s.plans[i].space);
+      }
+      knowledge.related = RelatedRowsFor(s.related, *s.plans[i].type, s.plans[i].space,
+                                         options.prior, options.related_max_rows,
+                                         DeriveSeed(seed, HashString("related")));
+    }
     s.states.push_back(std::make_unique<internal::TypeState>(s.plans[i], s.options, backend,
-                                                             s.store.get(), seed));
+                                                             s.store.get(), seed,
+                                                             std::move(knowledge), model));
     s.labels.push_back("[" + std::to_string(i + 1) + "/" + std::to_string(s.plans.size()) + "]");
   }
   s.progress = std::make_unique<Progress>(!context.quiet);
@@ -518,6 +737,11 @@ ProfileSummary WorkloadProfiler::Finish() {
   summary.backend = s.backend->Description();
   summary.surrogate = ToString(s.options.surrogate);
   summary.strategy = ToString(s.options.strategy);
+  if (s.options.prior) summary.prior = s.options.prior.description;
+  summary.prior_is_measuring_model =
+      s.prior_model && internal::SameModel(*s.prior_model, *s.backend);
+  summary.prior_note = internal::PriorNote(s.options, summary.prior_is_measuring_model);
+  for (const RelatedWorkload& r : s.related) summary.related.push_back(r.workload_signature);
   summary.seed = s.context.seed;
   for (std::size_t i = 0; i < s.states.size(); ++i) {
     KAREUS_CHECK(s.states[i]->complete()) << s.plans[i].type->name << " is not profiled yet";
@@ -528,7 +752,8 @@ ProfileSummary WorkloadProfiler::Finish() {
       const uint64_t seed = DeriveSeed(s.context.seed, HashString(s.plans[i].type->name.c_str()));
       const uint64_t random_seed = DeriveSeed(seed, HashString("random-search"));
       result.oracle = internal::CompareWithOracle(s.plans[i].space, *s.plans[i].type, result,
-                                                  *s.backend, *s.oracle, s.options, random_seed);
+                                                  *s.backend, *s.oracle, s.options, random_seed,
+                                                  s.states[i]->knowledge());
     }
     summary.partitions.push_back(std::move(result));
   }
@@ -568,6 +793,10 @@ Json ProfileSummary::ToJson(bool with_evaluations) const {
   doc["backend"] = backend;
   doc["surrogate"] = surrogate;
   doc["strategy"] = strategy;
+  doc["prior"] = prior;
+  doc["prior_is_measuring_model"] = prior_is_measuring_model;
+  doc["prior_note"] = prior_note;
+  doc["related_workloads"] = related;
   doc["seed"] = seed;
   doc["gpu_seconds"] = gpu_seconds;
   doc["gpu_hours"] = gpu_seconds / 3600.0;
@@ -591,6 +820,7 @@ Json ProfileSummary::ToJson(bool with_evaluations) const {
     t["batches"] = r.batches;
     t["hypervolume"] = r.hypervolume;
     t["hypervolume_trace"] = r.hypervolume_trace;
+    if (!r.prior_uses.empty()) t["prior"] = internal::PriorJson(r.prior_uses);
     Json front = Json::array();
     for (const FrontierPoint& p : r.frontier) front.push_back(internal::PointJson(p));
     t["frontier"] = front;

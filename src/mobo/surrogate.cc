@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "kareus/mobo/surrogate.h"
 
+#include <algorithm>
+
 #include "kareus/common/error.h"
 #include "mobo/gaussian_process.h"
 #include "mobo/xgb_ensemble.h"
@@ -39,6 +41,32 @@ std::optional<OptionError> SurrogateOptions::Validate() const {
   }
   if (gp_max_sweeps < 1) return OptionError{"gp_max_sweeps", Describe(gp_max_sweeps), "must be >= 1"};
   return std::nullopt;
+}
+
+void TrainingRows::Add(const std::vector<double>& encoded, double time, double dynamic_energy,
+                       int row_task) {
+  x.push_back(encoded);
+  time_s.push_back(time);
+  dynamic_energy_j.push_back(dynamic_energy);
+  if (row_task != 0 || !task.empty()) {
+    task.resize(x.size() - 1, 0);
+    task.push_back(row_task);
+    tasks = std::max(tasks, row_task + 1);
+  }
+}
+
+void TrainingRows::AddPrior(double time, double dynamic_energy) {
+  prior_time_s.push_back(time);
+  prior_dynamic_energy_j.push_back(dynamic_energy);
+}
+
+void Surrogate::Fit(const std::vector<std::vector<double>>& x, const std::vector<double>& time_s,
+                    const std::vector<double>& dynamic_energy_j) {
+  TrainingRows rows;
+  rows.x = x;
+  rows.time_s = time_s;
+  rows.dynamic_energy_j = dynamic_energy_j;
+  Fit(rows);
 }
 
 std::unique_ptr<Surrogate> MakeSurrogate(SurrogateKind kind, const SurrogateOptions& options) {

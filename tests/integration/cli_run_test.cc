@@ -32,7 +32,7 @@ TEST(CliRun, InvalidInputExitsTwoAndWritesNothing) {
   const auto out = Fresh("invalid");
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"--methods kareus,zeus", "zeus"},
-      {"--budget-fraction 0", "--budget-fraction"},
+      {"--budget-fraction -0.1", "--budget-fraction"},
       {"--budget-fraction 1.5", "--budget-fraction"},
       {"--surrogate forest", "forest"},
       {"--strategy greedy", "greedy"},
@@ -188,6 +188,18 @@ TEST(CliEvaluate, CombinedTableOverWorkloads) {
   EXPECT_EQ(j["rows"][1]["workload"], "05-qwen3-1.7b-tp8-mbs8-seq4096");
   EXPECT_TRUE(std::filesystem::exists(out / "evaluation.txt"));
   EXPECT_TRUE(std::filesystem::exists(out / "01-llama3.2-3b-tp8-mbs8-seq4096" / "report.html"));
+  // The profiler uses the model-informed prior by default and the summary says so (issue 18).
+  const Json summary =
+      Json::parse(ReadTextFile(out / "01-llama3.2-3b-tp8-mbs8-seq4096" / "summary.json"));
+  const Json& profile = summary["settings"]["profile"];
+  EXPECT_NE(profile["prior"].get<std::string>().find("emulator"), std::string::npos) << profile;
+  EXPECT_FALSE(profile["prior_note"].get<std::string>().empty()) << profile;
+  // On the emulator backend the default prior is the measuring model itself: the summary must
+  // say that its results are flattering, and that the prior is calibrated per type.
+  EXPECT_TRUE(profile["prior_is_measuring_model"].get<bool>()) << profile;
+  EXPECT_NE(profile["prior_note"].get<std::string>().find("by construction"), std::string::npos)
+      << profile;
+  EXPECT_TRUE(profile["prior_calibrated"].get<bool>()) << profile;
   std::filesystem::remove_all(out);
 }
 

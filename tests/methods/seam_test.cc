@@ -228,10 +228,10 @@ TEST(Evaluation, WithoutATwinPlansAreMeasured) {
 TEST(Options, ValidateNamesTheField) {
   EXPECT_FALSE(RunOptions{}.Validate());
   RunOptions options;
-  options.profile.budget_fraction = 0.0;
+  options.profile.budget_fraction = -0.1;  // 0 is automatic (mobo::ProfileOptions::BudgetFraction)
   ASSERT_TRUE(options.Validate());
   EXPECT_EQ(options.Validate()->field, "profile.budget_fraction");
-  EXPECT_EQ(options.Validate()->rule, "must be in (0, 1]");
+  EXPECT_EQ(options.Validate()->rule, "must be in (0, 1], or 0 (automatic)");
   options = RunOptions{};
   options.unit_time_s = -1.0;
   EXPECT_EQ(options.Validate()->field, "unit_time_s");

@@ -136,7 +136,8 @@ TEST(Surrogate, NamesRoundTripAndUnknownNamesAreInputErrors) {
   for (auto kind : {SurrogateKind::kXgbEnsemble, SurrogateKind::kGaussianProcess}) {
     EXPECT_EQ(SurrogateKindFromString(ToString(kind)), kind);
   }
-  for (auto s : {Strategy::kPublished, Strategy::kPerClock, Strategy::kBeliever}) {
+  for (auto s : {Strategy::kPublished, Strategy::kPerClock, Strategy::kBeliever,
+                 Strategy::kThompson}) {
     EXPECT_EQ(StrategyFromString(ToString(s)), s);
   }
   EXPECT_THROW(SurrogateKindFromString("forest"), InputError);
@@ -190,7 +191,7 @@ TEST_P(AcquisitionTest, PicksDistinctUnmeasuredCandidates) {
 
 INSTANTIATE_TEST_SUITE_P(Strategies, AcquisitionTest,
                          ::testing::Values(Strategy::kPublished, Strategy::kPerClock,
-                                           Strategy::kBeliever));
+                                           Strategy::kBeliever, Strategy::kThompson));
 
 }  // namespace
 }  // namespace kareus::mobo

@@ -83,6 +83,7 @@ int64_t StoreRows(const fs::path& path) {
 
 constexpr const char* kTp8 = "01-llama3.2-3b-tp8-mbs8-seq4096.yaml";
 constexpr const char* kOther = "05-qwen3-1.7b-tp8-mbs8-seq4096.yaml";
+constexpr const char* kOtherSeq8192 = "06-qwen3-1.7b-tp8-mbs8-seq8192.yaml";
 
 TEST_F(ProfileCliTest, InvalidInputExitsTwoWithTheReason) {
   const std::string wl = Workload(kTp8) + " --partition fwd_mlp --quiet";
@@ -92,7 +93,7 @@ TEST_F(ProfileCliTest, InvalidInputExitsTwoWithTheReason) {
   r = Kareus("profile " + wl + " --budget 100000");
   EXPECT_EQ(r.exit_code, 2) << r.out;
   EXPECT_NE(r.out.find("exceeds the search space"), std::string::npos) << r.out;
-  r = Kareus("profile " + wl + " --budget-fraction 0");
+  r = Kareus("profile " + wl + " --budget-fraction -0.1");  // 0 is automatic
   EXPECT_EQ(r.exit_code, 2) << r.out;
   r = Kareus("profile " + wl + " --surrogate forest");
   EXPECT_EQ(r.exit_code, 2) << r.out;
@@ -152,14 +153,16 @@ TEST_F(ProfileCliTest, JsonStoreReuseAndForeignWorkload) {
 // ends with the frontiers of an uninterrupted run.
 TEST_F(ProfileCliTest, SigkilledRunResumesWithTheSameFrontiers) {
   const std::string workload = Workload("02-llama3.2-3b-cp2-tp4-mbs8-seq4096.yaml");
-  const std::string types = " --partition fwd_qkv_ag --partition bwd_qkv_rs --partition bwd_mlp";
+  const std::string types =
+      " --partition fwd_qkv_ag --partition bwd_qkv_rs --partition bwd_mlp --budget-fraction 0.15";
   const fs::path store = dir_ / "killed.db";
   const pid_t child = fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
     if (std::freopen("/dev/null", "w", stdout) == nullptr) _exit(126);
     execl(kareus_.c_str(), "kareus", "profile", workload.c_str(), "--partition", "fwd_qkv_ag",
-          "--partition", "bwd_qkv_rs", "--partition", "bwd_mlp", "--quiet", "--store",
+          "--partition", "bwd_qkv_rs", "--partition", "bwd_mlp", "--budget-fraction", "0.15",
+          "--quiet", "--store",
           store.c_str(), static_cast<char*>(nullptr));
     _exit(127);
   }
@@ -199,6 +202,54 @@ TEST_F(ProfileCliTest, SigkilledRunResumesWithTheSameFrontiers) {
     EXPECT_EQ(a["partitions"][i]["frontier"], b["partitions"][i]["frontier"]);
     EXPECT_EQ(a["partitions"][i]["clock_frontiers"], b["partitions"][i]["clock_frontiers"]);
   }
+}
+
+// Issue 18: the prior is on by default and said so; transfer reads a related workload's store
+// (same model and GPU, another sequence length) read-only, its rows inform the surrogate with a
+// learned similarity and never reach the frontier; an unrelated store or a bad --prior is exit 2.
+TEST_F(ProfileCliTest, PriorByDefaultAndTransferFromARelatedStore) {
+  const fs::path related = dir_ / "seq4096.db";
+  const std::string part = " --partition fwd_mlp --budget 16 --json --quiet";
+  CliRun base = Kareus("profile " + Workload(kOther) + part + " --store " + related.string(), false);
+  ASSERT_EQ(base.exit_code, 0) << base.out;
+  const Json b = Json::parse(base.out);
+  EXPECT_NE(b["prior"].get<std::string>().find("emulator"), std::string::npos) << b["prior"];
+  EXPECT_TRUE(b["partitions"][0].contains("prior"));
+  EXPECT_TRUE(b["related_workloads"].empty());
+
+  const std::string before = ReadTextFile(related);
+  CliRun run = Kareus("profile " + Workload(kOtherSeq8192) + part + " --evaluations --related " +
+                          related.string(), false);
+  ASSERT_EQ(run.exit_code, 0) << run.out;
+  EXPECT_EQ(ReadTextFile(related), before) << "the related store was modified";
+  const Json a = Json::parse(run.out);
+  ASSERT_EQ(a["related_workloads"].size(), 1u);
+  EXPECT_EQ(a["measurements_taken"], 16);
+  const Json& t = a["partitions"][0];
+  EXPECT_EQ(t["evaluations"], 16);
+  ASSERT_TRUE(t["prior"].contains("fits"));
+  for (const Json& fit : t["prior"]["fits"]) {
+    ASSERT_EQ(fit["related_similarity"].size(), 1u);
+    EXPECT_GE(fit["related_similarity"][0].get<double>(), 0.0);
+    EXPECT_LE(fit["related_similarity"][0].get<double>(), 1.0);
+  }
+  // Every frontier point is one of this workload's own measurements.
+  for (const Json& p : t["frontier"]) {
+    bool measured = false;
+    for (const Json& e : t["evaluated"]) measured |= e["knobs"] == p["knobs"] && !e["from_store"];
+    EXPECT_TRUE(measured) << p.dump();
+  }
+
+  CliRun foreign = Kareus("profile " + Workload(kTp8) + part + " --related " + related.string());
+  EXPECT_EQ(foreign.exit_code, 2) << foreign.out;
+  EXPECT_NE(foreign.out.find("--related"), std::string::npos) << foreign.out;
+  EXPECT_EQ(ReadTextFile(related), before);
+  CliRun bad = Kareus("profile " + Workload(kTp8) + part + " --prior oracle");
+  EXPECT_EQ(bad.exit_code, 2) << bad.out;
+  EXPECT_NE(bad.out.find("--prior"), std::string::npos) << bad.out;
+  bad = Kareus("profile " + Workload(kTp8) + part + " --prior-perturb dynamic_power=-1");
+  EXPECT_EQ(bad.exit_code, 2) << bad.out;
+  EXPECT_NE(bad.out.find("dynamic_power"), std::string::npos) << bad.out;
 }
 
 }  // namespace

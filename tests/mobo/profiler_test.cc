@@ -204,7 +204,8 @@ TEST_F(ProfilerTest, OracleComparisonBeatsRandomOnTheSyntheticSpace) {
 
 TEST_F(ProfilerTest, EveryStrategyAndSurrogateRunsWithinBudget) {
   for (auto surrogate : {SurrogateKind::kGaussianProcess, SurrogateKind::kXgbEnsemble}) {
-    for (auto strategy : {Strategy::kPublished, Strategy::kPerClock, Strategy::kBeliever}) {
+    for (auto strategy : {Strategy::kPublished, Strategy::kPerClock, Strategy::kBeliever,
+                          Strategy::kThompson}) {
       testing::SyntheticBackend backend(1);
       ProfileOptions options = SmallOptions();
       options.budget = 24;

@@ -143,6 +143,12 @@ std::vector<workload::Workload> LoadEvaluationWorkloads(
 //   measurements.sqlite; empty (no store) when neither is given;
 std::filesystem::path EvaluationStore(const RunOptions& options, const workload::Workload& w,
                                       const std::filesystem::path& out);
+// - with profile.transfer (one process only; the workloads are profiled one after another) and
+//   a store per workload: --related plus the stores of the earlier workloads (index below
+//   `index`) of the same model and GPU and another signature, read-only;
+std::vector<std::filesystem::path> EvaluationRelatedStores(
+    const RunOptions& options, const std::vector<workload::Workload>& loaded, std::size_t index,
+    const std::filesystem::path& out);
 // - its row of evaluation.json;
 Json EvaluationRow(const RunResult& run, const std::string& workload_name);
 // - the document and the combined table from the rows (in workload order).

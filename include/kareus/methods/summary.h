@@ -164,6 +164,13 @@ struct RunSettings {
   std::string surrogate;
   std::string strategy;
   std::string store;
+  std::string prior = "none";  // the profiler's prior mean (mobo::PriorModel), or "none"
+  std::string prior_note;      // what the prior is worth here (mobo::ProfileSummary::prior_note)
+  // The prior's model is the measuring backend's own noise-free model (the emulator without
+  // --prior-perturb): results with it are flattering (mobo::ProfileSummary).
+  bool prior_is_measuring_model = false;
+  bool prior_calibrated = false;  // its physical scales fitted per type (mobo::CalibratePrior)
+  std::vector<std::string> related;  // transfer: related workloads' signatures
   std::string evaluation;  // EvaluationMode asked for
 };
 

@@ -26,6 +26,11 @@ enum class Strategy {
   // Global total-energy HVI with the believer update and an uncertainty share, no per-clock
   // pass: isolates what the per-clock pass adds.
   kBeliever,
+  // Thompson sampling (TSEMO, Bradford et al. 2018, with exact HVI): each pick maximizes the
+  // total-energy HVI of one joint posterior draw over the measured front plus the earlier
+  // picks at their drawn values, so the batch explores where the surrogate is unsure whether
+  // a configuration is on the frontier, in proportion to that chance.
+  kThompson,
 };
 const char* ToString(Strategy strategy);
 Strategy StrategyFromString(const std::string& text);  // InputError lists the names
@@ -40,6 +45,10 @@ struct AcquisitionInput {
   std::vector<int64_t> candidates;      // unmeasured space indices
   Predictions predictions;              // per candidate (time, dynamic energy)
   double static_power_w = 0.0;          // derives predicted total energy
+  // Thompson: joint posterior draws (Surrogate::Sample) at the candidates of positions
+  // `sampled` (into `candidates`); without draws the strategy falls back to the believer.
+  std::vector<std::size_t> sampled;
+  std::vector<Predictions> samples;
 };
 
 // Why a configuration was picked (the published JSONL flags, §3.1).
@@ -51,6 +60,7 @@ enum class PickReason {
   kClockHvi,
   kBackfill,
   kNeighbour,  // an untried (SMs, slot) pair next to a front point's
+  kThompson,   // best HVI under a posterior draw
 };
 const char* ToString(PickReason reason);
 

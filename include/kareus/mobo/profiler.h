@@ -18,15 +18,23 @@
 #include "kareus/common/error.h"
 #include "kareus/measure/backend.h"
 #include "kareus/mobo/acquisition.h"
+#include "kareus/mobo/prior.h"
 #include "kareus/mobo/surrogate.h"
 #include "kareus/pareto/pareto.h"
 #include "kareus/workload/ops.h"
 
 namespace kareus::mobo {
 
+// The automatic budget (ProfileOptions::budget_fraction 0): 15 % of each tunable type's space
+// without a prior; 10 % with one, where bench/profile_prior.py measured a *mismatched* prior
+// at 10 % no worse than no prior at 15 % (docs/ARCHITECTURE.md §5, "Prior and transfer").
+inline constexpr double kBudgetFraction = 0.15;
+inline constexpr double kBudgetFractionWithPrior = 0.10;
+
 struct ProfileOptions {
   int64_t budget = 0;              // evaluations per tunable partition type; 0: budget_fraction
-  double budget_fraction = 0.15;   // of each type's space, rounded up, when budget == 0
+  // Of each type's space, rounded up, when budget == 0; 0: automatic, BudgetFraction().
+  double budget_fraction = 0.0;
   int initial_design = 0;          // configurations of the initial design; 0: auto
                                    // (max(6, initial_fraction x budget))
   double initial_fraction = 0.2;   // auto initial design as a share of the budget
@@ -42,6 +50,27 @@ struct ProfileOptions {
                                    // measured configurations instead of the raw readings
   std::vector<std::string> partitions;  // types to profile (names); empty: all
   std::filesystem::path store;     // SQLite measurement store; empty: measurements not kept
+  // Model-informed prior (kareus/mobo/prior.h): the surrogates learn the residual between the
+  // measurements and this model's predictions. Empty: no prior (the library default; the CLI
+  // sets the emulator's model of the workload's GPU preset).
+  PriorModel prior;
+  // Calibrate the prior model's physical scales to each type's measurements before every
+  // surrogate fit (mobo::CalibratePrior; needs PriorModel::make_calibrated).
+  bool prior_calibrate = true;
+  bool prior_check = true;  // learn the prior's weight per target (dropping a prior that
+                            // explains the measurements worse than none); false: weight 1
+                            // (tests of what the check prevents)
+  // Transfer (kareus/mobo/prior.h): measurement stores of related workloads (same model and
+  // GPU, measured by the same backend), read-only; their rows of each partition type join
+  // the surrogate fits with a learned similarity, never the frontier.
+  std::vector<std::filesystem::path> related_stores;
+  std::size_t related_max_rows = 64;  // per related workload and type (seeded subset)
+  bool transfer = false;  // `kareus evaluate`: each workload also reads the stores of the
+                          // earlier workloads of the run with the same model and GPU
+
+  // budget_fraction, or when it is 0: kBudgetFractionWithPrior with a prior, else
+  // kBudgetFraction.
+  double BudgetFraction() const;
 
   // The first invalid field (its name here), its value and the rule; nullopt when valid.
   // Checks the values on their own; budgets against each type's space are checked by
@@ -120,6 +149,11 @@ struct PartitionResult {
   std::vector<FrontierPoint> frontier;    // (time, total energy), by time ascending
   std::vector<ClockFrontier> clock_frontiers;  // one per clock of the space, descending clock
   std::optional<OracleComparison> oracle;
+  // Prior and transfer: whether the type had a prior, and per surrogate fit (each batch, then
+  // the final denoising fit) the prior's learned weights and the related workloads' learned
+  // similarity (fits are recorded when there is a prior or related rows).
+  bool has_prior = false;
+  std::vector<PriorUse> prior_uses;
 };
 
 // How every GPU-hour figure of Kareus is counted (profile, run, evaluate).
@@ -133,6 +167,13 @@ struct ProfileSummary {
   std::string backend;  // Backend::Description()
   std::string surrogate;
   std::string strategy;
+  std::string prior = "none";  // PriorModel::description, or "none"
+  std::vector<std::string> related;  // signatures of the related workloads used (transfer)
+  // True when the prior's model reads what the measuring backend's noise-free twin reads (same
+  // description and GPU figures): the prior is then the truth up to noise and small budgets
+  // succeed largely by construction. prior_note says so in words (summaries print it).
+  bool prior_is_measuring_model = false;
+  std::string prior_note;
   uint64_t seed = 0;
   std::vector<PartitionResult> partitions;
   double gpu_seconds = 0.0;        // all measurements taken in this run (warm-ups included)

@@ -38,6 +38,6 @@ def test_optimize_rejects_bad_input(tmp_path):
     with pytest.raises(kareus.InputError, match="zeus"):
         kareus.optimize(str(workload), methods=["zeus"])
     with pytest.raises(kareus.InputError, match="budget_fraction"):
-        kareus.optimize(str(workload), budget_fraction=0.0)
+        kareus.optimize(str(workload), budget_fraction=-0.1)  # 0 is automatic
     with pytest.raises(kareus.InputError):
         kareus.optimize(str(tmp_path / "missing.yaml"))

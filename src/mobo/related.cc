@@ -1,0 +1,228 @@
+// SPDX-License-Identifier: Apache-2.0
+// Transfer between workloads: reading a related workload's measurement store (read-only) and
+// turning its rows of a partition type into extra surrogate rows.
+#include <sqlite3.h>
+
+#include <algorithm>
+#include <map>
+#include <numeric>
+#include <sstream>
+
+#include "kareus/common/context.h"
+#include "kareus/common/error.h"
+#include "kareus/mobo/prior.h"
+
+namespace kareus::mobo {
+namespace internal {
+namespace {
+
+[[noreturn]] void Unreadable(const std::filesystem::path& path, const std::string& reason) {
+  throw EnvironmentError("related store " + path.string() + ": " + reason +
+                         " (read-only; the file was not modified)");
+}
+
+[[noreturn]] void Unrelated(const std::filesystem::path& path, const std::string& reason) {
+  ThrowInput("--related", path.string(), reason);
+}
+
+// "key=value;key=value" (workload::Workload::Signature()).
+std::map<std::string, std::string> SignatureFields(const std::string& signature) {
+  std::map<std::string, std::string> fields;
+  std::stringstream list(signature);
+  std::string item;
+  while (std::getline(list, item, ';')) {
+    const std::size_t eq = item.find('=');
+    if (eq != std::string::npos) fields[item.substr(0, eq)] = item.substr(eq + 1);
+  }
+  return fields;
+}
+
+struct Db {
+  sqlite3* db = nullptr;
+  ~Db() {
+    if (db != nullptr) sqlite3_close_v2(db);
+  }
+};
+
+// Runs `sql`, calling `row` per result row.
+template <typename Row>
+void Query(sqlite3* db, const std::filesystem::path& path, const char* sql, Row row) {
+  sqlite3_stmt* stmt = nullptr;
+  if (sqlite3_prepare_v2(db, sql, -1, &stmt, nullptr) != SQLITE_OK) {
+    Unreadable(path, std::string("not a measurement store: ") + sqlite3_errmsg(db));
+  }
+  int rc;
+  while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) row(stmt);
+  const std::string error = sqlite3_errmsg(db);
+  sqlite3_finalize(stmt);
+  if (rc != SQLITE_DONE) Unreadable(path, "read failed: " + error);
+}
+
+std::string Text(sqlite3_stmt* stmt, int col) {
+  const unsigned char* text = sqlite3_column_text(stmt, col);
+  return text == nullptr ? std::string() : reinterpret_cast<const char*>(text);
+}
+
+}  // namespace
+}  // namespace internal
+
+RelatedWorkload LoadRelatedWorkload(const std::filesystem::path& path,
+                                    const workload::WorkloadModel& target,
+                                    const std::string& backend_description) {
+  using internal::Unrelated;
+  using internal::Unreadable;
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec) || std::filesystem::file_size(path, ec) == 0) {
+    Unreadable(path, "no such store");
+  }
+  internal::Db handle;
+  // Read-only: nothing is created or written, not even a journal switch.
+  if (sqlite3_open_v2(path.c_str(), &handle.db, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) {
+    Unreadable(path, std::string("cannot open: ") +
+                         (handle.db ? sqlite3_errmsg(handle.db) : "out of memory"));
+  }
+  sqlite3_busy_timeout(handle.db, 10000);
+  std::map<std::string, std::string> meta;
+  internal::Query(handle.db, path, "SELECT key, value FROM meta", [&](sqlite3_stmt* stmt) {
+    meta[internal::Text(stmt, 0)] = internal::Text(stmt, 1);
+  });
+  if (meta["format"] != measure::MeasurementStore::kFormat) {
+    Unreadable(path, "meta.format = '" + meta["format"] + "', expected '" +
+                         measure::MeasurementStore::kFormat + "'");
+  }
+  if (meta["schema_version"] != std::to_string(measure::MeasurementStore::kSchemaVersion)) {
+    Unreadable(path, "schema_version = " + meta["schema_version"] + ", this build reads " +
+                         std::to_string(measure::MeasurementStore::kSchemaVersion));
+  }
+  const workload::Workload& t = target.workload;
+  if (meta["gpu"] != t.gpu.name) {
+    Unrelated(path, "another GPU (" + meta["gpu"] + ", this workload runs on " + t.gpu.name + ")");
+  }
+  if (meta["backend"] != backend_description) {
+    Unrelated(path, "measured by another backend (" + meta["backend"] + ", this run measures with " +
+                        backend_description + ")");
+  }
+  const std::string signature = meta["workload_signature"];
+  if (signature == t.Signature()) {
+    Unrelated(path, "the same workload: pass it as --store to resume from it");
+  }
+  auto fields = internal::SignatureFields(signature);
+  const auto target_fields = internal::SignatureFields(t.Signature());
+  if (fields["model"] != target_fields.at("model")) {
+    Unrelated(path, "another model (" + fields["model"] + ", this workload's is " +
+                        target_fields.at("model") + ")");
+  }
+  // The related workload's partition types: the target's model and GPU with the related
+  // parallelism, batch and sequence (pipeline stages do not change a partition).
+  RelatedWorkload out;
+  out.store = path;
+  out.workload_signature = signature;
+  workload::Workload w = t;
+  w.name = "related:" + path.filename().string();
+  try {
+    w.parallelism.tp = std::stoi(fields["tp"]);
+    w.parallelism.cp = std::stoi(fields["cp"]);
+    w.microbatch_size = std::stoi(fields["mbs"]);
+    w.sequence_length = std::stoll(fields["seq"]);
+  } catch (const std::exception&) {
+    Unreadable(path, "unreadable workload signature '" + signature + "'");
+  }
+  w.parallelism.pp = 1;
+  w.parallelism.dp = 1;
+  w.parallelism.layers_per_stage = {static_cast<int>(w.model.layers)};
+  for (auto r : {workload::Recompute::kNone, workload::Recompute::kFull}) {
+    if (fields["recompute"] == workload::ToString(r)) w.recompute = r;
+  }
+  if (w.Signature() != signature) {
+    Unreadable(path, "cannot rebuild the workload of signature '" + signature + "'");
+  }
+  out.model = workload::BuildWorkloadModel(w);
+  internal::Query(
+      handle.db, path,
+      "SELECT partition, freq_mhz, sms, slot, time_s, energy_j, static_energy_j, "
+      "dynamic_energy_j, realized_freq_mhz, gpu_seconds, noise_free FROM measurements "
+      "ORDER BY rowid",
+      [&](sqlite3_stmt* stmt) {
+        out.measurements.push_back(measure::StoredMeasurement{
+            .partition = internal::Text(stmt, 0),
+            .knobs = {.freq_mhz = sqlite3_column_int(stmt, 1),
+                      .sms = sqlite3_column_int(stmt, 2),
+                      .slot = internal::Text(stmt, 3)},
+            .sample = {.time_s = sqlite3_column_double(stmt, 4),
+                       .energy_j = sqlite3_column_double(stmt, 5),
+                       .static_energy_j = sqlite3_column_double(stmt, 6),
+                       .dynamic_energy_j = sqlite3_column_double(stmt, 7),
+                       .realized_freq_mhz = sqlite3_column_double(stmt, 8),
+                       .seconds = sqlite3_column_double(stmt, 9),
+                       .noise_free = sqlite3_column_int(stmt, 10) != 0},
+        });
+      });
+  return out;
+}
+
+std::vector<RelatedRows> RelatedRowsFor(const std::vector<RelatedWorkload>& related,
+                                        const workload::PartitionType& type,
+                                        const SearchSpace& space, const PriorModel& prior,
+                                        std::size_t max_rows, uint64_t seed) {
+  std::vector<RelatedRows> out;
+  for (std::size_t r = 0; r < related.size(); ++r) {
+    const RelatedWorkload& w = related[r];
+    const auto it = std::find_if(w.model.partition_types.begin(), w.model.partition_types.end(),
+                                 [&](const workload::PartitionType& t) { return t.name == type.name; });
+    if (it == w.model.partition_types.end()) continue;
+    std::vector<std::size_t> rows;
+    for (std::size_t i = 0; i < w.measurements.size(); ++i) {
+      const measure::StoredMeasurement& m = w.measurements[i];
+      if (m.partition == type.name && space.IndexOf(m.knobs) >= 0) rows.push_back(i);
+    }
+    if (rows.empty()) continue;
+    if (rows.size() > max_rows) {  // a seeded subset keeps the fits cheap
+      Rng rng(DeriveSeed(seed, r));
+      std::shuffle(rows.begin(), rows.end(), rng);
+      rows.resize(max_rows);
+      std::sort(rows.begin(), rows.end());
+    }
+    RelatedRows data;
+    data.workload_signature = w.workload_signature;
+    std::vector<measure::PartitionKnobs> knobs;
+    for (std::size_t i : rows) {
+      data.indices.push_back(space.IndexOf(w.measurements[i].knobs));
+      data.samples.push_back(w.measurements[i].sample);
+      knobs.push_back(w.measurements[i].knobs);
+    }
+    if (prior) {
+      const std::unique_ptr<measure::Backend> model = prior.make(w.model);
+      for (const measure::Sample& s : model->MeasureAll(*it, knobs)) {
+        data.prior_time_s.push_back(s.time_s);
+        data.prior_dynamic_energy_j.push_back(
+            std::max(s.dynamic_energy_j, 1e-9 * std::max(s.energy_j, 1e-30)));
+      }
+    }
+    out.push_back(std::move(data));
+  }
+  return out;
+}
+
+TrainingRows TypeKnowledge::Rows(const SearchSpace& space, const std::vector<int64_t>& indices,
+                                 const std::vector<measure::Sample>& samples) const {
+  TrainingRows rows;
+  const bool with_prior = !prior.empty();
+  for (std::size_t i = 0; i < indices.size(); ++i) {
+    rows.Add(space.Encode(indices[i]), samples[i].time_s, samples[i].dynamic_energy_j);
+    if (with_prior) rows.AddPrior(prior.time_s[indices[i]], prior.dynamic_energy_j[indices[i]]);
+  }
+  int task = 0;
+  for (const RelatedRows& data : related) {
+    // A related workload measured without the prior's model cannot join a residual fit.
+    if (with_prior && data.prior_time_s.size() != data.indices.size()) continue;
+    ++task;
+    for (std::size_t i = 0; i < data.indices.size(); ++i) {
+      rows.Add(space.Encode(data.indices[i]), data.samples[i].time_s,
+               data.samples[i].dynamic_energy_j, task);
+      if (with_prior) rows.AddPrior(data.prior_time_s[i], data.prior_dynamic_energy_j[i]);
+    }
+  }
+  return rows;
+}
+
+}  // namespace kareus::mobo
