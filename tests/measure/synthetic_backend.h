@@ -11,6 +11,7 @@
 #include <functional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kareus/common/context.h"
@@ -42,6 +43,16 @@ inline workload::PartitionType SyntheticPartition(const std::string& name, int s
   type.fixed_sms = 20;
   type.fixed_slot = "norm_0";
   return type;
+}
+
+// A workload on the synthetic GPU (4096 tokens) made of the given partition types.
+inline workload::WorkloadModel SyntheticModel(std::vector<workload::PartitionType> types) {
+  workload::WorkloadModel model;
+  model.workload.name = "synthetic";
+  model.workload.gpu = SyntheticGpu();
+  model.workload.sequence_length = 4096;
+  model.partition_types = std::move(types);
+  return model;
 }
 
 class SyntheticBackend : public measure::Backend {

@@ -24,13 +24,8 @@ namespace kareus::mobo {
 namespace {
 
 workload::WorkloadModel SyntheticModel() {
-  workload::WorkloadModel model;
-  model.workload.name = "synthetic";
-  model.workload.gpu = testing::SyntheticGpu();
-  model.workload.sequence_length = 4096;
-  model.partition_types.push_back(testing::SyntheticPartition("fwd_attn", 4));
-  model.partition_types.push_back(testing::SyntheticPartition("bwd_mlp", 3));
-  return model;
+  return testing::SyntheticModel({testing::SyntheticPartition("fwd_attn", 4),
+                                   testing::SyntheticPartition("bwd_mlp", 3)});
 }
 
 // The synthetic backend's noise-free model, distorted by `perturbation`, as the prior.

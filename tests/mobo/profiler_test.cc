@@ -24,14 +24,9 @@ namespace {
 namespace fs = std::filesystem;
 
 workload::WorkloadModel SyntheticModel() {
-  workload::WorkloadModel model;
-  model.workload.name = "synthetic";
-  model.workload.gpu = testing::SyntheticGpu();
-  model.workload.sequence_length = 4096;
-  model.partition_types.push_back(testing::SyntheticPartition("fwd_attn", 4));
-  model.partition_types.push_back(testing::SyntheticPartition("bwd_mlp", 3));
-  model.partition_types.push_back(testing::SyntheticPartition("fwd_trail", 1, false));
-  return model;
+  return testing::SyntheticModel({testing::SyntheticPartition("fwd_attn", 4),
+                                   testing::SyntheticPartition("bwd_mlp", 3),
+                                   testing::SyntheticPartition("fwd_trail", 1, false)});
 }
 
 ProfileOptions SmallOptions() {
