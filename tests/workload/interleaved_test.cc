@@ -10,6 +10,7 @@
 #include "kareus/common/error.h"
 #include "kareus/workload/ops.h"
 #include "kareus/workload/workload.h"
+#include "workload/expect_input_error.h"
 
 namespace kareus::workload {
 namespace {
@@ -23,17 +24,7 @@ std::string Yaml(const std::string& parallelism, int microbatches = 8,
          std::to_string(microbatches) + "\nrecompute: full\n" + extra;
 }
 
-void ExpectInputError(const std::string& yaml, const std::vector<std::string>& fragments) {
-  try {
-    WorkloadFromYaml(yaml, "w.yaml");
-    FAIL() << "accepted:\n" << yaml;
-  } catch (const InputError& e) {
-    for (const auto& f : fragments) {
-      EXPECT_NE(std::string(e.what()).find(f), std::string::npos)
-          << "message '" << e.what() << "' lacks '" << f << "'";
-    }
-  }
-}
+using testing::ExpectInputError;
 
 TEST(Interleaved, ValidationNamesTheFieldAndMegatronsRule) {
   // microbatches must be a multiple of pp.

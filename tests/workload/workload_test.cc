@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "kareus/common/error.h"
+#include "workload/expect_input_error.h"
 
 namespace kareus::workload {
 namespace {
@@ -27,18 +28,7 @@ std::string Replace(std::string text, const std::string& from, const std::string
   return text.replace(at, from.size(), to);
 }
 
-// Expects an InputError whose message mentions every fragment (the field and the rule).
-void ExpectInputError(const std::string& yaml, const std::vector<std::string>& fragments) {
-  try {
-    WorkloadFromYaml(yaml, "w.yaml");
-    FAIL() << "accepted:\n" << yaml;
-  } catch (const InputError& e) {
-    for (const auto& f : fragments) {
-      EXPECT_NE(std::string(e.what()).find(f), std::string::npos)
-          << "message '" << e.what() << "' lacks '" << f << "'";
-    }
-  }
-}
+using testing::ExpectInputError;
 
 TEST(Workload, LoadsTheValidExample) {
   const Workload w = WorkloadFromYaml(kValid, "w.yaml");
