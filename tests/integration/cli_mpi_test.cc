@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <functional>
 #include <set>
 #include <string>
 #include <tuple>
@@ -66,6 +67,12 @@ class MpiCliTest : public ::testing::Test {
   }
 
   void KillAndResume(int killed, int after, int resume_ranks);
+  // Runs `kareus ARGS` without mpirun and with 1 to 4 ranks: each spread run exits 0, prints the
+  // same (planning cost aside) and writes the same `out` folder; `also(ranks, folder)` checks
+  // more of each spread run.
+  void ExpectSameWithOneToFourRanks(
+      const std::string& args,
+      const std::function<void(int, const fs::path&)>& also = nullptr);
 
   fs::path dir_;
 };
@@ -155,6 +162,21 @@ void ExpectSameFolders(const fs::path& a, const fs::path& b) {
   }
 }
 
+void MpiCliTest::ExpectSameWithOneToFourRanks(
+    const std::string& args, const std::function<void(int, const fs::path&)>& also) {
+  const CliResult single = Kareus("single", 0, args);
+  ASSERT_EQ(single.exit_code, 0) << single.err;
+  for (int n = 1; n <= 4; ++n) {
+    const std::string cwd = "np" + std::to_string(n);
+    const CliResult spread = Kareus(cwd, n, args);
+    ASSERT_EQ(spread.exit_code, 0) << spread.err;
+    EXPECT_EQ(WithoutPlanningCost(spread.out), WithoutPlanningCost(single.out)) << n << " ranks";
+    SCOPED_TRACE(std::to_string(n) + " ranks");
+    ExpectSameFolders(dir_ / "single/out", dir_ / cwd / "out");
+    if (also) also(n, dir_ / cwd);
+  }
+}
+
 TEST_F(MpiCliTest, ProfileIsByteIdenticalWithOneToFourRanks) {
   const std::string args = "profile " + Paper("02-") + " " + kBudget +
                            " --quiet --json --evaluations --rank-report ranks.json";
@@ -196,36 +218,19 @@ TEST_F(MpiCliTest, ProfileIsByteIdenticalWithOneToFourRanks) {
 
 TEST_F(MpiCliTest, RunWritesTheSameFilesWithOneToFourRanks) {
   const std::string args = "run " + Paper("01-") + " " + kBudget + " --out out --quiet";
-  const CliResult single = Kareus("single", 0, args);
-  ASSERT_EQ(single.exit_code, 0) << single.err;
-  for (int n = 1; n <= 4; ++n) {
-    const std::string cwd = "np" + std::to_string(n);
-    const CliResult spread = Kareus(cwd, n, args);
-    ASSERT_EQ(spread.exit_code, 0) << spread.err;
-    EXPECT_EQ(WithoutPlanningCost(spread.out), WithoutPlanningCost(single.out)) << n << " ranks";
-    SCOPED_TRACE(std::to_string(n) + " ranks");
-    ExpectSameFolders(dir_ / "single/out", dir_ / cwd / "out");
-  }
+  ExpectSameWithOneToFourRanks(args);
 }
 
 TEST_F(MpiCliTest, EvaluateWritesTheSameFilesAndTableWithOneToFourRanks) {
   const std::string args = "evaluate " + Paper("01-") + " " + Paper("08-") + " " + kBudget +
                            " --out out --quiet --rank-report ranks.json";
-  const CliResult single = Kareus("single", 0, args);
-  ASSERT_EQ(single.exit_code, 0) << single.err;
-  for (int n = 1; n <= 4; ++n) {
-    const std::string cwd = "np" + std::to_string(n);
-    const CliResult spread = Kareus(cwd, n, args);
-    ASSERT_EQ(spread.exit_code, 0) << spread.err;
-    EXPECT_EQ(WithoutPlanningCost(spread.out), WithoutPlanningCost(single.out)) << n << " ranks";
-    SCOPED_TRACE(std::to_string(n) + " ranks");
-    ExpectSameFolders(dir_ / "single/out", dir_ / cwd / "out");
-    const Json ranks = ReadJsonFile(dir_ / cwd / "ranks.json");
+  ExpectSameWithOneToFourRanks(args, [](int n, const fs::path& folder) {
+    const Json ranks = ReadJsonFile(folder / "ranks.json");
     ASSERT_EQ(ranks["per_rank"].size(), static_cast<std::size_t>(n));
     int64_t jobs = 0;
     for (const auto& r : ranks["per_rank"]) jobs += r["jobs"].get<int64_t>();
     EXPECT_EQ(jobs, 2) << "each workload finished once";
-  }
+  });
 }
 
 // `kareus profile` on 3 ranks, rank `killed` SIGKILLs itself after its `after`-th measurement:
