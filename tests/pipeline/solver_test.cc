@@ -320,6 +320,37 @@ TEST(Solver, NodeClassesTakeTheirOwnOptions) {
   EXPECT_NEAR(result.points[0].cost.energy_j, effective + kStaticW * 5 * makespan, 1e-9);
 }
 
+// The Pareto front of every assignment of `dag`'s 18 two-option nodes (the rest at their one
+// option), by enumeration; empty (and a failure) when the DAG does not have 18 such nodes.
+std::vector<pareto::Point> EnumeratedFront(const Problem& problem, const Dag& dag) {
+  const std::size_t n = dag.nodes.size();
+  std::vector<int> free_nodes;  // nodes with two options
+  for (std::size_t v = 0; v < n; ++v) {
+    if (OptionsOf(problem, dag, static_cast<int>(v)).size() == 2) free_nodes.push_back(static_cast<int>(v));
+  }
+  if (free_nodes.size() != 18u) {
+    ADD_FAILURE() << free_nodes.size() << " two-option nodes, expected 18";
+    return {};
+  }
+  std::vector<pareto::Point> all;  // every assignment: (time, energy)
+  std::vector<int> choice(n, 0);
+  for (uint32_t mask = 0; mask < (1u << free_nodes.size()); ++mask) {
+    for (std::size_t i = 0; i < free_nodes.size(); ++i) choice[free_nodes[i]] = (mask >> i) & 1;
+    const Evaluation e = Evaluate(problem, dag, choice, kStaticW);
+    all.push_back({.time_s = e.time_s, .energy_j = e.energy_j});
+  }
+  return pareto::Filter(all);
+}
+
+// The least energy on `front` within `deadline_s` (infinity when none meets it).
+double LeastWithin(const std::vector<pareto::Point>& front, double deadline_s) {
+  double least = std::numeric_limits<double>::infinity();
+  for (const pareto::Point& p : front) {
+    if (p.time_s <= deadline_s + 1e-12) least = std::min(least, p.energy_j);
+  }
+  return least;
+}
+
 // Interleaved 1F1B with an overlapped gradient sync on a DAG small enough to enumerate every
 // assignment: the fastest point is the true minimum time and every point is within a few
 // percent of the least energy any assignment reaches within its time.
@@ -341,28 +372,12 @@ TEST(Solver, InterleavedWithGradientSyncAgainstEnumeration) {
   problem.p2p_time_s = 0.0005;
   const Result result = Solve(problem, {.p_static_w = kStaticW});
   ASSERT_EQ(result.summary.status, Status::kReachedMinimumTime) << result.summary.message;
-  const Dag& dag = result.dag;
-  const std::size_t n = dag.nodes.size();
-  ASSERT_EQ(n, 20u);
-  std::vector<int> free_nodes;  // nodes with two options
-  for (std::size_t v = 0; v < n; ++v) {
-    if (OptionsOf(problem, dag, static_cast<int>(v)).size() == 2) free_nodes.push_back(static_cast<int>(v));
-  }
-  ASSERT_EQ(free_nodes.size(), 18u);
-  std::vector<pareto::Point> all;  // every assignment: (time, energy)
-  std::vector<int> choice(n, 0);
-  for (uint32_t mask = 0; mask < (1u << free_nodes.size()); ++mask) {
-    for (std::size_t i = 0; i < free_nodes.size(); ++i) choice[free_nodes[i]] = (mask >> i) & 1;
-    const Evaluation e = Evaluate(problem, dag, choice, kStaticW);
-    all.push_back({.time_s = e.time_s, .energy_j = e.energy_j});
-  }
-  const std::vector<pareto::Point> best = pareto::Filter(all);
+  ASSERT_EQ(result.dag.nodes.size(), 20u);
+  const std::vector<pareto::Point> best = EnumeratedFront(problem, result.dag);
+  ASSERT_FALSE(best.empty());
   EXPECT_NEAR(result.points.back().cost.time_s, best.front().time_s, 1e-12);
   for (const IterationPoint& point : result.points) {
-    double least = std::numeric_limits<double>::infinity();
-    for (const pareto::Point& p : best) {
-      if (p.time_s <= point.cost.time_s + 1e-12) least = std::min(least, p.energy_j);
-    }
+    const double least = LeastWithin(best, point.cost.time_s);
     EXPECT_LE(point.cost.energy_j, least * 1.06) << "at " << point.cost.time_s << " s";
     EXPECT_GE(point.cost.energy_j, least - 1e-9);
   }
@@ -399,28 +414,12 @@ TEST(Solver, ExactSearchWithChunksAndGradientSyncAgainstEnumeration) {
     problem.p2p_time_s = 0.0005;
     const Result result = Solve(problem, {.p_static_w = kStaticW});
     ASSERT_EQ(result.summary.status, Status::kReachedMinimumTime) << result.summary.message;
-    const Dag& dag = result.dag;
-    const std::size_t n = dag.nodes.size();
-    std::vector<int> free_nodes;  // nodes with two options
-    for (std::size_t v = 0; v < n; ++v) {
-      if (OptionsOf(problem, dag, static_cast<int>(v)).size() == 2) free_nodes.push_back(static_cast<int>(v));
-    }
-    ASSERT_EQ(free_nodes.size(), 18u);
-    std::vector<pareto::Point> all;
-    std::vector<int> choice(n, 0);
-    for (uint32_t mask = 0; mask < (1u << free_nodes.size()); ++mask) {
-      for (std::size_t i = 0; i < free_nodes.size(); ++i) choice[free_nodes[i]] = (mask >> i) & 1;
-      const Evaluation e = Evaluate(problem, dag, choice, kStaticW);
-      all.push_back({.time_s = e.time_s, .energy_j = e.energy_j});
-    }
-    const std::vector<pareto::Point> best = pareto::Filter(all);
+    const std::vector<pareto::Point> best = EnumeratedFront(problem, result.dag);
+    ASSERT_FALSE(best.empty());
     EXPECT_NEAR(result.points.back().cost.time_s, best.front().time_s, 1e-12);
     int proven = 0;
     for (const IterationPoint& point : result.points) {
-      double least = std::numeric_limits<double>::infinity();
-      for (const pareto::Point& p : best) {
-        if (p.time_s <= point.deadline_s + 1e-12) least = std::min(least, p.energy_j);
-      }
+      const double least = LeastWithin(best, point.deadline_s);
       EXPECT_LE(point.cost.time_s, point.deadline_s + 1e-12);
       EXPECT_GE(point.cost.energy_j, least - 1e-9);
       EXPECT_LE(point.model_energy_j, least + 1e-9) << "at deadline " << point.deadline_s;
