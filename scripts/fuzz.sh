@@ -17,12 +17,8 @@ fuzzers=("$@")
 [ ${#fuzzers[@]} -eq 0 ] && fuzzers=(workload profile_csv plan store)
 build=${KAREUS_FUZZ_BUILD_DIR:-build-fuzz}
 
-cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
-  -DKAREUS_BUILD_FUZZERS=ON -DKAREUS_BUILD_TESTS=ON -DKAREUS_BUILD_BENCHMARKS=OFF \
-  -DKAREUS_SANITIZERS="address;undefined" \
-  -DCMAKE_C_FLAGS="-fsanitize=fuzzer-no-link" \
-  -DCMAKE_CXX_FLAGS="-fsanitize=fuzzer-no-link -fno-sanitize-recover=undefined" >/dev/null
+source scripts/lib/sanitizer_build.sh
+configure_sanitizer_build "$build"
 cmake --build "$build" -j "$(nproc)" --target fuzzers
 
 work="$build/fuzz-work"

@@ -13,12 +13,8 @@ build=${KAREUS_FUZZ_BUILD_DIR:-build-fuzz}
 tests=(common_test hw_test workload_test plan_file_test plan_solver_test measure_test runtime_test
        runtime_clock_reset_test)
 
-cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
-  -DKAREUS_BUILD_FUZZERS=ON -DKAREUS_BUILD_TESTS=ON -DKAREUS_BUILD_BENCHMARKS=OFF \
-  -DKAREUS_SANITIZERS="address;undefined" \
-  -DCMAKE_C_FLAGS="-fsanitize=fuzzer-no-link" \
-  -DCMAKE_CXX_FLAGS="-fsanitize=fuzzer-no-link -fno-sanitize-recover=undefined" >/dev/null
+source scripts/lib/sanitizer_build.sh
+configure_sanitizer_build "$build"
 cmake --build "$build" -j "$(nproc)" --target "${tests[@]}" kareus_fake_nvml kareus_clock_watcher
 regex="^($(IFS='|'; echo "${tests[*]}"))\$"
 ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1} UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1} \
