@@ -204,13 +204,14 @@ std::vector<Pick> SelectBeliever(const AcquisitionInput& in, int batch_size) {
 // The exploration share of a batch of k: 25 %, at least one.
 int ExplorationPicks(int k) { return std::max(1, static_cast<int>(std::lround(0.25 * k))); }
 
-// Knob-neighbour exploration, up to `n_explore` picks. Clock, SMs and slot act nearly
+// Knob-neighbour exploration, up to `n_explore` picks (`extremes`: then the SM extremes of
+// every slot). Clock, SMs and slot act nearly
 // separably, so the (SMs, slot) pairs on the per-clock fronts are likely near the best at every
 // clock; a pair next to one of them (one SM step, or another slot) that was never measured at
 // any clock is tried at that front point's clock. A surrogate that interpolates smoothly over
 // SMs (or a prior whose model places the optimum one step off) otherwise never visits a narrow
 // optimum between measured SM counts (wave quantization).
-void ExploreNeighbours(const AcquisitionInput& in, int n_explore, Selector* selector) {
+void ExploreNeighbours(const AcquisitionInput& in, int n_explore, bool extremes, Selector* selector) {
   Selector& s = *selector;
   const SearchSpace& space = *in.space;
   const std::size_t n = in.candidates.size();
@@ -264,7 +265,7 @@ void ExploreNeighbours(const AcquisitionInput& in, int n_explore, Selector* sele
         for (int l = 0; l < n_slots; ++l) {
           if (l != slot) neighbours.push_back({sm, l});
         }
-      } else if (i == n_pairs) {
+      } else if (i == n_pairs && extremes) {
         for (int l = 0; l < n_slots; ++l) {
           neighbours.push_back({0, l});
           neighbours.push_back({n_sms - 1, l});
@@ -291,7 +292,7 @@ std::vector<Pick> SelectPerClock(const AcquisitionInput& in, int batch_size) {
 
   // 0. Knob-neighbour exploration, 25 % (at least one).
   const Normalizer real(in.measured_time_s, in.measured_energy_j);
-  ExploreNeighbours(in, ExplorationPicks(s.k()), &s);
+  ExploreNeighbours(in, ExplorationPicks(s.k()), true, &s);
 
   // 1. Global HVI share (the overall frontier spans clocks).
   const int n_global = static_cast<int>(std::lround(0.3 * s.k()));
@@ -387,14 +388,17 @@ std::vector<Pick> SelectPerClock(const AcquisitionInput& in, int batch_size) {
 }
 
 // A prior that fits the measurements (AcquisitionInput::trusted_prior): after the knob-neighbour
-// exploration share, the batch goes to the predicted frontier, each pick by its total-energy
+// exploration (AcquisitionInput::exploration_picks; untried neighbours of front pairs only, not
+// the SM extremes: the calibrated model places the optimum), the batch goes to the predicted
+// frontier, each pick by its total-energy
 // HVI against the measured front plus the earlier picks (believer), with the strict reference
 // the frontier is judged by (the predicted front's extremes plus a tenth of its range, as
 // ComparisonReference) rather than 1.1 x the measured maximum, so that the ends of the front
 // and the gaps between its clocks count as they do in the result; no uncertainty share.
 std::vector<Pick> SelectFrontier(const AcquisitionInput& in, int batch_size) {
   Selector s(in, batch_size);
-  ExploreNeighbours(in, ExplorationPicks(s.k()), &s);
+  ExploreNeighbours(in, in.exploration_picks >= 0 ? in.exploration_picks : ExplorationPicks(s.k()),
+                    false, &s);
   const std::size_t n = in.candidates.size();
   std::vector<pareto::Point> measured;
   for (std::size_t i = 0; i < in.measured.size(); ++i) {

@@ -39,6 +39,7 @@ constexpr int kCheckDesign = 2;
 // below what a wrong model leaves (a mirrored or shuffled one: 0.1-1).
 constexpr double kTrustedPriorLogRms = 0.03;
 constexpr std::size_t kTrustedPriorRows = 4;
+constexpr double kTrustedExplorationShare = 0.125;
 
 struct Plan {
   const workload::PartitionType* type = nullptr;
@@ -351,6 +352,7 @@ class TypeState {
     if (Knows()) {
       PriorUse use = WithCalibration(surrogate_->Use());
       input.trusted_prior = options_.prior_front && TrustsPrior(use);
+      if (input.trusted_prior) input.exploration_picks = TrustedExploration();
       use.trusted = input.trusted_prior;
       result_.prior_uses.push_back(std::move(use));
     }
@@ -446,6 +448,21 @@ class TypeState {
           options_.prior.make_calibrated(model_, calibration_.calibration);
       knowledge_.prior = PredictSpace(*prior, *plan_.type, plan_.space);
     }
+  }
+
+  // A trusted prior's knob-neighbour picks in the next batch: kTrustedExplorationShare of
+  // the configurations acquired after the initial design, this batch's included, less those
+  // already explored (the untrusted strategies explore a quarter of every batch, at least one:
+  // with 9-15 measurements of a 180-configuration space that alone costs a third of the budget).
+  int TrustedExploration() const {
+    int64_t acquired = 0, explored = 0;
+    for (const Evaluation& e : result_.evaluations) {
+      if (e.reason != "initial") ++acquired;
+      if (e.reason == ToString(PickReason::kNeighbour)) ++explored;
+    }
+    acquired += std::min<int64_t>(batch_size_, plan_.budget - static_cast<int64_t>(result_.evaluations.size()));
+    const auto due = static_cast<int64_t>(std::floor(kTrustedExplorationShare * static_cast<double>(acquired)));
+    return static_cast<int>(std::max<int64_t>(0, due - explored));
   }
 
   // Whether the (calibrated) prior is trusted: at least kTrustedPriorRows measurements, the
