@@ -134,7 +134,7 @@ TEST(Validation, A40BertPowerLimitSweepWithinTenPercent) {
 TEST(Validation, JsonHasEveryDataset) {
   const Json j = ToJson(Report());
   EXPECT_EQ(j["format"], "kareus.validation/1");
-  ASSERT_EQ(j["datasets"].size(), 3u);
+  ASSERT_EQ(j["datasets"].size(), 9u);
   EXPECT_EQ(j["datasets"][0]["curves"][0]["freqs_mhz"].size(),
             j["datasets"][0]["curves"][0]["emulated_time_s"].size());
   EXPECT_FALSE(RenderValidation(Report()).empty());
