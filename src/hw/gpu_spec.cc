@@ -74,6 +74,7 @@ GpuSpec ParseGpuSpec(const std::string& text, const std::string& source) {
   const YamlMap root = YamlMap::Parse(text, source);
   GpuSpec gpu;
   gpu.name = root.String("name");
+  if (root.Has("calibration")) gpu.calibration = root.String("calibration");
   gpu.sm_count = PositiveInt(root, "sm_count");
 
   const YamlMap clock = root.Map("clock");

@@ -5,8 +5,12 @@
 // data/validation/README.md.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <vector>
 
 #include "emulator/test_util.h"
 #include "kareus/emulator/validate.h"
@@ -128,6 +132,130 @@ TEST(Validation, A40BertPowerLimitSweepWithinTenPercent) {
     }
   }
   EXPECT_EQ(checked, 4);
+}
+
+// ---- Kareus's own H200 measurements (data/validation/h200-device/) -------------------------
+// FIT: card B's power probe and Llama 3.2 3B device check. HELD OUT: card A's 3B check (another
+// card) and card B's 8B, Qwen3 1.7B and 70B checks (other shapes). The limits below hold for
+// the calibrated H200-SXM preset; the preset before it (dynamic_max_w 800, memory_w 80, idle
+// 120, memory_stall 0.3, a steeper voltage curve) fails them: pooled held-out partition energy
+// 26.1 % and power 13.8 %, card A's energy 30.8 %, Qwen3's power 19.7 %, the probe's power 2.9 %
+// and time 10.1 % (data/validation/README.md has both runs).
+
+const std::vector<std::string> kH200HeldOut = {"h200-llama3.2-3b-card-a", "h200-llama3.1-8b-card-b",
+                                               "h200-qwen3-1.7b-card-b",
+                                               "h200-llama3.3-70b-card-b"};
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+TEST(Validation, H200HeldOutDeviceChecksWithinTheLimits) {
+  std::vector<double> time, energy, power, clock;
+  for (const std::string& name : kH200HeldOut) {
+    SCOPED_TRACE(name);
+    const DatasetResult& d = Dataset(name);
+    ASSERT_EQ(d.kind, "device_check");
+    EXPECT_TRUE(d.calibrates.empty()) << "a held-out dataset calibrates nothing";
+    // compute_only rows: fwd_mlp, bwd_mlp, bwd_trail comparable; fwd_attn, bwd_attn (unfused
+    // attention) and fwd_trail (the backend's hashed dropout) apart.
+    ASSERT_EQ(d.partitions.rows, 3);
+    ASSERT_EQ(d.partitions_not_comparable.rows, 3);
+    EXPECT_LE(d.partitions.time_pct, 15.0);
+    EXPECT_LE(d.partitions.energy_pct, 20.0);
+    EXPECT_LE(d.partitions.power_pct, 15.0);
+    EXPECT_LE(d.partitions.freq_pct, 13.0);
+    for (const DeviceRow& r : d.rows) {
+      if (r.section != "partition" || !r.comparable) continue;
+      time.push_back(std::abs(r.time_error_pct));
+      energy.push_back(std::abs(r.energy_error_pct));
+      power.push_back(std::abs(r.power_error_pct));
+      clock.push_back(std::abs(r.freq_error_pct));
+    }
+  }
+  ASSERT_EQ(time.size(), 12u);
+  EXPECT_LE(Median(time), 10.0);   // after 8.8, before 7.3
+  EXPECT_LE(Median(energy), 20.0); // after 18.0, before 26.1
+  EXPECT_LE(Median(power), 10.0);  // after 7.1, before 13.8
+  EXPECT_LE(Median(clock), 5.0);   // after 3.9, before 4.4
+}
+
+// The fit set itself: the probe's steady loads (idle, GEMMs under the cap, the copy, the GEMM
+// burst at 1980 MHz) and the 3B partitions on the card that was fitted.
+TEST(Validation, H200FitSetIsMet) {
+  const DatasetResult& probe = Dataset("h200-power-probe-card-b");
+  ASSERT_EQ(probe.kind, "power_probe");
+  EXPECT_EQ(probe.probe.rows, 6);
+  EXPECT_LE(probe.probe.power_pct, 2.0);  // before 2.9
+  EXPECT_LE(probe.probe.time_pct, 5.0);   // before 10.1
+  EXPECT_LE(probe.probe.freq_pct, 3.0);   // before 6.9
+  for (const DeviceRow& r : probe.rows) {
+    SCOPED_TRACE(r.name);
+    if (r.name.starts_with("idle") || r.name.starts_with("copy")) {
+      EXPECT_NEAR(r.power_error_pct, 0.0, 1.0);
+    }
+  }
+  const DatasetResult& fit = Dataset("h200-llama3.2-3b-card-b");
+  EXPECT_FALSE(fit.calibrates.empty());
+  EXPECT_LE(fit.partitions.energy_pct, 16.0);  // before 28.6
+  EXPECT_LE(fit.partitions.power_pct, 8.0);    // before 13.3
+}
+
+// Known gaps, pinned so that they cannot widen unnoticed and show up when fixed:
+// - the emulator holds every kernel to the power limit at once, the board an average over
+//   longer than a millisecond: the GEMM at half duty cycle (measured 541.5 W at 1980 MHz, no
+//   cap) is emulated held, with the sleep at idle;
+// - the 70B partitions realized ~1800 MHz at 700 W where the probe's GEMMs realized ~1500 MHz:
+//   per-shape GEMM power that one GEMM activity cannot represent.
+TEST(Validation, H200KnownGapsArePinned) {
+  const DatasetResult& probe = Dataset("h200-power-probe-card-b");
+  int checked = 0;
+  for (const DeviceRow& r : probe.rows) {
+    if (r.name.starts_with("gemm 8192^3 + equal sleep")) {
+      EXPECT_FALSE(r.comparable);
+      EXPECT_LT(r.power_error_pct, -10.0);
+      EXPECT_GT(r.power_error_pct, -25.0);
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 1);
+  for (const DeviceRow& r : Dataset("h200-llama3.3-70b-card-b").rows) {
+    if (r.section == "partition" && (r.name == "fwd_mlp" || r.name == "bwd_mlp")) {
+      SCOPED_TRACE(r.name);
+      EXPECT_LT(r.freq_error_pct, -8.0);
+      EXPECT_GT(r.freq_error_pct, -15.0);
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 3);
+}
+
+// A device check replayed on a workload other than the measured one is refused, naming both
+// signatures.
+TEST(Validation, DeviceCheckOnAnotherWorkloadIsRefused) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "kareus_validate_sig";
+  std::filesystem::create_directories(dir / "workloads");
+  std::filesystem::create_directories(dir / "h200-device");
+  const std::filesystem::path src = testing::SourceDir() / "data" / "validation";
+  std::filesystem::copy_file(src / "h200-device/run2-device-check-llama3.1-8b-tp8-h200.json",
+                             dir / "h200-device/check.json",
+                             std::filesystem::copy_options::overwrite_existing);
+  std::filesystem::copy_file(src / "workloads/device-llama3.2-3b-tp8-h200.yaml",
+                             dir / "workloads/w.yaml",
+                             std::filesystem::copy_options::overwrite_existing);
+  std::ofstream(dir / "datasets.yaml")
+      << "datasets:\n  - name: x\n    kind: device_check\n    file: h200-device/check.json\n"
+         "    source: test\n    workload: workloads/w.yaml\n";
+  try {
+    Validate({.data_dir = dir});
+    ADD_FAILURE() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("signature"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("llama3.1-8b"), std::string::npos) << e.what();
+  }
+  std::filesystem::remove_all(dir);
 }
 
 // The report's JSON carries every number the tables show.

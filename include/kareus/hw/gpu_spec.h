@@ -77,6 +77,11 @@ struct ActivitySpec {
 
 struct GpuSpec {
   std::string name;  // preset name, e.g. "A100-SXM4-40GB"
+  // Names the calibration of the constants on a preset's own real-GPU measurements (optional
+  // `calibration:` in the data file; "" = none). The emulator backend puts it in its
+  // description, so a measurement store written under the preset's earlier constants is
+  // refused rather than mixed with new readings.
+  std::string calibration;
   int sm_count = 0;
   ClockGrid clock;
   double tensor_flops_per_clock_per_sm = 0.0;  // dense BF16 tensor-core FLOP / clock / SM
