@@ -583,17 +583,33 @@ void ReplayPowerProbe(const std::filesystem::path& path, const hw::GpuSpec& pres
     } else if (load.starts_with(gemm_prefix)) {
       const workload::Op op = workload::GemmOp("gemm", 8192, 8192, 8192);
       const SimResult burst = SimulateKernel(unheld, op, gpu.sm_count, clock);
-      const SimResult held = SimulateKernel(gpu, op, gpu.sm_count, clock);
       const double sleep_s = burst.time_s;  // the sleep: the GEMM's time at the maximum clock
+      // The GEMM and the sleep at idle power, at the clock the preset's limit allows: held on
+      // its own (CapMode::kEachSet), or the highest grid clock whose average fits (kAverage).
+      auto duty = [&](const SimResult& gemm, int sleep_clock) {
+        SimResult e;
+        e.time_s = gemm.time_s + sleep_s;
+        e.energy_j = gemm.energy_j + gpu.power.idle_w * sleep_s;
+        e.avg_power_w = e.energy_j / e.time_s;
+        e.effective_freq_mhz =
+            (gemm.effective_freq_mhz * gemm.time_s + sleep_clock * sleep_s) / e.time_s;
+        return e;
+      };
       SimResult e;
-      e.time_s = held.time_s + sleep_s;
-      e.energy_j = held.energy_j + gpu.power.idle_w * sleep_s;
-      e.avg_power_w = e.energy_j / e.time_s;
-      e.effective_freq_mhz = (held.effective_freq_mhz * held.time_s + clock * sleep_s) / e.time_s;
+      if (gpu.power.cap_mode == hw::PowerSpec::CapMode::kAverage) {
+        int f = clock;
+        e = duty(burst, f);
+        while (e.avg_power_w > gpu.power.cap_w && f - gpu.clock.step_mhz >= gpu.clock.min_mhz) {
+          f -= gpu.clock.step_mhz;
+          e = duty(SimulateKernel(unheld, op, gpu.sm_count, f), f);
+        }
+      } else {
+        e = duty(SimulateKernel(gpu, op, gpu.sm_count, clock), clock);
+        r.comparable = false;
+        r.note = "the preset holds every kernel to the limit at once (power.cap_mode each_set); "
+                 "the board holds an average (no cap during these ~1.4 ms bursts)";
+      }
       SetEmulated(r, e);
-      r.comparable = false;
-      r.note = "the emulator holds every kernel to the limit at once; the board holds an average "
-               "(no cap during these ~1.4 ms bursts)";
       FinishRow(r);
       DeviceRow b;
       b.section = "probe";
