@@ -30,9 +30,6 @@ struct StageBoundOptions {
   // Starting multipliers, one per DAG edge (only cross-stage edges are used; e.g. the LP's
   // duals, MinEnergyLpEdgeDuals); empty = all zero.
   std::vector<double> multipliers = {};
-  // Per DAG node: an option index (into OptionsOf) the node is fixed at, or -1 (free); empty =
-  // all free. Fixed durations also enter the windows.
-  std::vector<int> fixed = {};
 };
 
 struct StageBound {
