@@ -55,6 +55,7 @@ GpuPhysics MakePhysics(const hw::GpuSpec& gpu) {
   p.static_w = gpu.power.static_w;
   p.idle_w = gpu.power.idle_w;
   p.cap_w = gpu.power.cap_w;
+  p.cap_average = gpu.power.cap_mode == hw::PowerSpec::CapMode::kAverage;
   p.kernel_gap_s = gpu.launch.kernel_gap_us * 1e-6;
   p.host_launch_s = gpu.launch.host_launch_us * 1e-6;
   p.dynamic_max_w = gpu.power.dynamic_max_w;
@@ -372,8 +373,12 @@ void AppendSequential(Program& program, std::span<const CompiledKernel> kernels,
   }
 }
 
-void RunProgram(const GpuPhysics& p, const Program& program, double f_lock_hz, HostStart host,
-                Accumulator& acc) {
+namespace {
+
+// The event loop at one clock limit: with `hold_each_set`, the power cap lowers the clock of
+// every running set on its own; without, every set runs at f_lock_hz.
+void RunProgramAt(const GpuPhysics& p, const Program& program, double f_lock_hz, HostStart host,
+                  bool hold_each_set, Accumulator& acc) {
   constexpr double kInf = std::numeric_limits<double>::infinity();
   const std::vector<Entry>& entries = program.entries;
   const size_t n = entries.size();
@@ -453,7 +458,12 @@ void RunProgram(const GpuPhysics& p, const Program& program, double f_lock_hz, H
     const int m_sms = m_run ? entries[mi].sms : 0;
     const int c_sms = p.sm_count - m_sms;
     SetState st;
-    const double f = cap.Realize(p, ck, c_sms, mk, m_sms, f_lock_hz, &st);
+    double f = f_lock_hz;
+    if (hold_each_set) {
+      f = cap.Realize(p, ck, c_sms, mk, m_sms, f_lock_hz, &st);
+    } else {
+      st = EvaluateSet(p, ck, c_sms, mk, m_sms, f_lock_hz);
+    }
     const double dt_c = c_run ? c_left / st.compute_rate : kInf;
     const double dt_m = m_run ? m_left / st.comm_rate : kInf;
     const double dt = std::min({dt_c, dt_m, next_ready - t});
@@ -483,6 +493,52 @@ void RunProgram(const GpuPhysics& p, const Program& program, double f_lock_hz, H
   // lasts at least the host's launch time, the GPU idling the rest.
   const double host_s = program.launches * p.host_launch_s;
   if (!after_sync && host_s > t) Accumulate(acc, p, p.idle_w, f_lock_hz, host_s - t, false, false);
+}
+
+double AveragePowerW(const GpuPhysics& p, const Accumulator& a) {
+  return a.time_s > 0.0 ? p.static_w + a.dynamic_energy_j / a.time_s : 0.0;
+}
+
+void Add(Accumulator& acc, const Accumulator& run) {
+  acc.time_s += run.time_s;
+  acc.dynamic_energy_j += run.dynamic_energy_j;
+  acc.freq_time_mhz_s += run.freq_time_mhz_s;
+  acc.min_freq_mhz = std::min(acc.min_freq_mhz, run.min_freq_mhz);
+  acc.max_freq_mhz = std::max(acc.max_freq_mhz, run.max_freq_mhz);
+  acc.compute_busy_s += run.compute_busy_s;
+  acc.comm_busy_s += run.comm_busy_s;
+  acc.overlap_s += run.overlap_s;
+}
+
+}  // namespace
+
+Accumulator HoldToPowerLimit(const GpuPhysics& p, double f_lock_hz,
+                             const std::function<Accumulator(double, bool)>& run) {
+  if (!p.cap_average || p.cap_w <= 0.0) return run(f_lock_hz, /*hold_each_set=*/true);
+  // The average-holding limit: the highest clock up to the lock at which the run's average
+  // power fits (average power rises with the clock), bisected over the whole range as
+  // RealizedClockHz does for one set.
+  Accumulator at_lock = run(f_lock_hz, false);
+  if (AveragePowerW(p, at_lock) <= p.cap_w) return at_lock;
+  double lo = p.f_min_hz, hi = f_lock_hz;
+  for (int i = 0; i < kCapBisectionSteps; ++i) {
+    const double mid = 0.5 * (lo + hi);
+    if (AveragePowerW(p, run(mid, false)) <= p.cap_w) {
+      lo = mid;
+    } else {
+      hi = mid;
+    }
+  }
+  return run(lo, false);
+}
+
+void RunProgram(const GpuPhysics& p, const Program& program, double f_lock_hz, HostStart host,
+                Accumulator& acc) {
+  Add(acc, HoldToPowerLimit(p, f_lock_hz, [&](double f_hz, bool hold_each_set) {
+        Accumulator run;
+        RunProgramAt(p, program, f_hz, host, hold_each_set, run);
+        return run;
+      }));
 }
 
 }  // namespace kareus::emulator::internal

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -31,6 +32,7 @@ struct GpuPhysics {
   double static_w = 0.0;         // accounting: static energy = static_w x time
   double idle_w = 0.0;           // physics: baseline under any kernel, and all of an idle GPU
   double cap_w = 0.0;
+  bool cap_average = false;      // the limit holds a run's average power (PowerSpec::CapMode)
   double kernel_gap_s = 0.0;     // device gap before each kernel of a stream
   double host_launch_s = 0.0;    // host time per launched kernel
   double dynamic_max_w = 0.0;
@@ -142,9 +144,19 @@ enum class HostStart {
 // kernel progresses at its rate; events are kernel ends and the moments a waiting kernel
 // becomes ready (its launch by the host, the stream's gap after the kernel before it, the
 // event it waits for); a stream with nothing ready idles, and while no kernel runs the GPU
-// draws power.idle_w. The power limit holds every running set on its own (RealizedClockHz).
+// draws power.idle_w. The power limit holds every running set on its own (RealizedClockHz),
+// or, with PowerSpec::CapMode::kAverage, the program's average power: the program runs at the
+// highest clock up to the lock whose average power fits, every set at that clock.
 void RunProgram(const GpuPhysics& physics, const Program& program, double f_lock_hz,
                 HostStart host, Accumulator& acc);
+
+// Runs `run(f_hz, hold_each_set)` (one simulation of a program at clock limit f_hz; with
+// hold_each_set the power cap lowers every running set on its own) under the GPU's power limit:
+// CapMode::kEachSet (or no limit) runs it once at f_lock_hz, holding each set; kAverage runs it
+// unheld at the highest clock up to f_lock_hz whose average power fits the limit (bisection over
+// the whole range), every set at that clock.
+Accumulator HoldToPowerLimit(const GpuPhysics& physics, double f_lock_hz,
+                             const std::function<Accumulator(double, bool)>& run);
 
 // What one running set (a compute kernel on `compute_sms`, a collective on `comm_sms`, either
 // may be absent) does at clock f: progress rates (fraction of the kernel per second), power.

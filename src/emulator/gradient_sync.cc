@@ -105,7 +105,7 @@ SimResult SimulateBackwardWithGradientSync(const workload::WorkloadModel& model,
   const int nb = static_cast<int>(comm.size());
   const int sms = knobs.sms;
   const int library_sms = std::clamp(physics.library_default_sms, 1, physics.sm_count - 1);
-  const double f_lock = knobs.freq_mhz * 1e6;
+  const double f_lock_hz = knobs.freq_mhz * 1e6;
   constexpr double kDone = 1e-12;
   const double inf = std::numeric_limits<double>::infinity();
 
@@ -130,96 +130,107 @@ SimResult SimulateBackwardWithGradientSync(const workload::WorkloadModel& model,
     }
   }
   const double gap = physics.kernel_gap_s;
-  std::vector<double> done_at(static_cast<std::size_t>(n), 0.0);  // when kernel k ended
-  Accumulator acc;
-  double t = 0.0;
-  int i = 0;  // running (or next) backward kernel
-  bool c_run = false;
-  double c_left = 1.0, c_free = 0.0;
-  int q = 0;  // running (or next) bucket
-  bool m_run = false;
-  double m_left = 1.0, m_free = 0.0;
-  while (true) {
-    if (!c_run) {
-      for (; i < n && compute[static_cast<std::size_t>(i)].empty; ++i) done_at[static_cast<std::size_t>(i)] = c_free;
-    }
-    if (!m_run) {
-      while (q < nb && comm[static_cast<std::size_t>(q)].empty) ++q;
-    }
-    double c_ready = inf, m_ready = inf;
-    if (!c_run && i < n) {
-      c_ready = std::max(kernel_launch_s[static_cast<std::size_t>(i)], c_free + gap);
-      if (c_ready <= t) {
-        c_run = true;
-        c_left = 1.0;
-        c_ready = inf;
+  // One run of the three streams at clock limit f_lock (held per set, or unheld: the power
+  // limit's mode, internal::HoldToPowerLimit).
+  auto run = [&](double f_lock, bool hold_each_set) {
+    auto realize = [&](const GpuPhysics& ph, const CompiledKernel* c, int c_sms,
+                       const CompiledKernel* m, int m_sms, SetState* out) {
+      if (hold_each_set) return internal::RealizedClockHz(ph, c, c_sms, m, m_sms, f_lock, out);
+      *out = internal::EvaluateSet(ph, c, c_sms, m, m_sms, f_lock);
+      return f_lock;
+    };
+    std::vector<double> done_at(static_cast<std::size_t>(n), 0.0);  // when kernel k ended
+    Accumulator acc;
+    double t = 0.0;
+    int i = 0;  // running (or next) backward kernel
+    bool c_run = false;
+    double c_left = 1.0, c_free = 0.0;
+    int q = 0;  // running (or next) bucket
+    bool m_run = false;
+    double m_left = 1.0, m_free = 0.0;
+    while (true) {
+      if (!c_run) {
+        for (; i < n && compute[static_cast<std::size_t>(i)].empty; ++i) done_at[static_cast<std::size_t>(i)] = c_free;
       }
-    }
-    // A bucket waits for the kernel that completes its gradients and for the bucket before it.
-    if (!m_run && q < nb && buckets[static_cast<std::size_t>(q)].ready_after < i) {
-      const int after = buckets[static_cast<std::size_t>(q)].ready_after;
-      m_ready = std::max({bucket_launch_s[static_cast<std::size_t>(q)], m_free + gap,
-                          (after >= 0 ? done_at[static_cast<std::size_t>(after)] : 0.0) + gap});
-      if (m_ready <= t) {
-        m_run = true;
-        m_left = 1.0;
-        m_ready = inf;
+      if (!m_run) {
+        while (q < nb && comm[static_cast<std::size_t>(q)].empty) ++q;
       }
-    }
-    const double next_ready = std::min(c_ready, m_ready);
-    if (!c_run && !m_run) {
-      if (i >= n && q >= nb) break;
-      KAREUS_CHECK(next_ready < inf) << "gradient sync simulation stalled at kernel " << i << ", bucket " << q;
-      Accumulate(acc, physics.static_w, physics.idle_w, f_lock, next_ready - t, false, false);
-      t = next_ready;
-      continue;
-    }
-    const CompiledKernel* ck = c_run ? &compute[static_cast<std::size_t>(i)] : nullptr;
-    const CompiledKernel* mk = m_run ? &comm[static_cast<std::size_t>(q)] : nullptr;
-    SetState st;
-    double f = f_lock;
-    if (ck != nullptr && ck->collective) {
-      // An in-layer collective of the sequential backward on the library-default SMs; with a
-      // bucket next to it both are comm kernels: each at its own rate, their dynamic power adds.
-      SetState tp;
-      f = internal::RealizedClockHz(physics, nullptr, 0, ck, library_sms, f_lock, &tp);
-      st.compute_rate = tp.comm_rate;
-      st.power_w = tp.power_w;
-      if (mk != nullptr) {
-        const SetState dp = internal::EvaluateSet(reduction, nullptr, 0, mk, sms, f);
-        st.comm_rate = dp.comm_rate;
-        st.power_w += dp.power_w - physics.idle_w;
+      double c_ready = inf, m_ready = inf;
+      if (!c_run && i < n) {
+        c_ready = std::max(kernel_launch_s[static_cast<std::size_t>(i)], c_free + gap);
+        if (c_ready <= t) {
+          c_run = true;
+          c_left = 1.0;
+          c_ready = inf;
+        }
       }
-    } else if (ck != nullptr) {
-      f = internal::RealizedClockHz(reduction, ck, physics.sm_count - (mk ? sms : 0), mk, sms, f_lock, &st);
-    } else {
-      f = internal::RealizedClockHz(reduction, nullptr, 0, mk, sms, f_lock, &st);
-    }
-    const double dt_c = c_run ? c_left / st.compute_rate : inf;
-    const double dt_m = m_run ? m_left / st.comm_rate : inf;
-    const double dt = std::min({dt_c, dt_m, next_ready - t});
-    Accumulate(acc, physics.static_w, st.power_w, f, dt, c_run, m_run);
-    const double t_end = dt == next_ready - t ? next_ready : t + dt;
-    if (c_run) {
-      c_left -= st.compute_rate * dt;
-      if (dt_c <= dt || c_left < kDone) {
-        c_run = false;
-        c_free = t_end;
-        done_at[static_cast<std::size_t>(i)] = t_end;
-        ++i;
+      // A bucket waits for the kernel that completes its gradients and for the bucket before it.
+      if (!m_run && q < nb && buckets[static_cast<std::size_t>(q)].ready_after < i) {
+        const int after = buckets[static_cast<std::size_t>(q)].ready_after;
+        m_ready = std::max({bucket_launch_s[static_cast<std::size_t>(q)], m_free + gap,
+                            (after >= 0 ? done_at[static_cast<std::size_t>(after)] : 0.0) + gap});
+        if (m_ready <= t) {
+          m_run = true;
+          m_left = 1.0;
+          m_ready = inf;
+        }
       }
-    }
-    if (m_run) {
-      m_left -= st.comm_rate * dt;
-      if (dt_m <= dt || m_left < kDone) {
-        m_run = false;
-        m_free = t_end;
-        ++q;
+      const double next_ready = std::min(c_ready, m_ready);
+      if (!c_run && !m_run) {
+        if (i >= n && q >= nb) break;
+        KAREUS_CHECK(next_ready < inf) << "gradient sync simulation stalled at kernel " << i << ", bucket " << q;
+        Accumulate(acc, physics.static_w, physics.idle_w, f_lock, next_ready - t, false, false);
+        t = next_ready;
+        continue;
       }
+      const CompiledKernel* ck = c_run ? &compute[static_cast<std::size_t>(i)] : nullptr;
+      const CompiledKernel* mk = m_run ? &comm[static_cast<std::size_t>(q)] : nullptr;
+      SetState st;
+      double f = f_lock;
+      if (ck != nullptr && ck->collective) {
+        // An in-layer collective of the sequential backward on the library-default SMs; with a
+        // bucket next to it both are comm kernels: each at its own rate, their dynamic power adds.
+        SetState tp;
+        f = realize(physics, nullptr, 0, ck, library_sms, &tp);
+        st.compute_rate = tp.comm_rate;
+        st.power_w = tp.power_w;
+        if (mk != nullptr) {
+          const SetState dp = internal::EvaluateSet(reduction, nullptr, 0, mk, sms, f);
+          st.comm_rate = dp.comm_rate;
+          st.power_w += dp.power_w - physics.idle_w;
+        }
+      } else if (ck != nullptr) {
+        f = realize(reduction, ck, physics.sm_count - (mk ? sms : 0), mk, sms, &st);
+      } else {
+        f = realize(reduction, nullptr, 0, mk, sms, &st);
+      }
+      const double dt_c = c_run ? c_left / st.compute_rate : inf;
+      const double dt_m = m_run ? m_left / st.comm_rate : inf;
+      const double dt = std::min({dt_c, dt_m, next_ready - t});
+      Accumulate(acc, physics.static_w, st.power_w, f, dt, c_run, m_run);
+      const double t_end = dt == next_ready - t ? next_ready : t + dt;
+      if (c_run) {
+        c_left -= st.compute_rate * dt;
+        if (dt_c <= dt || c_left < kDone) {
+          c_run = false;
+          c_free = t_end;
+          done_at[static_cast<std::size_t>(i)] = t_end;
+          ++i;
+        }
+      }
+      if (m_run) {
+        m_left -= st.comm_rate * dt;
+        if (dt_m <= dt || m_left < kDone) {
+          m_run = false;
+          m_free = t_end;
+          ++q;
+        }
+      }
+      t = t_end;
     }
-    t = t_end;
-  }
-  return acc.Finish(physics.static_w);
+    return acc;
+  };
+  return internal::HoldToPowerLimit(physics, f_lock_hz, run).Finish(physics.static_w);
 }
 
 }  // namespace kareus::emulator

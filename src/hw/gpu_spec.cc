@@ -74,6 +74,7 @@ GpuSpec ParseGpuSpec(const std::string& text, const std::string& source) {
   const YamlMap root = YamlMap::Parse(text, source);
   GpuSpec gpu;
   gpu.name = root.String("name");
+  if (root.Has("calibration")) gpu.calibration = root.String("calibration");
   gpu.sm_count = PositiveInt(root, "sm_count");
 
   const YamlMap clock = root.Map("clock");
@@ -111,6 +112,14 @@ GpuSpec ParseGpuSpec(const std::string& text, const std::string& source) {
   gpu.power.static_w = NonNegative(power, "static_w");
   gpu.power.dynamic_max_w = Positive(power, "dynamic_max_w");
   gpu.power.memory_w = NonNegative(power, "memory_w");
+  if (power.Has("cap_mode")) {
+    const std::string mode = power.String("cap_mode");
+    if (mode == "average") {
+      gpu.power.cap_mode = PowerSpec::CapMode::kAverage;
+    } else if (mode != "each_set") {
+      power.Fail("cap_mode", mode, "valid: each_set, average");
+    }
+  }
   power.RejectUnknownKeys();
   if (gpu.power.static_w >= gpu.power.cap_w) {
     power.Fail("static_w", Describe(gpu.power.static_w), "must be below cap_w");

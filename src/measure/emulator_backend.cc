@@ -66,10 +66,13 @@ class EmulatorBackend final : public Backend {
 
   std::string Description() const override {
     std::ostringstream out;
+    // A preset calibrated on its own measurements names that calibration (GpuSpec::calibration).
+    const std::string calibration = gpu_.calibration.empty() ? "" : "," + gpu_.calibration;
     if (options_.measurement.noise_free) {
-      out << "emulator(v" << emulator::kPhysicsVersion << ",noise_free)";
+      out << "emulator(v" << emulator::kPhysicsVersion << calibration << ",noise_free)";
     } else {
-      out << "emulator(v" << emulator::kPhysicsVersion << ",time_noise=" << options_.measurement.time_noise
+      out << "emulator(v" << emulator::kPhysicsVersion << calibration
+          << ",time_noise=" << options_.measurement.time_noise
           << ",energy_noise=" << options_.measurement.energy_noise << ")";
     }
     return out.str();

@@ -247,6 +247,9 @@ class Engine {
   // critical path cannot be shortened). Leaves side_ = the source side of a minimum cut.
   bool MaxFlow();
   void Scan(int u);  // the BFS step of MaxFlow: marks and queues what u reaches in the residual
+  // Options::check_incremental_cuts: true when side_ is exactly what a fresh BFS from the
+  // source reaches in the residual critical sub-DAG (the criteria of Scan).
+  bool SideMatchesFreshBfs() const;
   // The longest path after moving `delta` along the cut: fills earliest_ and returns the
   // makespan, with the base length and net rate of one longest path.
   double MakespanAfter(double delta, double* base, double* rate);
@@ -363,6 +366,8 @@ class Engine {
   std::vector<IterationPoint> raw_;
   int64_t steps_ = 0;
   int64_t augmentations_ = 0;
+  int64_t cuts_checked_ = 0;    // Options::check_incremental_cuts
+  int64_t cut_mismatches_ = 0;
   int64_t critical_arcs_max_ = 0;
   double realize_wall_s_ = 0.0;
   double fastest_wall_s_ = 0.0;
@@ -603,9 +608,53 @@ void Engine::Scan(int u) {
   }
 }
 
+bool Engine::SideMatchesFreshBfs() const {
+  std::vector<char> reached(side_.size(), 0);
+  std::vector<int> queue{source_};
+  reached[source_] = 1;
+  for (std::size_t head = 0; head < queue.size(); ++head) {
+    const int u = queue[head];
+    for (int i = out_start_[u]; i < out_start_[u + 1]; ++i) {
+      const int a = out_arcs_[i];
+      const int w = out_to_[i];
+      if (reached[w] || !critical_[a] || up_[a] - flow_[a] <= flow_tol_) continue;
+      reached[w] = 1;
+      queue.push_back(w);
+    }
+    for (int i = in_start_[u]; i < in_start_[u + 1]; ++i) {
+      const int a = in_arcs_[i];
+      const int w = in_from_[i];
+      if (reached[w] || !critical_[a] || flow_[a] - lo_[a] <= flow_tol_) continue;
+      reached[w] = 1;
+      queue.push_back(w);
+    }
+  }
+  // The incremental BFS stops once it reaches the sink: then its path to the sink (parent_)
+  // must be an augmenting path of the current residual graph, and the fresh search must reach
+  // the sink too; else the two source sides must be equal.
+  if (side_[sink_]) {
+    int steps = 0;
+    for (int w = sink_; w != source_;) {
+      const int p = parent_[w];
+      if (p == 0 || ++steps > num_events_) return false;
+      const int a = std::abs(p) - 1;
+      const double residual = p > 0 ? up_[a] - flow_[a] : flow_[a] - lo_[a];
+      if (!critical_[a] || residual <= flow_tol_) return false;
+      w = p > 0 ? arc_from_[a] : arc_to_[a];
+      if (!side_[w]) return false;
+    }
+    return reached[sink_] != 0;
+  }
+  for (std::size_t e = 0; e < side_.size(); ++e) {
+    if ((side_[e] != 0) != (reached[e] != 0)) return false;
+  }
+  return true;
+}
+
 bool Engine::MaxFlow() {
   for (;;) {
     std::size_t head = 0;
+    const bool incremental = source_side_valid_;
     if (source_side_valid_) {
       // The previous step's source side is still reachable (see source_side_valid_): only the
       // events whose arcs changed are scanned again, and the search continues from what they
@@ -624,6 +673,14 @@ bool Engine::MaxFlow() {
     }
     rescan_.clear();
     for (; head < queue_.size() && !side_[sink_]; ++head) Scan(queue_[head]);
+    if (options_.check_incremental_cuts && incremental) {
+      ++cuts_checked_;
+      if (!SideMatchesFreshBfs()) {
+        ++cut_mismatches_;
+        source_side_valid_ = false;  // continue from a fresh BFS
+        continue;
+      }
+    }
     if (!side_[sink_]) {
       source_side_valid_ = true;
       return true;
@@ -1585,6 +1642,8 @@ Result Engine::Run() {
   summary.message = message;
   summary.steps = steps_;
   summary.augmentations = augmentations_;
+  summary.incremental_cut_mismatches = cut_mismatches_;
+  summary.incremental_cuts_checked = cuts_checked_;
   summary.critical_edges_max = critical_arcs_max_;
   summary.realize_wall_s = realize_wall_s_;
   summary.fastest_point_wall_s = fastest_wall_s_;

@@ -59,6 +59,16 @@ Json Op::ToJson() const {
   return j;
 }
 
+Op GemmOp(std::string name, int64_t m, int64_t n, int64_t k) {
+  std::string module = name;
+  return internal::Gemm(std::move(name), std::move(module), m, n, k);
+}
+
+Op MemoryOp(std::string name, double bytes) {
+  std::string module = name;
+  return internal::Memory(std::move(name), std::move(module), SlotGroup::kNone, bytes, 0.0);
+}
+
 namespace internal {
 
 Op Gemm(std::string name, std::string module, int64_t m, int64_t n, int64_t k) {

@@ -3,7 +3,11 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <string>
+
 #include "kareus/common/error.h"
+#include "kareus/common/io.h"
 
 namespace kareus::hw {
 namespace {
@@ -50,6 +54,44 @@ TEST(GpuPresets, UnknownNameListsTheValidOnes) {
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("A100-SXM4-40GB"), std::string::npos) << e.what();
   }
+}
+
+// The H200 preset is calibrated on Kareus's measurements (data/validation/h200-device/) and the
+// H100 one derives its die-level constants from it: both name their calibration (it enters the
+// emulator backend's description, so stores of the earlier constants are refused) and hold the
+// average power to the limit; the A100 and A40 presets keep the per-set hold and no tag.
+TEST(GpuPresets, CalibrationTagAndCapMode) {
+  EXPECT_EQ(GpuPreset("H200-SXM").calibration, "h200-device-2026-11-29");
+  EXPECT_EQ(GpuPreset("H200-SXM").power.cap_mode, PowerSpec::CapMode::kAverage);
+  EXPECT_EQ(GpuPreset("H100-SXM").power.cap_mode, PowerSpec::CapMode::kAverage);
+  EXPECT_FALSE(GpuPreset("H100-SXM").calibration.empty());
+  for (const char* name : {"A100-SXM4-40GB", "A100-SXM4-80GB", "A40"}) {
+    EXPECT_TRUE(GpuPreset(name).calibration.empty()) << name;
+    EXPECT_EQ(GpuPreset(name).power.cap_mode, PowerSpec::CapMode::kEachSet) << name;
+  }
+  // A V curve that only rises (the measured part and the floor below it).
+  const GpuSpec h200 = GpuPreset("H200-SXM");
+  for (int f = 225; f <= 1980; f += 15) EXPECT_GE(h200.VoltageAt(f), h200.VoltageAt(f - 15));
+}
+
+TEST(GpuPresets, UnknownCapModeNamesTheFieldAndTheChoices) {
+  std::string text = ReadTextFile(DataDir() / "gpus" / "H200-SXM.yaml");
+  const size_t at = text.find("cap_mode: average");
+  ASSERT_NE(at, std::string::npos);
+  text.replace(at, 17, "cap_mode: sometimes");
+  const std::filesystem::path path =
+      std::filesystem::temp_directory_path() / "kareus_gpu_spec_cap_mode.yaml";
+  WriteFileAtomic(path, text);
+  try {
+    LoadGpuSpecFile(path.string());
+    ADD_FAILURE() << "no error";
+  } catch (const InputError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("cap_mode"), std::string::npos) << what;
+    EXPECT_NE(what.find("sometimes"), std::string::npos) << what;
+    EXPECT_NE(what.find("each_set, average"), std::string::npos) << what;
+  }
+  std::filesystem::remove(path);
 }
 
 }  // namespace

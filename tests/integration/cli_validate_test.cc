@@ -19,10 +19,18 @@ TEST(CliValidate, JsonListsEveryDatasetWithItsShapeErrors) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const Json j = Json::parse(r.out);
   EXPECT_EQ(j["format"], "kareus.validation/1");
-  ASSERT_EQ(j["datasets"].size(), 3u);
+  ASSERT_EQ(j["datasets"].size(), 9u);
   for (const Json& d : j["datasets"]) {
     EXPECT_FALSE(d["source"].get<std::string>().empty());
-    if (d["kind"] == "stage_profile") {
+    if (d["kind"] == "device_check" || d["kind"] == "power_probe") {
+      // Kareus's H200 measurements: rows with measured, emulated and errors, and medians.
+      ASSERT_FALSE(d["rows"].empty());
+      for (const char* field : {"measured", "emulated", "error_pct", "comparable"}) {
+        EXPECT_TRUE(d["rows"][0].contains(field)) << field;
+      }
+      EXPECT_TRUE(d["median_abs_error"].contains(d["kind"] == "device_check" ? "partitions"
+                                                                             : "loads"));
+    } else if (d["kind"] == "stage_profile") {
       EXPECT_EQ(d["curves"].size(), 16u);
       for (const char* field : {"time_rms_points", "energy_rms_points", "measured_optimal_mhz",
                                 "emulated_optimal_mhz", "measured_saving_pct",
@@ -45,6 +53,8 @@ TEST(CliValidate, TableNamesTheCalibrationOfEachDataset) {
   EXPECT_NE(r.out.find("calibrated: nothing (validation only)"), std::string::npos);
   EXPECT_NE(r.out.find("time_rms_pt"), std::string::npos);
   EXPECT_NE(r.out.find("emu_time_ratio"), std::string::npos);
+  EXPECT_NE(r.out.find("h200-llama3.3-70b-card-b"), std::string::npos);
+  EXPECT_NE(r.out.find("median |error|, partitions:"), std::string::npos);
 }
 
 TEST(CliValidate, MissingManifestExitsTwo) {

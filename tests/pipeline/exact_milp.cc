@@ -3,6 +3,7 @@
 
 #include <glpk.h>
 
+#include <algorithm>
 #include <vector>
 
 namespace kareus::pipeline::testing {
@@ -127,8 +128,11 @@ MilpAnswer MinEnergyMilp(const Problem& problem, const schedule::Dag& dag, doubl
   return answer;
 }
 
-std::optional<double> MinEnergyLp(const Problem& problem, const schedule::Dag& dag,
-                                  double deadline_s, double p_static_w) {
+namespace {
+
+// The linear relaxation by GLPK's simplex; with `edge_duals`, the precedence rows' duals too.
+std::optional<double> SolveLp(const Problem& problem, const schedule::Dag& dag, double deadline_s,
+                              double p_static_w, std::vector<double>* edge_duals) {
   glp_prob* lp = glp_create_prob();
   Build(lp, problem, dag, deadline_s, p_static_w, {}, true);
   glp_smcp parm;
@@ -136,9 +140,32 @@ std::optional<double> MinEnergyLp(const Problem& problem, const schedule::Dag& d
   parm.msg_lev = GLP_MSG_OFF;
   glp_term_out(GLP_OFF);
   std::optional<double> answer;
-  if (glp_simplex(lp, &parm) == 0 && glp_get_status(lp) == GLP_OPT) answer = glp_get_obj_val(lp);
+  if (glp_simplex(lp, &parm) == 0 && glp_get_status(lp) == GLP_OPT) {
+    answer = glp_get_obj_val(lp);
+    if (edge_duals != nullptr) {
+      // Rows: one per node (its options sum to one), then one per edge in dag.edges' order.
+      const int first_edge_row = static_cast<int>(dag.nodes.size()) + 1;
+      for (std::size_t e = 0; e < dag.edges.size(); ++e) {
+        edge_duals->push_back(std::max(0.0, glp_get_row_dual(lp, first_edge_row + static_cast<int>(e))));
+      }
+    }
+  }
   glp_delete_prob(lp);
   return answer;
+}
+
+}  // namespace
+
+std::optional<double> MinEnergyLp(const Problem& problem, const schedule::Dag& dag,
+                                  double deadline_s, double p_static_w) {
+  return SolveLp(problem, dag, deadline_s, p_static_w, nullptr);
+}
+
+std::vector<double> MinEnergyLpEdgeDuals(const Problem& problem, const schedule::Dag& dag,
+                                         double deadline_s, double p_static_w) {
+  std::vector<double> duals;
+  SolveLp(problem, dag, deadline_s, p_static_w, &duals);
+  return duals;
 }
 
 }  // namespace kareus::pipeline::testing

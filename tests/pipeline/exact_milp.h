@@ -32,4 +32,10 @@ MilpAnswer MinEnergyMilp(const Problem& problem, const schedule::Dag& dag, doubl
 std::optional<double> MinEnergyLp(const Problem& problem, const schedule::Dag& dag,
                                   double deadline_s, double p_static_w);
 
+// The linear relaxation's optimal dual values of the precedence rows, one per DAG edge (in
+// dag.edges' order, >= 0: the energy saved per second the edge's lag were shorter); empty when
+// the simplex finds no optimum. Starting multipliers for a Lagrangian bound.
+std::vector<double> MinEnergyLpEdgeDuals(const Problem& problem, const schedule::Dag& dag,
+                                         double deadline_s, double p_static_w);
+
 }  // namespace kareus::pipeline::testing

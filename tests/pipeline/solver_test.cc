@@ -17,6 +17,7 @@
 
 #include "kareus/pareto/pareto.h"
 #include "pipeline/exact_milp.h"
+#include "pipeline/stage_bound.h"
 
 namespace kareus::pipeline {
 namespace {
@@ -110,6 +111,8 @@ TEST(Solver, MatchesExactOptimumOnRandomSmallDags) {
   const bool verbose = std::getenv("KAREUS_SOLVER_TEST_VERBOSE") != nullptr;
   int fastest_exact = 0;
   int lp_checked = 0;
+  double stage_gap_closed = 0.0;  // sum over instances: share of the LP's gap the stage bound closes
+  int lp_gaps = 0;                // instances whose LP bound is below the exact minimum at T_min
   constexpr int kDeadlines = 6;
   for (int instance = 0; instance < instances; ++instance) {
     const Problem problem = RandomProblem(rng);
@@ -155,6 +158,24 @@ TEST(Solver, MatchesExactOptimumOnRandomSmallDags) {
     const auto at_min = testing::MinEnergyMilp(problem, result.dag, t_min, kStaticW);
     ASSERT_TRUE(at_min.optimal) << "instance " << instance;
     EXPECT_LE(fastest.model_energy_j, at_min.energy_j * (1 + 1e-9)) << "instance " << instance;
+    // The stage-wise Lagrangian bound (stage_bound.h) on the options' own grid: never above the
+    // exact minimum (an invalid bound would certify plans that are not optimal), and, from
+    // the LP's duals, at least the LP's bound.
+    const auto lp_min = testing::MinEnergyLp(problem, result.dag, t_min, kStaticW);
+    ASSERT_TRUE(lp_min.has_value()) << "instance " << instance;
+    const auto stage_bound = testing::StageLagrangianBound(
+        problem, result.dag, t_min, kStaticW,
+        {.resolution_s = 1.0 / kGrid, .upper_bound_j = fastest.cost.energy_j,
+         .multipliers = testing::MinEnergyLpEdgeDuals(problem, result.dag, t_min, kStaticW)});
+    ASSERT_TRUE(stage_bound.has_value()) << "instance " << instance;
+    EXPECT_LE(stage_bound->energy_j, at_min.energy_j * (1 + 1e-9)) << "instance " << instance;
+    if (problem.p2p_time_s == 0.0) {  // every time on the grid: nothing lost to rounding
+      EXPECT_GE(stage_bound->energy_j, *lp_min * (1 - 1e-9)) << "instance " << instance;
+    }
+    if (at_min.energy_j - *lp_min > 1e-6 * at_min.energy_j) {
+      stage_gap_closed += std::max(0.0, (stage_bound->energy_j - *lp_min) / (at_min.energy_j - *lp_min));
+      ++lp_gaps;
+    }
     const bool exact = fastest.cost.energy_j <= at_min.energy_j * (1 + 1e-9);
     fastest_exact += exact ? 1 : 0;
     EXPECT_TRUE(exact) << "instance " << instance << ": fastest point " << fastest.cost.energy_j
@@ -189,6 +210,9 @@ TEST(Solver, MatchesExactOptimumOnRandomSmallDags) {
               gaps.size(), 100 * gaps[gaps.size() / 2],
               100 * gaps[static_cast<std::size_t>(0.95 * (gaps.size() - 1))], 100 * worst,
               worst_instance, above, fastest_exact, instances, lp_checked);
+  std::printf("stage-wise Lagrangian bound at T_min: closes %.1f %% of the LP's gap to the exact "
+              "minimum on average over the %d instances with a gap\n",
+              100 * stage_gap_closed / std::max(1, lp_gaps), lp_gaps);
   // Issue 17 asks for 0.1 % at every sampled deadline. Measured (seed 20261129, 40 instances):
   // worst 0.063 % (instance 17); before the neighbourhood search (exact search on stage pairs
   // and windows of the topological order, after the whole-DAG search ran out of budget) 2 of
@@ -198,15 +222,13 @@ TEST(Solver, MatchesExactOptimumOnRandomSmallDags) {
   EXPECT_LE(worst, 1e-3);
 }
 
-// Issue 17's unbalanced pipeline (tests/pipeline/data/make_perseus_4x16.sh): the fastest point
-// is within 0.2 % of the least energy any plan has at the minimum iteration time, proven
-// against the convex relaxation's lower bound (every plan at T_min has static energy
-// P * T_min * GPUs, so only effective energy differs).
-TEST(Solver, UnbalancedFourStagesFastestPointIsMinimumEnergy) {
+// Issue 17's unbalanced 4 x 16 profile (tests/pipeline/data/make_perseus_4x16.sh).
+Problem UnbalancedFourStages() {
   const char* root = std::getenv("KAREUS_SOURCE_DIR");
-  ASSERT_NE(root, nullptr);
-  std::ifstream csv(std::string(root) + "/tests/pipeline/data/perseus_4x16_unbalanced.csv");
-  ASSERT_TRUE(csv.good());
+  EXPECT_NE(root, nullptr);
+  std::ifstream csv(std::string(root == nullptr ? "." : root) +
+                    "/tests/pipeline/data/perseus_4x16_unbalanced.csv");
+  EXPECT_TRUE(csv.good());
   Problem problem{.num_stages = 4, .num_microbatches = 16};
   problem.forward_options.resize(4);
   problem.backward_options.resize(4);
@@ -223,19 +245,98 @@ TEST(Solver, UnbalancedFourStagesFastestPointIsMinimumEnergy) {
     auto& list = kind == "forward" ? problem.forward_options : problem.backward_options;
     list[std::stoi(stage)].push_back({std::stod(time), std::stod(energy)});
   }
+  return problem;
+}
+
+// Issue 17's unbalanced pipeline: the fastest point against lower bounds of the least energy any
+// plan has at the minimum iteration time (every plan at T_min has static energy P * T_min *
+// GPUs, so only effective energy differs): the convex relaxation's (= the LP's) and the tighter
+// stage-wise Lagrangian bound (stage_bound.h; 0.1 ms grid, from the LP's duals).
+// Measured: plan 4,340.18 J; LP bound 4,333.24 J (+0.160 %); stage bound 4,334.96 J (+0.120 %;
+// 4,335.12 J on a 2 us grid). Issue 17 asks for +0.05 % over the EXACT minimum, which lies
+// between the bounds and the plan: neither met nor refuted here (docs/ARCHITECTURE.md §6).
+TEST(Solver, UnbalancedFourStagesFastestPointIsMinimumEnergy) {
+  const Problem problem = UnbalancedFourStages();
   const Result result = Solve(problem, {.unit_time_s = 1e-3, .p_static_w = 85.0});
   ASSERT_EQ(result.summary.status, Status::kReachedMinimumTime) << result.summary.message;
   const IterationPoint& fastest = result.points.back();
-  EXPECT_NEAR(fastest.cost.time_s, result.summary.min_time_s, 1e-12);
-  const double bound = fastest.model_energy_j;
-  std::printf("4x16 unbalanced: fastest point %.3f J at %.4f s, convex lower bound %.3f J "
-              "(gap %.4f %%), %zu points\n",
-              fastest.cost.energy_j, fastest.cost.time_s, bound,
-              100 * (fastest.cost.energy_j - bound) / bound, result.points.size());
-  EXPECT_LE(bound, fastest.cost.energy_j * (1 + 1e-12));
-  // Measured 0.16 % above the bound (issue 17 asks for 0.05 % above the exact minimum, which
-  // lies between the bound and this point: not proven here).
-  EXPECT_LE(fastest.cost.energy_j, bound * 1.002);
+  const double t_min = result.summary.min_time_s;
+  EXPECT_NEAR(fastest.cost.time_s, t_min, 1e-12);
+  const double convex = fastest.model_energy_j;
+  const auto stage = testing::StageLagrangianBound(
+      problem, result.dag, t_min, 85.0,
+      {.resolution_s = 1e-5, .upper_bound_j = fastest.cost.energy_j,
+       .multipliers = testing::MinEnergyLpEdgeDuals(problem, result.dag, t_min, 85.0)});
+  ASSERT_TRUE(stage.has_value());
+  const double bound = stage->energy_j;
+  std::printf("4x16 unbalanced: fastest point %.3f J at %.4f s; convex (LP) bound %.3f J "
+              "(gap %.4f %%); stage-wise Lagrangian bound %.3f J (gap %.4f %%; %.3f J at the LP's "
+              "duals, %d subgradient steps); %zu points\n",
+              fastest.cost.energy_j, fastest.cost.time_s, convex,
+              100 * (fastest.cost.energy_j - convex) / convex, bound,
+              100 * (fastest.cost.energy_j - bound) / bound, stage->start_energy_j,
+              stage->iterations, result.points.size());
+  EXPECT_LE(bound, fastest.cost.energy_j);
+  EXPECT_GT(bound, convex + 1.0);  // tighter than the LP by 1.7 J
+  // The certified gap: the plan is within 0.13 % of the least energy at T_min.
+  constexpr double kCertified = 1.0013;
+  EXPECT_LE(fastest.cost.energy_j, bound * kCertified);
+  // The certificate tells plans apart: the same plan with four of stage 3's instructions one
+  // clock step faster (still within T_min, 2.7 J more) fails it.
+  std::vector<int> worse = fastest.choice;
+  int changed = 0;
+  for (std::size_t v = 0; v < worse.size() && changed < 4; ++v) {
+    if (result.dag.nodes[v].stage == 3 && worse[v] > 0) {
+      --worse[v];
+      ++changed;
+    }
+  }
+  const Evaluation perturbed = Evaluate(problem, result.dag, worse, 85.0);
+  std::printf("  perturbed plan (%d instructions of stage 3 one step faster): %.3f J at %.4f s\n",
+              changed, perturbed.energy_j, perturbed.time_s);
+  EXPECT_LE(perturbed.time_s, t_min + 1e-12);
+  EXPECT_GT(perturbed.energy_j, bound * kCertified);
+}
+
+// The max-flow keeps the previous cut's source side and rescans only what changed (issue 17's
+// incremental BFS). Two safeguards make that exact: a fresh BFS after every augmentation (the
+// residual graph changed along the path) and after an arc inside the source side leaves the
+// critical sub-DAG (events reached through it may no longer be reachable). With
+// check_incremental_cuts the solver compares every incremental BFS with a fresh one; without
+// either safeguard these problems produce cuts whose source side differs (removing either
+// line makes this test fail: verified when the test was written). The traced relaxation must
+// not change either.
+TEST(Solver, IncrementalSourceSideEqualsFreshBfs) {
+  std::mt19937_64 rng(20261130);
+  std::vector<Problem> problems;
+  for (int i = 0; i < 40; ++i) problems.push_back(RandomProblem(rng));
+  problems.push_back(UnbalancedFourStages());
+  int64_t checked = 0;
+  int64_t mismatches = 0;
+  for (std::size_t i = 0; i < problems.size(); ++i) {
+    // A coarse grid: the whole descent, few deadlines to realize.
+    const Options plain{.unit_time_s = 1.0, .p_static_w = kStaticW};
+    Options checking = plain;
+    checking.check_incremental_cuts = true;
+    // Checked first: without the safeguard after augmentations the unchecked max-flow loops
+    // forever on a stale augmenting path.
+    const Result b = Solve(problems[i], checking);
+    ASSERT_EQ(b.summary.status, Status::kReachedMinimumTime) << b.summary.message;
+    ASSERT_EQ(b.summary.incremental_cut_mismatches, 0) << "problem " << i;
+    const Result a = Solve(problems[i], plain);
+    EXPECT_EQ(a.summary.incremental_cuts_checked, 0);
+    checked += b.summary.incremental_cuts_checked;
+    mismatches += b.summary.incremental_cut_mismatches;
+    // Same cuts, so the same trace and the same points.
+    EXPECT_EQ(a.summary.steps, b.summary.steps) << "problem " << i;
+    ASSERT_EQ(a.points.size(), b.points.size()) << "problem " << i;
+    for (std::size_t k = 0; k < a.points.size(); ++k) {
+      EXPECT_EQ(a.points[k].model_energy_j, b.points[k].model_energy_j) << "problem " << i;
+    }
+  }
+  std::printf("incremental BFSs checked %lld, mismatches %lld\n", static_cast<long long>(checked),
+              static_cast<long long>(mismatches));
+  EXPECT_GT(checked, 100);
 }
 
 TEST(Solver, SingleOptionPerInstructionGivesOnePoint) {

@@ -3,7 +3,10 @@
 // GPUs by the Zeus/Perseus projects, NOTICE there) is replayed on the emulator with an
 // equal-FLOPs stand-in workload written as a workload file, and compared by shape: time and
 // energy normalized to the top clock, the energy-optimal clock and the saving there, the power
-// at the top clock; for a power-limit sweep, the time against the highest limit.
+// at the top clock; for a power-limit sweep, the time against the highest limit. Kareus's own
+// real-GPU checks (`kareus device-check` reports and the power probe of
+// scripts/device-power-probe.py, data/validation/h200-device/) are replayed row by row at the
+// measured conditions and compared in absolute time, energy, power and realized clock.
 #pragma once
 
 #include <filesystem>
@@ -60,9 +63,33 @@ struct PowerLimitPoint {
   double emulated_freq_mhz = 0.0;    // time-weighted realized clock
 };
 
+// One row of a real-GPU check replayed on the emulator. Relative errors are (emulated -
+// measured) / measured in percent; NaN where a quantity was not measured (a kernel's energy).
+struct DeviceRow {
+  std::string section;  // "partition", "kernel" (device_check); "probe" (power_probe)
+  std::string name;     // partition type; "type/op"; the probe's load
+  std::string shape;    // kernels and probe loads; "" for partitions
+  // false: the measured thing is not what the emulator models (unfused attention, a split-K
+  // GEMM, an L2-resident load, ...): reported, kept out of the medians; `note` says why.
+  bool comparable = true;
+  std::string note;
+  double measured_time_s = 0.0, emulated_time_s = 0.0;  // per run (probe: per step)
+  double measured_energy_j = 0.0, emulated_energy_j = 0.0;
+  double measured_power_w = 0.0, emulated_power_w = 0.0;
+  double measured_freq_mhz = 0.0, emulated_freq_mhz = 0.0;  // realized SM clock
+  double time_error_pct = 0.0, energy_error_pct = 0.0, power_error_pct = 0.0,
+         freq_error_pct = 0.0;
+};
+
+// Median |relative error| in percent over a set of rows (NaN where no row has the quantity).
+struct DeviceMedians {
+  int rows = 0;
+  double time_pct = 0.0, energy_pct = 0.0, power_pct = 0.0, freq_pct = 0.0;
+};
+
 struct DatasetResult {
   std::string name;      // "gpt3-175b-a100", ...
-  std::string kind;      // "stage_profile" or "power_limit_sweep"
+  std::string kind;      // "stage_profile", "power_limit_sweep", "device_check", "power_probe"
   std::string file;      // the measured CSV, relative to the data directory
   std::string source;    // repository @ commit : path
   std::string workload;  // the stand-in workload file, relative to the data directory
@@ -70,6 +97,12 @@ struct DatasetResult {
   std::string calibrates;  // which constants this dataset calibrated ("" = validation only)
   std::vector<StageCurve> curves;         // stage_profile
   std::vector<PowerLimitPoint> limits;    // power_limit_sweep, descending limits
+  // device_check, power_probe: every row, and the medians over the comparable rows per section
+  // (device_check: partitions and kernels; power_probe: the loads) and over the partitions that
+  // are not comparable (unfused attention; the backend's hashed dropout), reported apart.
+  std::string device;  // the measured card, as the file names it
+  std::vector<DeviceRow> rows;
+  DeviceMedians partitions, partitions_not_comparable, kernels, probe;
 };
 
 struct ValidationReport {

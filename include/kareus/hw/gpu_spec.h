@@ -42,6 +42,14 @@ struct PowerSpec {
                                // E_static = static_w x wall time); accounting, not physics
   double dynamic_max_w = 0.0;  // SM dynamic power at max clock, all SMs at full activity
   double memory_w = 0.0;       // HBM power at full bandwidth
+  // How the board's limit holds the clock (optional `cap_mode:` in the data file):
+  // kEachSet (default, `each_set`): every running set of kernels is held to the limit on its
+  // own, the moment it runs; kAverage (`average`): the limit holds the average power of a
+  // simulated run (a partition or kernel loop, an instruction) at one clock, so a kernel may
+  // draw more than the limit while others draw less (measured on H200: a GEMM at half duty
+  // cycle draws 961 W bursts at 1980 MHz with no cap; data/validation/h200-device/).
+  enum class CapMode { kEachSet, kAverage };
+  CapMode cap_mode = CapMode::kEachSet;
 };
 
 // Launch costs of the software stack on this GPU (PyTorch eager + Transformer Engine + NCCL or
@@ -77,6 +85,11 @@ struct ActivitySpec {
 
 struct GpuSpec {
   std::string name;  // preset name, e.g. "A100-SXM4-40GB"
+  // Names the calibration of the constants on a preset's own real-GPU measurements (optional
+  // `calibration:` in the data file; "" = none). The emulator backend puts it in its
+  // description, so a measurement store written under the preset's earlier constants is
+  // refused rather than mixed with new readings.
+  std::string calibration;
   int sm_count = 0;
   ClockGrid clock;
   double tensor_flops_per_clock_per_sm = 0.0;  // dense BF16 tensor-core FLOP / clock / SM

@@ -79,6 +79,11 @@ struct Options {
                               // deadline (one point; below the minimum time: no point and
                               // status kDeadlineInfeasible)
   std::function<void(const SolveProgress&)> progress = nullptr;  // after every step; optional
+  // Tests only (slower): after every incremental BFS of the max-flow (the source side kept
+  // from the previous cut), run a fresh BFS from the source too, count the cuts whose source
+  // sides differ (Summary::incremental_cut_mismatches) and continue from the fresh one. The
+  // incremental source side must always equal the fresh one; the count says when it did not.
+  bool check_incremental_cuts = false;
 
   // The first invalid field, its value and the rule; nullopt when valid.
   std::optional<OptionError> Validate() const;
@@ -127,6 +132,10 @@ struct Summary {
   int64_t deadlines = 0;         // deadlines realized (points before the dominance filter)
   int64_t points_dominated = 0;  // realized points dropped because another dominated them
   int64_t critical_edges_max = 0;  // largest critical sub-DAG seen (arcs)
+  // With Options::check_incremental_cuts: incremental BFSs whose source side differed from a
+  // fresh BFS's (0 when the incremental max-flow is right); 0 otherwise.
+  int64_t incremental_cut_mismatches = 0;
+  int64_t incremental_cuts_checked = 0;  // incremental BFSs compared with a fresh one
   // Where the time went (wall clock, for benchmarks; never compared in tests): the convex
   // descent (cuts, moves, passes), realizing every deadline's plan (fastest point included),
   // and of that the fastest point's extra searches.

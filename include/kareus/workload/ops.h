@@ -45,6 +45,12 @@ struct Op {
   Json ToJson() const;
 };
 
+// A standalone bf16 GEMM C[m x n] = A[m x k] B[k x n] and a memory-bound elementwise kernel
+// moving `bytes`, shaped as the workload's own kernels (tiles, FLOPs, bytes): what a replay of a
+// microbenchmark (data/validation's power probe) runs on the emulator.
+Op GemmOp(std::string name, int64_t m, int64_t n, int64_t k);
+Op MemoryOp(std::string name, double bytes);
+
 // A named launch point: the collective starts when compute op `op_index` starts.
 struct Slot {
   std::string name;  // "norm_0", "linear_1", ...
