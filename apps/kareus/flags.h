@@ -47,7 +47,8 @@ struct ProfilerFlags {
   std::vector<std::string> related;
 };
 
-// --budget, --budget-fraction, --min-budget, --surrogate, --strategy, --initial, --batch, --unit-size, --full-grid,
+// --budget, --budget-fraction, --min-budget, --surrogate, --strategy, --initial, --batch,
+// --unit-size, --full-grid,
 // --raw-frontier, --store (`store_help` says what the default store is for the command),
 // --prior, --prior-perturb, --no-prior-front, --related.
 void AddProfilerFlags(CLI::App* cmd, ProfilerFlags& flags, const std::string& store_help);

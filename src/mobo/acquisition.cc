@@ -211,7 +211,8 @@ int ExplorationPicks(int k) { return std::max(1, static_cast<int>(std::lround(0.
 // any clock is tried at that front point's clock. A surrogate that interpolates smoothly over
 // SMs (or a prior whose model places the optimum one step off) otherwise never visits a narrow
 // optimum between measured SM counts (wave quantization).
-void ExploreNeighbours(const AcquisitionInput& in, int n_explore, bool extremes, Selector* selector) {
+void ExploreNeighbours(const AcquisitionInput& in, int n_explore, bool extremes,
+                       Selector* selector) {
   Selector& s = *selector;
   const SearchSpace& space = *in.space;
   const std::size_t n = in.candidates.size();

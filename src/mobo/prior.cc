@@ -389,7 +389,9 @@ std::vector<int64_t> PriorDesign(const SearchSpace& space, const PriorMean& prio
   const int64_t per_clock = space.Size() / clocks;
   const int n_sms = static_cast<int>(space.sms().size());
   const int n_slots = static_cast<int>(space.slots().size());
-  auto total = [&](int64_t i) { return prior.dynamic_energy_j[i] + static_power_w * prior.time_s[i]; };
+  auto total = [&](int64_t i) {
+    return prior.dynamic_energy_j[i] + static_power_w * prior.time_s[i];
+  };
   // The variations of the interior points, in turn: another launch slot (when there is one),
   // one SM step more, one SM step fewer.
   enum class Vary { kSlot, kMoreSms, kFewerSms };
@@ -410,7 +412,8 @@ std::vector<int64_t> PriorDesign(const SearchSpace& space, const PriorMean& prio
     const bool interior = k > 0 && k < count - 1;
     if (interior && !variations.empty()) {
       const int sm = space.SmIndex(best_i), slot = space.SlotIndex(best_i);
-      switch (variations[static_cast<std::size_t>(k - 1) % variations.size()]) {
+      const Vary vary = variations[static_cast<std::size_t>(k - 1) % variations.size()];
+      switch (vary) {
         case Vary::kSlot: {  // the prior's best configuration in another slot
           int64_t other = -1;
           for (int64_t i = first; i < first + per_clock; ++i) {
@@ -421,7 +424,7 @@ std::vector<int64_t> PriorDesign(const SearchSpace& space, const PriorMean& prio
         }
         case Vary::kMoreSms:
         case Vary::kFewerSms: {  // one SM step, the other way at the edge
-          const bool more = variations[static_cast<std::size_t>(k - 1) % variations.size()] == Vary::kMoreSms;
+          const bool more = vary == Vary::kMoreSms;
           int to = more ? sm + 1 : sm - 1;
           if (to < 0 || to >= n_sms) to = more ? sm - 1 : sm + 1;
           best_i = first + static_cast<int64_t>(to) * n_slots + slot;

@@ -314,7 +314,8 @@ class TypeState {
     if (PriorLogRms() <= kTrustedPriorLogRms) {
       result_.prior_design = "prior";
       const int last_clock = static_cast<int>(plan_.space.clocks_mhz().size()) - 1;
-      for (int64_t i : PriorDesign(plan_.space, knowledge_.prior, backend_.StaticPowerW(), kPriorDesign)) {
+      for (int64_t i :
+           PriorDesign(plan_.space, knowledge_.prior, backend_.StaticPowerW(), kPriorDesign)) {
         const int clock = plan_.space.ClockIndex(i);
         if (clock != 0 && clock != last_clock && !measured_[i]) next.push_back(i);
       }
@@ -460,8 +461,10 @@ class TypeState {
       if (e.reason != "initial") ++acquired;
       if (e.reason == ToString(PickReason::kNeighbour)) ++explored;
     }
-    acquired += std::min<int64_t>(batch_size_, plan_.budget - static_cast<int64_t>(result_.evaluations.size()));
-    const auto due = static_cast<int64_t>(std::floor(kTrustedExplorationShare * static_cast<double>(acquired)));
+    acquired += std::min<int64_t>(
+        batch_size_, plan_.budget - static_cast<int64_t>(result_.evaluations.size()));
+    const auto due =
+        static_cast<int64_t>(std::floor(kTrustedExplorationShare * static_cast<double>(acquired)));
     return static_cast<int>(std::max<int64_t>(0, due - explored));
   }
 
@@ -490,7 +493,8 @@ class TypeState {
     }
     double sum = 0.0;
     for (const std::vector<double>* r : {&log_t, &log_e}) {
-      const double mean = std::accumulate(r->begin(), r->end(), 0.0) / static_cast<double>(r->size());
+      const double mean =
+          std::accumulate(r->begin(), r->end(), 0.0) / static_cast<double>(r->size());
       for (double v : *r) sum += (v - mean) * (v - mean);
     }
     return std::sqrt(sum / static_cast<double>(log_t.size() + log_e.size()));

@@ -231,8 +231,8 @@ TEST(Acquisition, TrustedPriorPicksAlongThePredictedFrontier) {
   // to the measured front under the strict reference: it is not dominated by the measured front.
   input.exploration_picks = 0;
   const Pick first = SelectBatch(Strategy::kPerClock, input, 1)[0];
-  const std::size_t c = static_cast<std::size_t>(
-      std::find(input.candidates.begin(), input.candidates.end(), first.index) - input.candidates.begin());
+  const auto found = std::find(input.candidates.begin(), input.candidates.end(), first.index);
+  const std::size_t c = static_cast<std::size_t>(found - input.candidates.begin());
   const double t = input.predictions.time_s[c];
   const double e = input.predictions.dynamic_energy_j[c] + 85.0 * t;
   for (std::size_t i = 0; i < input.measured.size(); ++i) {
