@@ -38,6 +38,7 @@ void ThrowAsFlag(const std::optional<OptionError>& error, const std::vector<Flag
 std::vector<FlagName> ProfilerFlagNames(const std::string& prefix) {
   return {{prefix + "budget", "--budget"},
           {prefix + "budget_fraction", "--budget-fraction"},
+          {prefix + "min_budget", "--min-budget"},
           {prefix + "initial_design", "--initial"},
           {prefix + "batch_size", "--batch"},
           {prefix + "unit_size", "--unit-size"}};
@@ -52,6 +53,10 @@ void AddProfilerFlags(CLI::App* cmd, ProfilerFlags& flags, const std::string& st
                   "automatic, 0.10 with --prior model, 0.15 with --prior none")
       ->capture_default_str()
       ->excludes(budget);
+  cmd->add_option("--min-budget", flags.min_budget,
+                  "With --budget-fraction: at least this many evaluations per tunable partition "
+                  "type (at most its space; the share actually measured is reported per type)")
+      ->capture_default_str();
   cmd->add_option("--surrogate", flags.surrogate, "Profiler surrogate: gp | xgb")->capture_default_str();
   cmd->add_option("--strategy", flags.strategy,
                   "Profiler batch acquisition: per-clock | published | believer | thompson")
@@ -80,6 +85,9 @@ void AddProfilerFlags(CLI::App* cmd, ProfilerFlags& flags, const std::string& st
                   "dynamic_power=F,voltage_shift_mhz=M,collective_bandwidth=F,"
                   "compute_efficiency=F,invert_clock_trend=1,shuffle=1")
       ->capture_default_str();
+  cmd->add_flag("--no-prior-front", flags.no_prior_front,
+                "With a prior: keep --strategy when the calibrated prior fits the measurements, "
+                "instead of acquiring along its predicted frontier");
   cmd->add_option("--related", flags.related,
                   "Transfer: the measurement store of a related workload (same model and GPU, "
                   "another sequence length, microbatch, TP or CP), read-only; its measurements "
@@ -91,6 +99,8 @@ mobo::ProfileOptions ToProfileOptions(const ProfilerFlags& flags) {
   mobo::ProfileOptions options;
   options.budget = flags.budget;
   options.budget_fraction = flags.budget_fraction;
+  options.min_budget = flags.min_budget;
+  options.prior_front = !flags.no_prior_front;
   options.surrogate = mobo::SurrogateKindFromString(flags.surrogate);
   options.strategy = mobo::StrategyFromString(flags.strategy);
   options.initial_design = flags.initial;

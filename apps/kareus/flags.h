@@ -32,6 +32,7 @@ void ThrowAsFlag(const std::optional<OptionError>& error, const std::vector<Flag
 struct ProfilerFlags {
   int64_t budget = mobo::ProfileOptions{}.budget;
   double budget_fraction = mobo::ProfileOptions{}.budget_fraction;
+  int64_t min_budget = mobo::ProfileOptions{}.min_budget;
   std::string surrogate = mobo::ToString(mobo::ProfileOptions{}.surrogate);
   std::string strategy = mobo::ToString(mobo::ProfileOptions{}.strategy);
   int initial = mobo::ProfileOptions{}.initial_design;
@@ -42,12 +43,14 @@ struct ProfilerFlags {
   std::string store;
   std::string prior = "model";
   std::string prior_perturb = "none";
+  bool no_prior_front = !mobo::ProfileOptions{}.prior_front;
   std::vector<std::string> related;
 };
 
-// --budget, --budget-fraction, --surrogate, --strategy, --initial, --batch, --unit-size, --full-grid,
+// --budget, --budget-fraction, --min-budget, --surrogate, --strategy, --initial, --batch,
+// --unit-size, --full-grid,
 // --raw-frontier, --store (`store_help` says what the default store is for the command),
-// --prior, --prior-perturb, --related.
+// --prior, --prior-perturb, --no-prior-front, --related.
 void AddProfilerFlags(CLI::App* cmd, ProfilerFlags& flags, const std::string& store_help);
 
 // The profiler's options from the flags, validated (InputError naming the flag). `--prior

@@ -190,6 +190,7 @@ RunSummary BuildSummary(const RunResult& run) {
                       .planning_clocks_mhz = PlanningClocks(run.model, run.options),
                       .budget = profile.budget,
                       .budget_fraction = profile.BudgetFraction(),
+                      .min_budget = profile.budget > 0 ? 0 : profile.min_budget,
                       .surrogate = mobo::ToString(profile.surrogate),
                       .strategy = mobo::ToString(profile.strategy),
                       .store = profile.store.string(),
@@ -198,6 +199,7 @@ RunSummary BuildSummary(const RunResult& run) {
                       .prior_is_measuring_model = false,
                       .prior_calibrated = profile.prior && profile.prior_calibrate &&
                                           static_cast<bool>(profile.prior.make_calibrated),
+                      .prior_front = profile.prior && profile.prior_front,
                       .related = {},
                       .evaluation = ToString(run.options.evaluation)};
   for (const auto& m : run.methods) {
@@ -414,6 +416,7 @@ Json ToJson(const RunSummary& summary) {
                 {"profile",
                  {{"budget", s.budget},
                   {"budget_fraction", s.budget_fraction},
+                  {"min_budget", s.min_budget},
                   {"surrogate", s.surrogate},
                   {"strategy", s.strategy},
                   {"store", s.store},
@@ -421,6 +424,7 @@ Json ToJson(const RunSummary& summary) {
                   {"prior_note", s.prior_note},
                   {"prior_is_measuring_model", s.prior_is_measuring_model},
                   {"prior_calibrated", s.prior_calibrated},
+                  {"prior_front", s.prior_front},
                   {"related_workloads", s.related}}},
                 {"evaluation", s.evaluation},
                 {"backend", summary.backend},

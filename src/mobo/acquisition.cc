@@ -201,18 +201,22 @@ std::vector<Pick> SelectBeliever(const AcquisitionInput& in, int batch_size) {
   return s.picks();
 }
 
-std::vector<Pick> SelectPerClock(const AcquisitionInput& in, int batch_size) {
-  Selector s(in, batch_size);
+// The exploration share of a batch of k: 25 %, at least one.
+int ExplorationPicks(int k) { return std::max(1, static_cast<int>(std::lround(0.25 * k))); }
+
+// Knob-neighbour exploration, up to `n_explore` picks (`extremes`: then the SM extremes of
+// every slot). Clock, SMs and slot act nearly
+// separably, so the (SMs, slot) pairs on the per-clock fronts are likely near the best at every
+// clock; a pair next to one of them (one SM step, or another slot) that was never measured at
+// any clock is tried at that front point's clock. A surrogate that interpolates smoothly over
+// SMs (or a prior whose model places the optimum one step off) otherwise never visits a narrow
+// optimum between measured SM counts (wave quantization).
+void ExploreNeighbours(const AcquisitionInput& in, int n_explore, bool extremes,
+                       Selector* selector) {
+  Selector& s = *selector;
   const SearchSpace& space = *in.space;
   const std::size_t n = in.candidates.size();
   const int clocks = static_cast<int>(space.clocks_mhz().size());
-
-  // 0. Knob-neighbour exploration. Clock, SMs and slot act nearly separably, so the (SMs,
-  // slot) pairs on the per-clock fronts are likely near the best at every clock; a pair next to
-  // one of them (one SM step, or another slot) that was never measured at any clock is tried
-  // at that front point's clock. A surrogate that interpolates smoothly over SMs otherwise
-  // never visits a narrow optimum between measured SM counts (wave quantization).
-  const Normalizer real(in.measured_time_s, in.measured_energy_j);
   {
     const int n_sms = static_cast<int>(space.sms().size());
     const int n_slots = static_cast<int>(space.slots().size());
@@ -244,7 +248,6 @@ std::vector<Pick> SelectPerClock(const AcquisitionInput& in, int batch_size) {
     std::stable_sort(pairs.begin(), pairs.end(), [&](std::size_t a, std::size_t b) {
       return on_fronts[a] > on_fronts[b];
     });
-    const int n_explore = std::max(1, static_cast<int>(std::lround(0.25 * s.k())));
     int explored = 0;
     // After the neighbours, the SM extremes of every slot (an isolated optimum at the edge,
     // e.g. a 1-SM gather launched early, has no measured neighbour to lead to it), tried at the
@@ -263,7 +266,7 @@ std::vector<Pick> SelectPerClock(const AcquisitionInput& in, int batch_size) {
         for (int l = 0; l < n_slots; ++l) {
           if (l != slot) neighbours.push_back({sm, l});
         }
-      } else if (i == n_pairs) {
+      } else if (i == n_pairs && extremes) {
         for (int l = 0; l < n_slots; ++l) {
           neighbours.push_back({0, l});
           neighbours.push_back({n_sms - 1, l});
@@ -280,6 +283,17 @@ std::vector<Pick> SelectPerClock(const AcquisitionInput& in, int batch_size) {
       }
     }
   }
+}
+
+std::vector<Pick> SelectPerClock(const AcquisitionInput& in, int batch_size) {
+  Selector s(in, batch_size);
+  const SearchSpace& space = *in.space;
+  const std::size_t n = in.candidates.size();
+  const int clocks = static_cast<int>(space.clocks_mhz().size());
+
+  // 0. Knob-neighbour exploration, 25 % (at least one).
+  const Normalizer real(in.measured_time_s, in.measured_energy_j);
+  ExploreNeighbours(in, ExplorationPicks(s.k()), true, &s);
 
   // 1. Global HVI share (the overall frontier spans clocks).
   const int n_global = static_cast<int>(std::lround(0.3 * s.k()));
@@ -374,6 +388,56 @@ std::vector<Pick> SelectPerClock(const AcquisitionInput& in, int batch_size) {
   return s.picks();
 }
 
+// A prior that fits the measurements (AcquisitionInput::trusted_prior): after the knob-neighbour
+// exploration (AcquisitionInput::exploration_picks; untried neighbours of front pairs only, not
+// the SM extremes: the calibrated model places the optimum), the batch goes to the predicted
+// frontier, each pick by its total-energy
+// HVI against the measured front plus the earlier picks (believer), with the strict reference
+// the frontier is judged by (the predicted front's extremes plus a tenth of its range, as
+// ComparisonReference) rather than 1.1 x the measured maximum, so that the ends of the front
+// and the gaps between its clocks count as they do in the result; no uncertainty share.
+std::vector<Pick> SelectFrontier(const AcquisitionInput& in, int batch_size) {
+  Selector s(in, batch_size);
+  ExploreNeighbours(in, in.exploration_picks >= 0 ? in.exploration_picks : ExplorationPicks(s.k()),
+                    false, &s);
+  const std::size_t n = in.candidates.size();
+  std::vector<pareto::Point> measured;
+  for (std::size_t i = 0; i < in.measured.size(); ++i) {
+    measured.push_back({.time_s = in.measured_time_s[i], .energy_j = in.measured_energy_j[i]});
+  }
+  std::vector<pareto::Point> all = measured;
+  for (std::size_t c = 0; c < n; ++c) {
+    all.push_back({.time_s = in.predictions.time_s[c], .energy_j = s.TotalEnergy(c)});
+  }
+  const std::vector<pareto::Point> predicted = pareto::Filter(std::move(all));
+  const double t_lo = predicted.front().time_s, t_hi = predicted.back().time_s;
+  const double e_lo = predicted.back().energy_j, e_hi = predicted.front().energy_j;
+  const double t_range = std::max(t_hi - t_lo, 0.01 * t_hi);
+  const double e_range = std::max(e_hi - e_lo, 0.01 * e_hi);
+  const pareto::Point reference{.time_s = t_hi + 0.1 * t_range, .energy_j = e_hi + 0.1 * e_range};
+  std::vector<pareto::Point> front = pareto::Filter(std::move(measured));
+  while (!s.Full()) {
+    double best = 0.0;
+    std::size_t best_c = n;
+    for (std::size_t c = 0; c < n; ++c) {
+      if (s.Taken(c)) continue;
+      const double hvi = FrontHvi(
+          front, {.time_s = in.predictions.time_s[c], .energy_j = s.TotalEnergy(c)}, reference);
+      if (hvi > best) {
+        best = hvi;
+        best_c = c;
+      }
+    }
+    if (best_c == n) break;
+    s.Take(best_c, PickReason::kFrontHvi);
+    InsertIntoFront(&front,
+                    {.time_s = in.predictions.time_s[best_c], .energy_j = s.TotalEnergy(best_c)});
+  }
+  // Nothing improves the predicted front any more: the most uncertain.
+  s.TakeTop(s.RelativeUncertainty(), s.Remaining(), PickReason::kUncertain, false);
+  return s.picks();
+}
+
 std::vector<Pick> SelectThompson(const AcquisitionInput& in, int batch_size) {
   Selector s(in, batch_size);
   const Normalizer real(in.measured_time_s, in.measured_energy_j);
@@ -447,6 +511,8 @@ const char* ToString(PickReason reason) {
       return "neighbour";
     case PickReason::kThompson:
       return "thompson";
+    case PickReason::kFrontHvi:
+      return "front_hvi";
   }
   return "?";
 }
@@ -454,6 +520,7 @@ const char* ToString(PickReason reason) {
 std::vector<Pick> SelectBatch(Strategy strategy, const AcquisitionInput& input, int batch_size) {
   KAREUS_CHECK(input.space != nullptr && !input.measured.empty());
   KAREUS_CHECK(input.predictions.time_s.size() == input.candidates.size());
+  if (input.trusted_prior) return internal::SelectFrontier(input, batch_size);
   switch (strategy) {
     case Strategy::kPublished:
       return internal::SelectPublished(input, batch_size);

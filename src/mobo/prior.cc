@@ -384,19 +384,52 @@ CalibrationResult CalibratePrior(const PriorModel& prior, const workload::Worklo
 }
 
 std::vector<int64_t> PriorDesign(const SearchSpace& space, const PriorMean& prior,
-                                       double static_power_w, int count) {
+                                 double static_power_w, int count) {
   const int clocks = static_cast<int>(space.clocks_mhz().size());
   const int64_t per_clock = space.Size() / clocks;
+  const int n_sms = static_cast<int>(space.sms().size());
+  const int n_slots = static_cast<int>(space.slots().size());
+  auto total = [&](int64_t i) {
+    return prior.dynamic_energy_j[i] + static_power_w * prior.time_s[i];
+  };
+  // The variations of the interior points, in turn: another launch slot (when there is one),
+  // one SM step more, one SM step fewer.
+  enum class Vary { kSlot, kMoreSms, kFewerSms };
+  std::vector<Vary> variations;
+  if (n_slots > 1) variations.push_back(Vary::kSlot);
+  if (n_sms > 1) {
+    variations.push_back(n_slots > 1 ? Vary::kMoreSms : Vary::kFewerSms);
+    variations.push_back(n_slots > 1 ? Vary::kFewerSms : Vary::kMoreSms);
+  }
   std::vector<int64_t> design;
   for (int k = 0; k < count && k < clocks; ++k) {
     const int ci = count == 1 ? 0 : static_cast<int>(std::lround(static_cast<double>(k) * (clocks - 1) / (count - 1)));
-    double best = std::numeric_limits<double>::infinity();
-    int64_t best_i = -1;
-    for (int64_t i = ci * per_clock; i < (ci + 1) * per_clock; ++i) {
-      const double e = prior.dynamic_energy_j[i] + static_power_w * prior.time_s[i];
-      if (e < best) {
-        best = e;
-        best_i = i;
+    const int64_t first = ci * per_clock;
+    int64_t best_i = first;
+    for (int64_t i = first; i < first + per_clock; ++i) {
+      if (total(i) < total(best_i)) best_i = i;
+    }
+    const bool interior = k > 0 && k < count - 1;
+    if (interior && !variations.empty()) {
+      const int sm = space.SmIndex(best_i), slot = space.SlotIndex(best_i);
+      const Vary vary = variations[static_cast<std::size_t>(k - 1) % variations.size()];
+      switch (vary) {
+        case Vary::kSlot: {  // the prior's best configuration in another slot
+          int64_t other = -1;
+          for (int64_t i = first; i < first + per_clock; ++i) {
+            if (space.SlotIndex(i) != slot && (other < 0 || total(i) < total(other))) other = i;
+          }
+          best_i = other;
+          break;
+        }
+        case Vary::kMoreSms:
+        case Vary::kFewerSms: {  // one SM step, the other way at the edge
+          const bool more = vary == Vary::kMoreSms;
+          int to = more ? sm + 1 : sm - 1;
+          if (to < 0 || to >= n_sms) to = more ? sm - 1 : sm + 1;
+          best_i = first + static_cast<int64_t>(to) * n_slots + slot;
+          break;
+        }
       }
     }
     if (std::find(design.begin(), design.end(), best_i) == design.end()) design.push_back(best_i);

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <map>
 #include <memory>
 #include <numeric>
@@ -25,9 +26,20 @@ namespace {
 // The smallest automatic initial design: enough points for a first surrogate fit over the
 // three knobs; coverage of every clock then comes from the per-clock acquisition.
 constexpr int kMinInitialDesign = 6;
-// With a prior: the initial design is the prior's (measured better at 5 % of the space than
-// 3 LHS points + 10 % of the budget, bench/profile_prior.py).
+// With a prior the initial design is staged (TypeState::Initial, SecondStage): the first
+// kCheckDesign points of the no-prior Latin hypercube, then, when the prior calibrated to them
+// agrees with them, the interior points of the prior's design (PriorDesign with kPriorDesign
+// clock quantiles: knob variations around its optimum), else the rest of the no-prior design.
 constexpr int kPriorDesign = 4;
+constexpr int kCheckDesign = 2;
+// A prior agrees with the measurements (the design check) and is trusted (the frontier
+// acquisition, with at least kTrustedPriorRows measurements and the surrogate keeping it) when,
+// calibrated, the RMS of log(measured / predicted) over time and dynamic energy, each target
+// centred, is within kTrustedPriorLogRms: a few times the 0.3 % / 1 % measurement noise, far
+// below what a wrong model leaves (a mirrored or shuffled one: 0.1-1).
+constexpr double kTrustedPriorLogRms = 0.03;
+constexpr std::size_t kTrustedPriorRows = 4;
+constexpr double kTrustedExplorationShare = 0.125;
 
 struct Plan {
   const workload::PartitionType* type = nullptr;
@@ -35,6 +47,9 @@ struct Plan {
   int64_t budget = 0;
   int initial = 0;
   int batch = 0;
+  // What the design and batches are without a prior (a prior's design falls back to them).
+  int no_prior_initial = 0;
+  int no_prior_batch = 0;
 };
 
 }  // namespace
@@ -59,6 +74,7 @@ std::optional<OptionError> ProfileOptions::Validate() const {
   }
   if (batch_size < 0) return OptionError{"batch_size", Describe(batch_size), "must be >= 0 (0: auto)"};
   if (unit_size < 0) return OptionError{"unit_size", Describe(unit_size), "must be >= 0 (0: whole batch)"};
+  if (min_budget < 0) return OptionError{"min_budget", Describe(min_budget), "must be >= 0"};
   if (related_max_rows < 1) {
     return OptionError{"related_max_rows", Describe(related_max_rows), "must be >= 1"};
   }
@@ -83,6 +99,7 @@ Plan PlanType(const workload::PartitionType& type, const hw::GpuSpec& gpu,
     plan.budget = options.budget;
   } else {
     plan.budget = static_cast<int64_t>(std::ceil(options.BudgetFraction() * size - 1e-9));
+    plan.budget = std::min(size, std::max(plan.budget, options.min_budget));
   }
   if (plan.budget > size) {
     ThrowInput("budget", std::to_string(plan.budget),
@@ -105,14 +122,17 @@ Plan PlanType(const workload::PartitionType& type, const hw::GpuSpec& gpu,
                    std::to_string(plan.initial) +
                    " configurations)");
   }
-  const int64_t rest = plan.budget - plan.initial;
-  if (options.batch_size > 0) {
-    plan.batch = options.batch_size;
-  } else {
-    // About eight batches: sample efficiency grows with the number of model updates, while a
-    // real GPU pays a process and communicator start per batch (§3.7).
-    plan.batch = static_cast<int>(std::max<int64_t>(3, (rest + 7) / 8));
-  }
+  // About eight batches: sample efficiency grows with the number of model updates, while a
+  // real GPU pays a process and communicator start per batch (§3.7).
+  auto batch_for = [&](int initial) {
+    if (options.batch_size > 0) return options.batch_size;
+    return static_cast<int>(std::max<int64_t>(3, (plan.budget - initial + 7) / 8));
+  };
+  plan.batch = batch_for(plan.initial);
+  plan.no_prior_initial = static_cast<int>(std::min<int64_t>(
+      plan.budget, std::max<int>(kMinInitialDesign, static_cast<int>(std::lround(
+                                                        options.initial_fraction * plan.budget)))));
+  plan.no_prior_batch = batch_for(plan.no_prior_initial);
   return plan;
 }
 
@@ -168,6 +188,7 @@ class TypeState {
     result_.budget = plan_.budget;
     result_.initial_design = plan_.initial;
     result_.batch_size = plan_.batch;
+    batch_size_ = plan_.batch;
     measured_.assign(plan_.space.Size(), false);
     result_.has_prior = !knowledge_.prior.empty();
   }
@@ -193,6 +214,7 @@ class TypeState {
           std::iota(indices.begin(), indices.end(), 0);
         } else {
           indices = Initial(rng);
+          result_.initial_design = static_cast<int>(indices.size());
         }
         reasons.assign(indices.size(), plan_.type->tunable ? "initial" : "exhaustive");
         if (plan_.type->tunable) {
@@ -200,6 +222,12 @@ class TypeState {
                                      {.seed = DeriveSeed(seed_, HashString("surrogate")),
                                       .learn_prior_weight = options_.prior_check});
         }
+      } else if (second_stage_) {
+        second_stage_ = false;
+        indices = SecondStage();
+        if (indices.empty()) continue;
+        reasons.assign(indices.size(), "initial");
+        ++batch_;
       } else if (!PickBatch(&indices, &reasons)) {
         Finalize();
         break;
@@ -252,12 +280,18 @@ class TypeState {
   }
 
  private:
-  // The tunable type's initial design: the prior's (PriorDesign) when there is a prior and no
-  // --initial, topped up with Latin-hypercube points (no prior, or fewer clocks than points).
-  std::vector<int64_t> Initial(Rng& rng) const {
+  // The tunable type's initial design: with a prior and no --initial the first stage of a
+  // prior's design (the first kCheckDesign points of the Latin hypercube the no-prior design
+  // measures; SecondStage follows), else Latin-hypercube points (topped up when the space has
+  // fewer clocks than points).
+  std::vector<int64_t> Initial(Rng& rng) {
     std::vector<int64_t> initial;
-    if (!knowledge_.prior.empty() && options_.initial_design == 0) {
-      initial = PriorDesign(plan_.space, knowledge_.prior, backend_.StaticPowerW(), plan_.initial);
+    if (!knowledge_.prior.empty() && options_.initial_design == 0 &&
+        plan_.no_prior_initial > kCheckDesign) {
+      no_prior_design_ = InitialDesign(plan_.space, plan_.no_prior_initial, rng);
+      initial.assign(no_prior_design_.begin(), no_prior_design_.begin() + kCheckDesign);
+      second_stage_ = true;
+      return initial;
     }
     if (static_cast<int>(initial.size()) < plan_.initial) {
       std::set<int64_t> have(initial.begin(), initial.end());
@@ -267,6 +301,34 @@ class TypeState {
       }
     }
     return initial;
+  }
+
+  // The second stage of a prior's design: the prior calibrated to the first stage's
+  // measurements; when it agrees with them (PriorLogRms within kTrustedPriorLogRms) the
+  // interior points of its design (PriorDesign: knob variations around its optimum at the
+  // interior clock quantiles), else the rest of the no-prior design and its batch size: with
+  // the prior's weight dropped by the surrogate fit, the profile is then the no-prior one.
+  std::vector<int64_t> SecondStage() {
+    Calibrate();
+    std::vector<int64_t> next;
+    if (PriorLogRms() <= kTrustedPriorLogRms) {
+      result_.prior_design = "prior";
+      const int last_clock = static_cast<int>(plan_.space.clocks_mhz().size()) - 1;
+      for (int64_t i :
+           PriorDesign(plan_.space, knowledge_.prior, backend_.StaticPowerW(), kPriorDesign)) {
+        const int clock = plan_.space.ClockIndex(i);
+        if (clock != 0 && clock != last_clock && !measured_[i]) next.push_back(i);
+      }
+    } else {
+      result_.prior_design = "fallback";
+      next.assign(no_prior_design_.begin() + kCheckDesign, no_prior_design_.end());
+      batch_size_ = plan_.no_prior_batch;
+      result_.batch_size = batch_size_;
+    }
+    const int64_t left = plan_.budget - static_cast<int64_t>(result_.evaluations.size());
+    if (static_cast<int64_t>(next.size()) > left) next.resize(static_cast<std::size_t>(left));
+    result_.initial_design += static_cast<int>(next.size());
+    return next;
   }
 
   // Fits the surrogate on every measurement and picks the next batch; false when the type is
@@ -288,7 +350,13 @@ class TypeState {
     }
     Calibrate();
     surrogate_->Fit(knowledge_.Rows(plan_.space, input.measured, samples));
-    if (Knows()) result_.prior_uses.push_back(WithCalibration(surrogate_->Use()));
+    if (Knows()) {
+      PriorUse use = WithCalibration(surrogate_->Use());
+      input.trusted_prior = options_.prior_front && TrustsPrior(use);
+      if (input.trusted_prior) input.exploration_picks = TrustedExploration();
+      use.trusted = input.trusted_prior;
+      result_.prior_uses.push_back(std::move(use));
+    }
     std::vector<std::vector<double>> candidates_x;
     std::vector<double> candidates_prior_t, candidates_prior_e;
     for (int64_t i = 0; i < plan_.space.Size(); ++i) {
@@ -300,7 +368,7 @@ class TypeState {
     if (input.candidates.empty()) return false;
     input.predictions = surrogate_->Predict(candidates_x, candidates_prior_t, candidates_prior_e);
     const int k = static_cast<int>(std::min<int64_t>(
-        plan_.batch, plan_.budget - static_cast<int64_t>(result_.evaluations.size())));
+        batch_size_, plan_.budget - static_cast<int64_t>(result_.evaluations.size())));
     if (options_.strategy == Strategy::kThompson) {
       DrawSamples(*surrogate_, candidates_x, candidates_prior_t, candidates_prior_e, k, batch_ + 1,
                   &input);
@@ -381,6 +449,55 @@ class TypeState {
           options_.prior.make_calibrated(model_, calibration_.calibration);
       knowledge_.prior = PredictSpace(*prior, *plan_.type, plan_.space);
     }
+  }
+
+  // A trusted prior's knob-neighbour picks in the next batch: kTrustedExplorationShare of
+  // the configurations acquired after the initial design, this batch's included, less those
+  // already explored (the untrusted strategies explore a quarter of every batch, at least one:
+  // with 9-15 measurements of a 180-configuration space that alone costs a third of the budget).
+  int TrustedExploration() const {
+    int64_t acquired = 0, explored = 0;
+    for (const Evaluation& e : result_.evaluations) {
+      if (e.reason != "initial") ++acquired;
+      if (e.reason == ToString(PickReason::kNeighbour)) ++explored;
+    }
+    acquired += std::min<int64_t>(
+        batch_size_, plan_.budget - static_cast<int64_t>(result_.evaluations.size()));
+    const auto due =
+        static_cast<int64_t>(std::floor(kTrustedExplorationShare * static_cast<double>(acquired)));
+    return static_cast<int>(std::max<int64_t>(0, due - explored));
+  }
+
+  // Whether the (calibrated) prior is trusted: at least kTrustedPriorRows measurements, the
+  // surrogate keeping the prior (both weights at least a half), PriorLogRms within
+  // kTrustedPriorLogRms.
+  bool TrustsPrior(const PriorUse& use) const {
+    if (knowledge_.prior.empty() || result_.evaluations.size() < kTrustedPriorRows) return false;
+    if (use.time_weight < 0.5 || use.energy_weight < 0.5) return false;
+    return PriorLogRms() <= kTrustedPriorLogRms;
+  }
+
+  // The RMS of log(measured / prior) at the measured configurations over time and dynamic
+  // energy, each target centred (a constant offset is the surrogate's); infinite without a
+  // prior or measurements.
+  double PriorLogRms() const {
+    if (knowledge_.prior.empty() || result_.evaluations.empty()) {
+      return std::numeric_limits<double>::infinity();
+    }
+    std::vector<double> log_t, log_e;
+    for (const Evaluation& e : result_.evaluations) {
+      log_t.push_back(std::log(std::max(e.sample.time_s, 1e-30) /
+                               std::max(knowledge_.prior.time_s[e.index], 1e-30)));
+      log_e.push_back(std::log(std::max(e.sample.dynamic_energy_j, 1e-30) /
+                               std::max(knowledge_.prior.dynamic_energy_j[e.index], 1e-30)));
+    }
+    double sum = 0.0;
+    for (const std::vector<double>* r : {&log_t, &log_e}) {
+      const double mean =
+          std::accumulate(r->begin(), r->end(), 0.0) / static_cast<double>(r->size());
+      for (double v : *r) sum += (v - mean) * (v - mean);
+    }
+    return std::sqrt(sum / static_cast<double>(log_t.size() + log_e.size()));
   }
 
   PriorUse WithCalibration(PriorUse use) const {
@@ -539,6 +656,9 @@ class TypeState {
   int batch_ = 0;                     // number of the current batch (0: initial design)
   int64_t units_issued_ = 0;          // backend batches handed out in this run
   bool started_ = false;
+  bool second_stage_ = false;             // a prior's design has its second stage to come
+  std::vector<int64_t> no_prior_design_;  // with a prior's design: the no-prior one
+  int batch_size_ = 0;                    // the plan's, or the no-prior one after a fallback
   bool complete_ = false;
 };
 
@@ -595,7 +715,8 @@ std::string PriorNote(const ProfileOptions& options, bool measuring_model) {
 Json PriorJson(const std::vector<PriorUse>& uses) {
   Json fits = Json::array();
   for (const PriorUse& u : uses) {
-    Json fit{{"time_weight", u.time_weight}, {"energy_weight", u.energy_weight}};
+    Json fit{{"time_weight", u.time_weight}, {"energy_weight", u.energy_weight},
+             {"trusted", u.trusted}};
     if (!u.related_similarity.empty()) fit["related_similarity"] = u.related_similarity;
     if (!u.calibration.empty()) fit["calibration"] = u.calibration;
     fits.push_back(std::move(fit));
@@ -818,6 +939,8 @@ Json ProfileSummary::ToJson(bool with_evaluations) const {
     t["gpu_seconds"] = r.gpu_seconds;
     t["cost_gpu_seconds"] = r.cost_gpu_seconds;
     t["batches"] = r.batches;
+    t["initial_design"] = r.initial_design;
+    if (!r.prior_design.empty()) t["prior_design"] = r.prior_design;
     t["hypervolume"] = r.hypervolume;
     t["hypervolume_trace"] = r.hypervolume_trace;
     if (!r.prior_uses.empty()) t["prior"] = internal::PriorJson(r.prior_uses);

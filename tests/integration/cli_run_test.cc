@@ -200,6 +200,8 @@ TEST(CliEvaluate, CombinedTableOverWorkloads) {
   EXPECT_NE(profile["prior_note"].get<std::string>().find("by construction"), std::string::npos)
       << profile;
   EXPECT_TRUE(profile["prior_calibrated"].get<bool>()) << profile;
+  EXPECT_TRUE(profile["prior_front"].get<bool>()) << profile;
+  EXPECT_EQ(profile["min_budget"].get<int64_t>(), 15) << profile;  // mobo::kMinBudget
   std::filesystem::remove_all(out);
 }
 

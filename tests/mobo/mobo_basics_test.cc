@@ -2,6 +2,7 @@
 // Search space, surrogates, the acquisition fast path and batch selection.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 
@@ -187,6 +188,56 @@ TEST_P(AcquisitionTest, PicksDistinctUnmeasuredCandidates) {
   const std::vector<Pick> all =
       SelectBatch(GetParam(), input, static_cast<int>(input.candidates.size()) + 5);
   EXPECT_EQ(all.size(), input.candidates.size());
+}
+
+// A trusted prior (AcquisitionInput::trusted_prior): any strategy picks along the predicted
+// frontier (front_hvi) after exactly the knob-neighbour picks it is given.
+TEST(Acquisition, TrustedPriorPicksAlongThePredictedFrontier) {
+  const auto type = testing::SyntheticPartition("fwd_mlp", 3);
+  const SearchSpace space = SearchSpace::For(testing::SyntheticGpu(), type, false);
+  const Data train = Sample(space, type, 11);
+  auto surrogate = MakeSurrogate(SurrogateKind::kGaussianProcess, {});
+  surrogate->Fit(train.x, train.time_s, train.dynamic_j);
+  AcquisitionInput input;
+  input.space = &space;
+  input.static_power_w = 85.0;
+  input.measured = train.indices;
+  input.measured_time_s = train.time_s;
+  input.measured_dynamic_energy_j = train.dynamic_j;
+  for (std::size_t i = 0; i < train.time_s.size(); ++i) {
+    input.measured_energy_j.push_back(train.dynamic_j[i] + 85.0 * train.time_s[i]);
+  }
+  std::vector<std::vector<double>> x;
+  const std::set<int64_t> measured(train.indices.begin(), train.indices.end());
+  for (int64_t i = 0; i < space.Size(); ++i) {
+    if (measured.contains(i)) continue;
+    input.candidates.push_back(i);
+    x.push_back(space.Encode(i));
+  }
+  input.predictions = surrogate->Predict(x);
+  input.trusted_prior = true;
+  for (int explore : {0, 2}) {
+    input.exploration_picks = explore;
+    for (Strategy strategy : {Strategy::kPerClock, Strategy::kPublished}) {
+      const std::vector<Pick> picks = SelectBatch(strategy, input, 6);
+      ASSERT_EQ(picks.size(), 6u);
+      for (int j = 0; j < 6; ++j) {
+        EXPECT_EQ(picks[j].reason, j < explore ? PickReason::kNeighbour : PickReason::kFrontHvi)
+            << "explore " << explore << " pick " << j;
+      }
+    }
+  }
+  // The first frontier pick is the candidate whose predicted point adds the most hypervolume
+  // to the measured front under the strict reference: it is not dominated by the measured front.
+  input.exploration_picks = 0;
+  const Pick first = SelectBatch(Strategy::kPerClock, input, 1)[0];
+  const auto found = std::find(input.candidates.begin(), input.candidates.end(), first.index);
+  const std::size_t c = static_cast<std::size_t>(found - input.candidates.begin());
+  const double t = input.predictions.time_s[c];
+  const double e = input.predictions.dynamic_energy_j[c] + 85.0 * t;
+  for (std::size_t i = 0; i < input.measured.size(); ++i) {
+    EXPECT_FALSE(input.measured_time_s[i] <= t && input.measured_energy_j[i] <= e) << i;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Strategies, AcquisitionTest,

@@ -95,6 +95,9 @@ TEST_F(ProfileCliTest, InvalidInputExitsTwoWithTheReason) {
   EXPECT_NE(r.out.find("exceeds the search space"), std::string::npos) << r.out;
   r = Kareus("profile " + wl + " --budget-fraction -0.1");  // 0 is automatic
   EXPECT_EQ(r.exit_code, 2) << r.out;
+  r = Kareus("profile " + wl + " --min-budget -1");
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_NE(r.out.find("--min-budget"), std::string::npos) << r.out;
   r = Kareus("profile " + wl + " --surrogate forest");
   EXPECT_EQ(r.exit_code, 2) << r.out;
   EXPECT_NE(r.out.find("surrogate"), std::string::npos) << r.out;

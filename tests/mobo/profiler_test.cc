@@ -215,6 +215,37 @@ TEST_F(ProfilerTest, EveryStrategyAndSurrogateRunsWithinBudget) {
   }
 }
 
+// A fraction budget is floored at min_budget evaluations per tunable type (at most the whole
+// space); an explicit budget is not; the share reported per type is the share measured.
+TEST_F(ProfilerTest, FractionBudgetsHaveAFloor) {
+  auto profile = [&](const ProfileOptions& o) {
+    testing::SyntheticBackend backend(1);
+    return ProfileWorkload(model_, o, backend, {.seed = 1, .quiet = true}).partitions[0];
+  };
+  ProfileOptions options;
+  options.budget_fraction = 0.01;  // 8 of the 720 configurations of fwd_attn
+  options.partitions = {"fwd_attn"};
+  const PartitionResult floored = profile(options);
+  EXPECT_EQ(floored.evaluations.size(), static_cast<std::size_t>(kMinBudget));
+  EXPECT_EQ(floored.budget, kMinBudget);
+  options.min_budget = 0;
+  EXPECT_EQ(profile(options).evaluations.size(), 8u);
+  ProfileOptions fixed = SmallOptions();
+  fixed.budget = 7;
+  fixed.partitions = {"fwd_attn"};
+  EXPECT_EQ(profile(fixed).evaluations.size(), 7u);
+  ProfileOptions tiny;
+  tiny.budget_fraction = 0.01;
+  tiny.min_budget = 1000;
+  tiny.partitions = {"fwd_trail"};  // not tunable: its 18 clocks, floor or not
+  EXPECT_EQ(profile(tiny).evaluations.size(), 18u);
+  ProfileOptions negative;
+  negative.min_budget = -1;
+  const std::optional<OptionError> error = negative.Validate();
+  ASSERT_TRUE(error.has_value());
+  EXPECT_EQ(error->field, "min_budget");
+}
+
 TEST_F(ProfilerTest, InvalidBudgetsAndNamesAreInputErrorsBeforeAnyMeasurement) {
   const fs::path store = dir_ / "store.db";
   auto run = [&](ProfileOptions options) {

@@ -161,6 +161,7 @@ struct RunSettings {
   std::vector<int> planning_clocks_mhz;
   int64_t budget = 0;
   double budget_fraction = 0.0;
+  int64_t min_budget = 0;  // with budget_fraction: evaluations per tunable type at least
   std::string surrogate;
   std::string strategy;
   std::string store;
@@ -170,6 +171,7 @@ struct RunSettings {
   // --prior-perturb): results with it are flattering (mobo::ProfileSummary).
   bool prior_is_measuring_model = false;
   bool prior_calibrated = false;  // its physical scales fitted per type (mobo::CalibratePrior)
+  bool prior_front = false;       // a trusted prior's frontier acquisition (ProfileOptions)
   std::vector<std::string> related;  // transfer: related workloads' signatures
   std::string evaluation;  // EvaluationMode asked for
 };

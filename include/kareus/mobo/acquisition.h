@@ -49,6 +49,12 @@ struct AcquisitionInput {
   // `sampled` (into `candidates`); without draws the strategy falls back to the believer.
   std::vector<std::size_t> sampled;
   std::vector<Predictions> samples;
+  // Set by the profiler when the (calibrated) prior fits the measurements so far
+  // (ProfileOptions::prior_front): every strategy then picks along the predicted frontier,
+  // judged with the comparison's strict reference, after `exploration_picks` knob-neighbour
+  // picks (-1: a quarter of the batch, at least one).
+  bool trusted_prior = false;
+  int exploration_picks = -1;
 };
 
 // Why a configuration was picked (the published JSONL flags, §3.1).
@@ -61,6 +67,7 @@ enum class PickReason {
   kBackfill,
   kNeighbour,  // an untried (SMs, slot) pair next to a front point's
   kThompson,   // best HVI under a posterior draw
+  kFrontHvi,   // a trusted prior: HVI of the predicted front, strict reference
 };
 const char* ToString(PickReason reason);
 

@@ -114,9 +114,15 @@ CalibrationResult CalibratePrior(const PriorModel& prior, const workload::Worklo
                                  const ModelPerturbation& start, std::size_t max_rows = 48);
 
 // The prior's own design: `count` configurations at clocks of even quantiles of the space's
-// grid (the extremes included), at each the configuration of the lowest predicted total energy
-// (dynamic + static_power_w x time), so that the first measurements go where the model expects
-// the frontier, spread along it. Fewer when the space has fewer clocks. Deterministic.
+// grid (the extremes included). At the extreme clocks the configuration of the lowest predicted
+// total energy (dynamic + static_power_w x time); at the interior ones a knob variation of it,
+// in turn: the best predicted configuration in another launch slot (when there is one), one
+// SM step more, one SM step fewer (a single slot: fewer first). So the first measurements lie
+// where the model expects the frontier and also vary the comm knobs around its optimum: the
+// calibration (CalibratePrior) tells collective bandwidth from compute efficiency only by that,
+// and a model that puts the optimum one SM step or one slot off is corrected at once (measured
+// on the cp2 types whose 5 % budget is 9 configurations, bench/profile_prior.py). Fewer when
+// the space has fewer clocks. Deterministic.
 std::vector<int64_t> PriorDesign(const SearchSpace& space, const PriorMean& prior,
                                  double static_power_w, int count);
 

@@ -73,6 +73,9 @@ struct PriorUse {
   std::string calibration;
   double calibration_log_rms_before = 0.0;
   double calibration_log_rms_after = 0.0;
+  // Set by the profiler: the batch picked after this fit went along the trusted prior's
+  // frontier (ProfileOptions::prior_front).
+  bool trusted = false;
 };
 
 struct SurrogateOptions {
