@@ -145,12 +145,15 @@ TEST(Surrogate, NamesRoundTripAndUnknownNamesAreInputErrors) {
   EXPECT_THROW(StrategyFromString("greedy"), InputError);
 }
 
-class AcquisitionTest : public ::testing::TestWithParam<Strategy> {};
+// The synthetic fwd_mlp space the acquisition tests pick from.
+SearchSpace AcquisitionSpace() {
+  return SearchSpace::For(testing::SyntheticGpu(), testing::SyntheticPartition("fwd_mlp", 3), false);
+}
 
-TEST_P(AcquisitionTest, PicksDistinctUnmeasuredCandidates) {
-  const auto type = testing::SyntheticPartition("fwd_mlp", 3);
-  const SearchSpace space = SearchSpace::For(testing::SyntheticGpu(), type, false);
-  const Data train = Sample(space, type, 11);
+// A GP fitted on 11 measurements of `space`, and the acquisition input over every configuration
+// not measured yet; `measured` receives the measured indices.
+AcquisitionInput MakeAcquisitionInput(const SearchSpace& space, std::set<int64_t>* measured) {
+  const Data train = Sample(space, testing::SyntheticPartition("fwd_mlp", 3), 11);
   auto surrogate = MakeSurrogate(SurrogateKind::kGaussianProcess, {});
   surrogate->Fit(train.x, train.time_s, train.dynamic_j);
   AcquisitionInput input;
@@ -163,13 +166,22 @@ TEST_P(AcquisitionTest, PicksDistinctUnmeasuredCandidates) {
     input.measured_energy_j.push_back(train.dynamic_j[i] + 85.0 * train.time_s[i]);
   }
   std::vector<std::vector<double>> x;
-  const std::set<int64_t> measured(train.indices.begin(), train.indices.end());
+  *measured = std::set<int64_t>(train.indices.begin(), train.indices.end());
   for (int64_t i = 0; i < space.Size(); ++i) {
-    if (measured.contains(i)) continue;
+    if (measured->contains(i)) continue;
     input.candidates.push_back(i);
     x.push_back(space.Encode(i));
   }
   input.predictions = surrogate->Predict(x);
+  return input;
+}
+
+class AcquisitionTest : public ::testing::TestWithParam<Strategy> {};
+
+TEST_P(AcquisitionTest, PicksDistinctUnmeasuredCandidates) {
+  const SearchSpace space = AcquisitionSpace();
+  std::set<int64_t> measured;
+  AcquisitionInput input = MakeAcquisitionInput(space, &measured);
   for (int k : {1, 5, 16, 32}) {
     const std::vector<Pick> picks = SelectBatch(GetParam(), input, k);
     ASSERT_EQ(static_cast<int>(picks.size()), k);
@@ -193,28 +205,9 @@ TEST_P(AcquisitionTest, PicksDistinctUnmeasuredCandidates) {
 // A trusted prior (AcquisitionInput::trusted_prior): any strategy picks along the predicted
 // frontier (front_hvi) after exactly the knob-neighbour picks it is given.
 TEST(Acquisition, TrustedPriorPicksAlongThePredictedFrontier) {
-  const auto type = testing::SyntheticPartition("fwd_mlp", 3);
-  const SearchSpace space = SearchSpace::For(testing::SyntheticGpu(), type, false);
-  const Data train = Sample(space, type, 11);
-  auto surrogate = MakeSurrogate(SurrogateKind::kGaussianProcess, {});
-  surrogate->Fit(train.x, train.time_s, train.dynamic_j);
-  AcquisitionInput input;
-  input.space = &space;
-  input.static_power_w = 85.0;
-  input.measured = train.indices;
-  input.measured_time_s = train.time_s;
-  input.measured_dynamic_energy_j = train.dynamic_j;
-  for (std::size_t i = 0; i < train.time_s.size(); ++i) {
-    input.measured_energy_j.push_back(train.dynamic_j[i] + 85.0 * train.time_s[i]);
-  }
-  std::vector<std::vector<double>> x;
-  const std::set<int64_t> measured(train.indices.begin(), train.indices.end());
-  for (int64_t i = 0; i < space.Size(); ++i) {
-    if (measured.contains(i)) continue;
-    input.candidates.push_back(i);
-    x.push_back(space.Encode(i));
-  }
-  input.predictions = surrogate->Predict(x);
+  const SearchSpace space = AcquisitionSpace();
+  std::set<int64_t> measured;
+  AcquisitionInput input = MakeAcquisitionInput(space, &measured);
   input.trusted_prior = true;
   for (int explore : {0, 2}) {
     input.exploration_picks = explore;
