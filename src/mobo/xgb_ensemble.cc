@@ -44,6 +44,16 @@ struct XgbModels::Model {
   ~Model() {
     if (booster != nullptr) XGBoosterFree(booster);
   }
+  // The booster's predictions for the `rows` rows of `matrix`, back in target units.
+  std::vector<double> Predict(DMatrixHandle matrix, std::size_t rows) const {
+    bst_ulong length = 0;
+    const float* result = nullptr;
+    XgbCheck(XGBoosterPredict(booster, matrix, 0, 0, 0, &length, &result), "XGBoosterPredict");
+    KAREUS_CHECK(length == rows);
+    std::vector<double> values(rows);
+    for (std::size_t i = 0; i < rows; ++i) values[i] = mean + scale * result[i];
+    return values;
+  }
 };
 
 XgbModels::~XgbModels() { FreeModels(); }
@@ -181,13 +191,10 @@ HeldOutError XgbModels::CrossValidate() const {
     const std::unique_ptr<Model> e_model(Train(energy_, train, options_.seed));
     DMatrixHandle matrix = MakeMatrix(x_, held);
     auto predict = [&](const Model* model, const std::vector<double>& target_values) {
-      bst_ulong length = 0;
-      const float* result = nullptr;
-      XgbCheck(XGBoosterPredict(model->booster, matrix, 0, 0, 0, &length, &result),
-               "XGBoosterPredict");
+      const std::vector<double> predicted = model->Predict(matrix, held.size());
       double sum = 0.0;
       for (std::size_t k = 0; k < held.size(); ++k) {
-        const double p = std::max(model->mean + model->scale * result[k], 1e-30);
+        const double p = std::max(predicted[k], 1e-30);
         const double v = std::max(target_values[held[k]], 1e-30);
         sum += std::log(p / v) * std::log(p / v);
       }
@@ -209,16 +216,7 @@ Predictions XgbModels::Predict(const std::vector<std::vector<double>>& x) const 
   std::vector<std::size_t> all(n);
   std::iota(all.begin(), all.end(), 0);
   DMatrixHandle matrix = MakeMatrix(Features(x), all);
-  auto predict = [&](const Model* model) {
-    bst_ulong length = 0;
-    const float* result = nullptr;
-    XgbCheck(XGBoosterPredict(model->booster, matrix, 0, 0, 0, &length, &result),
-             "XGBoosterPredict");
-    KAREUS_CHECK(length == n);
-    std::vector<double> values(n);
-    for (std::size_t i = 0; i < n; ++i) values[i] = model->mean + model->scale * result[i];
-    return values;
-  };
+  auto predict = [&](const Model* model) { return model->Predict(matrix, n); };
   auto mean_and_spread = [&](const std::vector<Model*>& models, std::vector<double>* mean,
                              std::vector<double>* spread) {
     *mean = predict(models[0]);
@@ -259,15 +257,8 @@ std::vector<Predictions> XgbModels::Members(const std::vector<std::vector<double
   std::iota(all.begin(), all.end(), 0);
   DMatrixHandle matrix = MakeMatrix(Features(x), all);
   auto predict = [&](const Model* model, double scale) {
-    bst_ulong length = 0;
-    const float* result = nullptr;
-    XgbCheck(XGBoosterPredict(model->booster, matrix, 0, 0, 0, &length, &result),
-             "XGBoosterPredict");
-    KAREUS_CHECK(length == n);
-    std::vector<double> values(n);
-    for (std::size_t i = 0; i < n; ++i) {
-      values[i] = std::max(1e-30, (model->mean + model->scale * result[i]) * scale);
-    }
+    std::vector<double> values = model->Predict(matrix, n);
+    for (double& v : values) v = std::max(1e-30, v * scale);
     return values;
   };
   const std::size_t first = time_models_.size() > 1 ? 1 : 0;  // members, else the point model
