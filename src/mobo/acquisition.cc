@@ -391,19 +391,30 @@ std::vector<Pick> SelectPerClock(const AcquisitionInput& in, int batch_size) {
 // A prior that fits the measurements (AcquisitionInput::trusted_prior): after the knob-neighbour
 // exploration (AcquisitionInput::exploration_picks; untried neighbours of front pairs only, not
 // the SM extremes: the calibrated model places the optimum), the batch goes to the predicted
-// frontier, each pick by its total-energy
-// HVI against the measured front plus the earlier picks (believer), with the strict reference
-// the frontier is judged by (the predicted front's extremes plus a tenth of its range, as
-// ComparisonReference) rather than 1.1 x the measured maximum, so that the ends of the front
-// and the gaps between its clocks count as they do in the result; no uncertainty share.
+// frontier, each pick by its total-energy HVI against the front of the measured configurations
+// (at the surrogate's means when given, else as read: a candidate predicted equal to a measured
+// configuration then adds nothing, where against a noisy reading it may seem to improve it by
+// the noise) plus the earlier picks (believer), with the strict reference the frontier is judged by (the predicted front's extremes plus a tenth of
+// its range, as ComparisonReference) rather than 1.1 x the measured maximum, so that the ends
+// of the front and the gaps between its clocks count as they do in the result; no uncertainty
+// share.
 std::vector<Pick> SelectFrontier(const AcquisitionInput& in, int batch_size) {
   Selector s(in, batch_size);
   ExploreNeighbours(in, in.exploration_picks >= 0 ? in.exploration_picks : ExplorationPicks(s.k()),
                     false, &s);
   const std::size_t n = in.candidates.size();
+  const bool denoised = !in.measured_predictions.time_s.empty();
+  KAREUS_CHECK(!denoised || in.measured_predictions.time_s.size() == in.measured.size());
   std::vector<pareto::Point> measured;
   for (std::size_t i = 0; i < in.measured.size(); ++i) {
-    measured.push_back({.time_s = in.measured_time_s[i], .energy_j = in.measured_energy_j[i]});
+    if (denoised) {
+      const double t = in.measured_predictions.time_s[i];
+      measured.push_back({.time_s = t,
+                          .energy_j = in.measured_predictions.dynamic_energy_j[i] +
+                                      in.static_power_w * t});
+    } else {
+      measured.push_back({.time_s = in.measured_time_s[i], .energy_j = in.measured_energy_j[i]});
+    }
   }
   std::vector<pareto::Point> all = measured;
   for (std::size_t c = 0; c < n; ++c) {

@@ -367,6 +367,16 @@ class TypeState {
     }
     if (input.candidates.empty()) return false;
     input.predictions = surrogate_->Predict(candidates_x, candidates_prior_t, candidates_prior_e);
+    if (input.trusted_prior) {
+      std::vector<std::vector<double>> measured_x;
+      std::vector<double> measured_prior_t, measured_prior_e;
+      for (int64_t i : input.measured) {
+        measured_x.push_back(plan_.space.Encode(i));
+        AddPrior(i, &measured_prior_t, &measured_prior_e);
+      }
+      input.measured_predictions =
+          surrogate_->Predict(measured_x, measured_prior_t, measured_prior_e);
+    }
     const int k = static_cast<int>(std::min<int64_t>(
         batch_size_, plan_.budget - static_cast<int64_t>(result_.evaluations.size())));
     if (options_.strategy == Strategy::kThompson) {

@@ -233,6 +233,34 @@ TEST(Acquisition, TrustedPriorPicksAlongThePredictedFrontier) {
   }
 }
 
+// With the surrogate's means at the measured configurations (AcquisitionInput::
+// measured_predictions), the trusted-prior front is made of them rather than the readings: a
+// candidate the surrogate predicts equal to a measured configuration (an equivalent knob
+// setting, or the same point seen through noise) adds nothing and is not picked, while
+// against the readings it is the best pick.
+TEST(Acquisition, TrustedPriorFrontIsTheSurrogatesMeansAtTheMeasured) {
+  const SearchSpace space = AcquisitionSpace();
+  std::set<int64_t> measured;
+  AcquisitionInput input = MakeAcquisitionInput(space, &measured);
+  input.trusted_prior = true;
+  input.exploration_picks = 0;
+  const int64_t first = SelectBatch(Strategy::kPerClock, input, 1)[0].index;
+  const auto found = std::find(input.candidates.begin(), input.candidates.end(), first);
+  const std::size_t c = static_cast<std::size_t>(found - input.candidates.begin());
+  // The means at the measured: the readings, except that the first one is predicted exactly
+  // where the surrogate predicts the readings' best pick.
+  input.measured_predictions.time_s = input.measured_time_s;
+  input.measured_predictions.dynamic_energy_j = input.measured_dynamic_energy_j;
+  input.measured_predictions.time_s[0] = input.predictions.time_s[c];
+  input.measured_predictions.dynamic_energy_j[0] = input.predictions.dynamic_energy_j[c];
+  const std::vector<Pick> picks = SelectBatch(Strategy::kPerClock, input, 4);
+  ASSERT_EQ(picks.size(), 4u);
+  for (const Pick& p : picks) {
+    EXPECT_NE(p.index, first);
+    EXPECT_EQ(p.reason, PickReason::kFrontHvi);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Strategies, AcquisitionTest,
                          ::testing::Values(Strategy::kPublished, Strategy::kPerClock,
                                            Strategy::kBeliever, Strategy::kThompson));

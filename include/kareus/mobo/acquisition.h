@@ -55,6 +55,11 @@ struct AcquisitionInput {
   // picks (-1: a quarter of the batch, at least one).
   bool trusted_prior = false;
   int exploration_picks = -1;
+  // The surrogate's means at the measured configurations (per measured; empty: the readings).
+  // With a trusted prior the front to improve is made of these, so that a candidate the
+  // surrogate predicts equal to a measured configuration (an equivalent knob setting, or the
+  // same point seen through measurement noise) adds nothing.
+  Predictions measured_predictions;
 };
 
 // Why a configuration was picked (the published JSONL flags, §3.1).
