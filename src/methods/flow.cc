@@ -471,38 +471,43 @@ class MethodRun {
       }
       std::vector<measure::Sample> samples = backend.MeasureAll(model_, batch);
       if (screen.stride > 1) {
-        // Between anchors: the SM counts whose anchor readings lay near the front of the same
-        // work at one of the two anchors around. A stage's last backward and its sync nodes
-        // are chosen among every clock (the front over the anchors); the buckets reduced after
-        // the last backward add to a backward option of their own clock (the front at that
-        // clock, at the scale of the stage's fastest backward, so that the margin is relative
-        // to the instruction they extend).
-        const auto& first_backward = result_.problem.stages[static_cast<std::size_t>(s * model_.num_chunks)].backward;
-        std::pair<double, double> scale{0.0, 0.0};
-        if (!first_backward.empty()) {
-          scale = {first_backward.front().time_s,
-                   first_backward.front().energy_j - p_static * first_backward.front().time_s};
-        }
-        auto point = [&](std::size_t i) {
-          const bool after = batch[i].work == measure::GradientSyncWork::kLastBuckets;
-          return std::pair<double, double>{samples[i].time_s + (after ? scale.first : 0.0),
-                                           samples[i].energy_j - p_static * samples[i].time_s +
-                                               (after ? scale.second : 0.0)};
+        // Between anchors: the SM counts whose anchor readings lay near the front at one of the
+        // two anchors around. The solver chooses a stage's last backward among every clock's
+        // options, overlapped or followed by its buckets (a backward option of that clock plus
+        // the buckets' reading), and its sync nodes among every clock's: the fronts are those
+        // option sets over the anchors.
+        const auto& backward_options =
+            result_.problem.stages[static_cast<std::size_t>(s * model_.num_chunks)].backward;
+        auto effective = [&](double time_s, double energy_j) {
+          return std::pair<double, double>{time_s, energy_j - p_static * time_s};
         };
-        auto group = [&](std::size_t i) {
-          return std::pair<measure::GradientSyncWork, int>{
-              batch[i].work, batch[i].work == measure::GradientSyncWork::kLastBuckets ? batch[i].freq_mhz : 0};
-        };
-        std::map<std::pair<measure::GradientSyncWork, int>, std::vector<std::pair<double, double>>> fronts;
+        // Per anchor reading (chunk 0): the options it makes.
+        std::vector<std::vector<std::pair<double, double>>> made(batch.size());
+        std::vector<std::pair<double, double>> last_front, node_front;
         for (std::size_t i = 0; i < batch.size(); ++i) {
-          if (batch[i].chunk == 0) fronts[group(i)].push_back(point(i));
+          const auto& r = batch[i];
+          if (r.chunk != 0) continue;
+          if (r.work == measure::GradientSyncWork::kLastBuckets) {
+            for (const plan::InstructionOption& o : backward_options) {
+              if (o.freq_mhz == r.freq_mhz) {
+                made[i].push_back(effective(o.time_s + samples[i].time_s, o.energy_j + samples[i].energy_j));
+              }
+            }
+          } else {
+            made[i].push_back(effective(samples[i].time_s, samples[i].energy_j));
+          }
+          auto& front = r.work == measure::GradientSyncWork::kSyncNode ? node_front : last_front;
+          front.insert(front.end(), made[i].begin(), made[i].end());
         }
         std::set<std::tuple<measure::GradientSyncWork, int, int>> near;  // (work, anchor, sms)
         for (std::size_t i = 0; i < batch.size(); ++i) {
           const auto& r = batch[i];
-          const auto [t, e] = point(i);
-          if (r.chunk == 0 && NearFront(t, e, fronts[group(i)], kScreenMargin)) {
-            near.insert({r.work, r.freq_mhz, r.sms});
+          const auto& front = r.work == measure::GradientSyncWork::kSyncNode ? node_front : last_front;
+          for (const auto& [t, e] : made[i]) {
+            if (NearFront(t, e, front, kScreenMargin)) {
+              near.insert({r.work, r.freq_mhz, r.sms});
+              break;
+            }
           }
         }
         std::vector<measure::GradientSyncRequest> rest;
