@@ -5,7 +5,8 @@
 usage: bench/evaluation_tables.py DIR
 Reads DIR/evaluation.json and DIR/<workload>/summary.json; prints the max-throughput table
 (dT/dE % vs Megatron-LM), the frontier table vs Perseus (published definition), the equal-time
-comparison and the acceptance checks, and the profiling GPU-hours per method.
+comparison and the acceptance checks, the profiling GPU-hours per method, and each method's
+GPU-hours summed over the workloads by kind of measurement (summary.json profiling_by_kind).
 """
 import json
 import os
@@ -63,6 +64,26 @@ def main():
     for i, r in enumerate(rows, 1):
         s = {m["method"]: m for m in summaries[r["workload"]]["methods"]}
         print(f"| {i} | " + " | ".join(f"{s[m]['profiling_gpu_hours']:.2f}" for m in all_methods) + " |")
+
+    kinds = ["partitions_profiled", "partitions_exhaustive", "fixed_work", "instructions",
+             "gradient_sync"]
+    print("\nProfiling GPU-hours over the configurations by kind of measurement "
+          "(share of the method's total):\n")
+    print("| method | " + " | ".join(kinds) + " | total |")
+    print("|---|" + "---|" * (len(kinds) + 1))
+    grand = 0.0
+    for m in all_methods:
+        sums = dict.fromkeys(kinds, 0.0)
+        total = 0.0
+        for r in rows:
+            entry = next(x for x in summaries[r["workload"]]["methods"] if x["method"] == m)
+            total += entry["profiling_gpu_hours"]
+            for kind, cost in entry.get("profiling_by_kind", {}).items():
+                sums[kind] += cost["gpu_hours"]
+        grand += total
+        cells = [f"{sums[k]:.2f} ({100 * sums[k] / total:.1f} %)" if total else "0.00" for k in kinds]
+        print(f"| {labels[m]} | " + " | ".join(cells) + f" | {total:.2f} |")
+    print(f"\nAll methods: {grand:.2f} GPU-hours.")
 
 
 if __name__ == "__main__":

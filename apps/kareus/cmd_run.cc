@@ -30,6 +30,7 @@ struct RunArgs {
   std::string evaluation = methods::ToString(methods::RunOptions{}.evaluation);
   uint64_t seed = Context{}.seed;
   double unit_time_ms = methods::RunOptions{}.unit_time_s * 1e3;
+  int sweep_anchor_stride = methods::RunOptions{}.sweep_anchor_stride;
   bool quiet = false;
   bool json = false;
   bool transfer = mobo::ProfileOptions{}.transfer;
@@ -55,6 +56,11 @@ void AddSharedOptions(CLI::App* cmd, RunArgs& args, const std::string& store_hel
       ->capture_default_str();
   AddSeedOption(cmd, args.seed, "Root seed");
   cmd->add_option("--unit-time", args.unit_time_ms, "Solver time quantum in ms")->capture_default_str();
+  cmd->add_option("--sweep-anchor-stride", args.sweep_anchor_stride,
+                  "Kareus's whole-instruction fallbacks and gradient-sync SM counts: measured in full at "
+                  "every N-th planning clock (and the lowest); between those, only the choices near the "
+                  "front there (nothing derived; 1: every clock in full)")
+      ->capture_default_str();
   cmd->add_flag("--quiet", args.quiet, "No progress on the terminal");
   cmd->add_flag("--json", args.json, "Print the summary as JSON instead of tables");
 }
@@ -73,10 +79,12 @@ methods::RunOptions ToOptions(const RunArgs& args) {
   options.profile.transfer = args.transfer;
   options.evaluation = methods::EvaluationModeFromString(args.evaluation);
   options.unit_time_s = args.unit_time_ms * 1e-3;
+  options.sweep_anchor_stride = args.sweep_anchor_stride;
   options.quiet = args.quiet;
   std::vector<FlagName> names = ProfilerFlagNames("profile.");
   names.push_back({"unit_time_s", "--unit-time", 1e3});
   names.push_back({"methods", "--methods"});
+  names.push_back({"sweep_anchor_stride", "--sweep-anchor-stride"});
   ThrowAsFlag(options.Validate(), names);
   return options;
 }

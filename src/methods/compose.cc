@@ -1,6 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "methods/compose.h"
 
+#include <algorithm>
+#include <cmath>
+
+#include "kareus/common/error.h"
+
 namespace kareus::methods::internal {
 
 using schedule::Direction;
@@ -73,6 +78,34 @@ FixedWork MeasureFixedWork(const workload::WorkloadModel& model, const std::vect
     out.measurements += static_cast<int64_t>(batch.size());
   }
   return out;
+}
+
+bool SweepScreen::IsAnchor(int freq_mhz) const {
+  const auto [before, after] = Neighbours(freq_mhz);
+  return before == freq_mhz && after == freq_mhz;
+}
+
+std::pair<int, int> SweepScreen::Neighbours(int freq_mhz) const {
+  const auto it = std::find(clocks.begin(), clocks.end(), freq_mhz);
+  KAREUS_CHECK(it != clocks.end()) << freq_mhz << " MHz is not a planning clock";
+  const std::size_t i = static_cast<std::size_t>(it - clocks.begin());
+  const std::size_t step = static_cast<std::size_t>(std::max(1, stride));
+  const std::size_t last = clocks.size() - 1;
+  if (i % step == 0 || i == last) return {freq_mhz, freq_mhz};
+  const std::size_t before = i - i % step;
+  return {clocks[before], clocks[std::min(before + step, last)]};
+}
+
+bool NearFront(double time_s, double effective_energy_j,
+               const std::vector<std::pair<double, double>>& others, double margin) {
+  const double t_tol = std::abs(time_s) * margin;
+  const double e_tol = std::abs(effective_energy_j) * margin;
+  for (const auto& [t, e] : others) {
+    const bool no_worse = t <= time_s + t_tol && e <= effective_energy_j + e_tol;
+    const bool better = t < time_s - t_tol || e < effective_energy_j - e_tol;
+    if (no_worse && better) return false;
+  }
+  return true;
 }
 
 std::vector<plan::ClockInput> ClockInputs(const workload::WorkloadModel& model, int unit,

@@ -7,6 +7,7 @@
 
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kareus/measure/backend.h"
@@ -54,6 +55,33 @@ std::vector<plan::ClockInput> ClockInputs(const workload::WorkloadModel& model, 
                                           const std::vector<TypeSamples>& samples,
                                           const FixedWork& fixed, const std::vector<int>& clocks,
                                           const std::map<int, std::pair<double, double>>& sequential);
+
+// Screened clock sweeps (RunOptions::sweep_anchor_stride): a sweep over the planning clocks
+// measures every choice at the anchor clocks (every `stride`-th clock in the given order, and
+// the last) and, at a clock between two anchors, only the choices that lay near their clock's
+// front (NearFront) at one of the two anchors around it. Nothing is derived: a choice not
+// measured at a clock is not offered there. stride 1: every clock is an anchor.
+struct SweepScreen {
+  std::vector<int> clocks;
+  int stride = 1;
+
+  bool IsAnchor(int freq_mhz) const;
+  // The anchors before and after `freq_mhz` in `clocks` (both itself for an anchor).
+  // KAREUS_CHECKs that the clock is one of `clocks`.
+  std::pair<int, int> Neighbours(int freq_mhz) const;
+};
+
+// The relative margin of NearFront used by the screened sweeps: twice the emulator's energy
+// noise of one reading (1 %; time 0.3 %). Chosen on the ten paper configurations
+// (docs/ARCHITECTURE.md §7): 0.01 kept fewer readings but moved an iso-energy column by 0.3
+// points, 0.02 and 0.03 by at most 0.06.
+inline constexpr double kScreenMargin = 0.02;
+
+// Whether (time_s, effective_energy_j) is near the front of `others` (time, effective energy):
+// false when some other point is dominated-up-to-noise better: no worse than `margin`
+// (relative) on both axes and better by more than `margin` on at least one.
+bool NearFront(double time_s, double effective_energy_j,
+               const std::vector<std::pair<double, double>>& others, double margin);
 
 // Options not dominated on (time, effective energy = E - P_static t), fastest first.
 template <typename Option>

@@ -35,6 +35,9 @@ std::optional<OptionError> RunOptions::Validate() const {
   if (!(compose_epsilon >= 0.0) || !std::isfinite(compose_epsilon)) {
     return OptionError{"compose_epsilon", Describe(compose_epsilon), "must be a finite number >= 0"};
   }
+  if (sweep_anchor_stride < 1) {
+    return OptionError{"sweep_anchor_stride", std::to_string(sweep_anchor_stride), "must be an integer >= 1"};
+  }
   return std::nullopt;
 }
 
@@ -242,17 +245,15 @@ class MethodRun {
       profile.oracle = false;
       result_.profile = options_.profiler ? options_.profiler(model_, profile, backend, context_)
                                           : mobo::ProfileWorkload(model_, profile, backend, context_);
-      result_.profiling_gpu_seconds += result_.profile->cost_gpu_seconds;
       for (const auto& p : result_.profile->partitions) {
-        result_.measurements += static_cast<int64_t>(p.evaluations.size());
+        Charge(p.tunable ? "partitions_profiled" : "partitions_exhaustive", p.cost_gpu_seconds,
+               static_cast<int64_t>(p.evaluations.size()));
       }
       return SamplesFromProfile(*result_.profile);
     }
-    const double before = backend.GpuSeconds();
-    const int64_t count = backend.Measurements();
+    const Meter meter(backend);
     std::vector<TypeSamples> samples = ExhaustiveSamples(model_, clocks_, backend);
-    result_.profiling_gpu_seconds += backend.GpuSeconds() - before;
-    result_.measurements += backend.Measurements() - count;
+    meter.ChargeTo(*this, "partitions_exhaustive");
     return samples;
   }
 
@@ -260,8 +261,7 @@ class MethodRun {
   // option per instruction.
   void SweptOptions(measure::Backend& backend) {
     const ExecutionMode mode = nanobatched_ ? ExecutionMode::kNanobatched : ExecutionMode::kSequential;
-    const double before = backend.GpuSeconds();
-    const int64_t count = backend.Measurements();
+    const Meter meter(backend);
     for (int u = 0; u < static_cast<int>(model_.stages.size()); ++u) {
       if (reps_[u] != u) continue;
       InstructionSweep sweep;
@@ -275,8 +275,7 @@ class MethodRun {
       }
     }
     CopyToIdenticalUnits();
-    result_.profiling_gpu_seconds += backend.GpuSeconds() - before;
-    result_.measurements += backend.Measurements() - count;
+    meter.ChargeTo(*this, "instructions");
   }
 
   // Options of a method with tuned comm knobs: per clock, the composition of the partition
@@ -286,24 +285,43 @@ class MethodRun {
   // effective energy.
   void ComposedOptions(measure::Backend& backend, const std::vector<TypeSamples>& samples) {
     const double p_static = backend_.StaticPowerW();
-    const double before = backend.GpuSeconds();
-    const int64_t count = backend.Measurements();
     std::vector<int> units;
     for (int u = 0; u < static_cast<int>(model_.stages.size()); ++u) {
       if (reps_[u] == u) units.push_back(u);
     }
     FixedWork fixed;
-    if (nanobatched_) fixed = MeasureFixedWork(model_, units, clocks_, backend);
+    if (nanobatched_) {
+      const Meter meter(backend);
+      fixed = MeasureFixedWork(model_, units, clocks_, backend);
+      meter.ChargeTo(*this, "fixed_work");
+    }
+    const Meter meter(backend);
     const bool sequential_allowed = method_.execution != Execution::kNanobatched || !nanobatched_;
+    const SweepScreen screen = Screen();
     for (int u : units) {
       InstructionSweep sweep;
+      auto add = [&](int f, Direction d, ExecutionMode mode) {
+        if (mode == ExecutionMode::kSequential ? sequential_allowed : nanobatched_) {
+          sweep.Add(model_.stages[u], d, f, mode);
+        }
+      };
       for (int f : clocks_) {
+        if (!screen.IsAnchor(f)) continue;
         for (Direction d : {Direction::kForward, Direction::kBackward}) {
-          if (sequential_allowed) sweep.Add(model_.stages[u], d, f, ExecutionMode::kSequential);
-          if (nanobatched_) sweep.Add(model_.stages[u], d, f, ExecutionMode::kNanobatched);
+          add(f, d, ExecutionMode::kSequential);
+          add(f, d, ExecutionMode::kNanobatched);
         }
       }
       sweep.Measure(model_, backend);
+      if (screen.stride > 1) {
+        InstructionSweep rest;
+        std::swap(rest, sweep);
+        for (const auto& [f, d, mode] : FallbacksBetweenAnchors(u, rest, screen, samples, fixed)) add(f, d, mode);
+        sweep.Measure(model_, backend);
+        rest.requests.insert(rest.requests.end(), sweep.requests.begin(), sweep.requests.end());
+        rest.samples.insert(rest.samples.end(), sweep.samples.begin(), sweep.samples.end());
+        std::swap(rest, sweep);
+      }
       for (Direction d : {Direction::kForward, Direction::kBackward}) {
         std::map<int, std::pair<double, double>> sequential;
         std::vector<plan::InstructionOption> fallbacks;
@@ -332,8 +350,67 @@ class MethodRun {
       }
     }
     CopyToIdenticalUnits();
-    result_.profiling_gpu_seconds += backend.GpuSeconds() - before;
-    result_.measurements += backend.Measurements() - count;
+    meter.ChargeTo(*this, "instructions");
+  }
+
+  // The sweep screen of this method: Kareus's (profiled comm knobs) with the run's stride;
+  // every clock in full for the others.
+  SweepScreen Screen() const {
+    return {.clocks = clocks_,
+            .stride = method_.comm == CommSource::kProfiled ? options_.sweep_anchor_stride : 1};
+  }
+
+  // The whole-instruction fallbacks to measure between anchors, after the anchors' `measured`:
+  // at a clock where the partitions compose, each (direction, mode) that lay near the front of
+  // the composed options of every clock at one of the two anchors around it; at a clock where
+  // they do not compose, every fallback.
+  std::vector<std::tuple<int, Direction, ExecutionMode>> FallbacksBetweenAnchors(
+      int u, const InstructionSweep& measured, const SweepScreen& screen,
+      const std::vector<TypeSamples>& samples, const FixedWork& fixed) {
+    const double p_static = backend_.StaticPowerW();
+    std::vector<std::tuple<int, Direction, ExecutionMode>> out;
+    for (Direction d : {Direction::kForward, Direction::kBackward}) {
+      // The composed front over every clock, and the clocks whose partitions compose.
+      std::vector<std::pair<double, double>> composed;
+      std::set<int> composes;
+      if (nanobatched_) {
+        std::vector<plan::ClockInput> inputs;
+        for (plan::ClockInput& input : ClockInputs(model_, u, d, samples, fixed, clocks_, {})) {
+          if (input.partitions.empty()) continue;
+          composes.insert(input.freq_mhz);
+          inputs.push_back(std::move(input));
+        }
+        if (!inputs.empty()) {
+          for (const auto& o : plan::ComposeInstruction(inputs, {.p_static_w = p_static,
+                                                                 .epsilon = options_.compose_epsilon})
+                                   .options) {
+            composed.emplace_back(o.time_s, o.energy_j - p_static * o.time_s);
+          }
+        }
+      }
+      // (mode, anchor clock) -> near the composed front
+      std::map<std::pair<ExecutionMode, int>, bool> near;
+      for (std::size_t i = 0; i < measured.requests.size(); ++i) {
+        const auto& r = measured.requests[i];
+        if (r.direction != d) continue;
+        const auto& sample = measured.samples[i];
+        near[{r.knobs.mode, r.knobs.freq_mhz}] =
+            NearFront(sample.time_s, sample.energy_j - p_static * sample.time_s, composed, kScreenMargin);
+      }
+      for (int f : clocks_) {
+        if (screen.IsAnchor(f)) continue;
+        const auto [before, after] = screen.Neighbours(f);
+        for (ExecutionMode mode : {ExecutionMode::kSequential, ExecutionMode::kNanobatched}) {
+          const auto a = near.find({mode, before});
+          const auto b = near.find({mode, after});
+          if (a == near.end() && b == near.end()) continue;  // a mode this method does not run
+          const bool keep = !composes.contains(f) || (a != near.end() && a->second) ||
+                            (b != near.end() && b->second);
+          if (keep) out.emplace_back(f, d, mode);
+        }
+      }
+    }
+    return out;
   }
 
   // The data-parallel gradient sync (workload::GradientSyncModel, schedule::GradientSync): per
@@ -347,13 +424,13 @@ class MethodRun {
   // choose among GradientSyncModel::sm_choices. Identical stages are measured once.
   void GradientSyncOptions(measure::Backend& backend) {
     const double p_static = backend_.StaticPowerW();
-    const double before = backend.GpuSeconds();
-    const int64_t count = backend.Measurements();
+    const Meter meter(backend);
     const std::vector<int> sm_choices =
         method_.comm == CommSource::kLibraryDefault
             ? std::vector<int>{model_.workload.gpu.interconnect.library_default_sms}
             : model_.gradient_sync.sm_choices;
     const int top_clock = *std::max_element(clocks_.begin(), clocks_.end());
+    const SweepScreen screen = Screen();
     const bool overlapped = result_.problem.gradient_sync == schedule::GradientSync::kOverlapped;
     const int per_stage = result_.problem.SyncNodesPerStage();
     auto sync_option = [](const measure::Sample& sample, int freq_mhz, int sms, bool overlap) {
@@ -376,13 +453,15 @@ class MethodRun {
       measured[key] = s;
       std::vector<measure::GradientSyncRequest> batch;
       const bool launches = overlapped && !workload::LastBackwardBuckets(model_, s).empty();
+      std::vector<measure::GradientSyncWork> works;
+      if (launches) works = {measure::GradientSyncWork::kOverlapped, measure::GradientSyncWork::kLastBuckets};
+      works.push_back(measure::GradientSyncWork::kSyncNode);
       for (int f : clocks_) {
+        if (!screen.IsAnchor(f)) continue;
         for (int sms : sm_choices) {
-          if (launches) {
-            batch.push_back({.stage = s, .work = measure::GradientSyncWork::kOverlapped, .freq_mhz = f, .sms = sms});
-            batch.push_back({.stage = s, .work = measure::GradientSyncWork::kLastBuckets, .freq_mhz = f, .sms = sms});
+          for (measure::GradientSyncWork work : works) {
+            batch.push_back({.stage = s, .chunk = 0, .work = work, .freq_mhz = f, .sms = sms});
           }
-          batch.push_back({.stage = s, .chunk = 0, .work = measure::GradientSyncWork::kSyncNode, .freq_mhz = f, .sms = sms});
         }
       }
       for (int c = 1; c < per_stage; ++c) {
@@ -390,7 +469,63 @@ class MethodRun {
           batch.push_back({.stage = s, .chunk = c, .work = measure::GradientSyncWork::kSyncNode, .freq_mhz = top_clock, .sms = sms});
         }
       }
-      const std::vector<measure::Sample> samples = backend.MeasureAll(model_, batch);
+      std::vector<measure::Sample> samples = backend.MeasureAll(model_, batch);
+      if (screen.stride > 1) {
+        // Between anchors: the SM counts whose anchor readings lay near the front at one of the
+        // two anchors around. The solver chooses a stage's last backward among every clock's
+        // options, overlapped or followed by its buckets (a backward option of that clock plus
+        // the buckets' reading), and its sync nodes among every clock's: the fronts are those
+        // option sets over the anchors.
+        const auto& backward_options =
+            result_.problem.stages[static_cast<std::size_t>(s * model_.num_chunks)].backward;
+        auto effective = [&](double time_s, double energy_j) {
+          return std::pair<double, double>{time_s, energy_j - p_static * time_s};
+        };
+        // Per anchor reading (chunk 0): the options it makes.
+        std::vector<std::vector<std::pair<double, double>>> made(batch.size());
+        std::vector<std::pair<double, double>> last_front, node_front;
+        for (std::size_t i = 0; i < batch.size(); ++i) {
+          const auto& r = batch[i];
+          if (r.chunk != 0) continue;
+          if (r.work == measure::GradientSyncWork::kLastBuckets) {
+            for (const plan::InstructionOption& o : backward_options) {
+              if (o.freq_mhz == r.freq_mhz) {
+                made[i].push_back(effective(o.time_s + samples[i].time_s, o.energy_j + samples[i].energy_j));
+              }
+            }
+          } else {
+            made[i].push_back(effective(samples[i].time_s, samples[i].energy_j));
+          }
+          auto& front = r.work == measure::GradientSyncWork::kSyncNode ? node_front : last_front;
+          front.insert(front.end(), made[i].begin(), made[i].end());
+        }
+        std::set<std::tuple<measure::GradientSyncWork, int, int>> near;  // (work, anchor, sms)
+        for (std::size_t i = 0; i < batch.size(); ++i) {
+          const auto& r = batch[i];
+          const auto& front = r.work == measure::GradientSyncWork::kSyncNode ? node_front : last_front;
+          for (const auto& [t, e] : made[i]) {
+            if (NearFront(t, e, front, kScreenMargin)) {
+              near.insert({r.work, r.freq_mhz, r.sms});
+              break;
+            }
+          }
+        }
+        std::vector<measure::GradientSyncRequest> rest;
+        for (int f : clocks_) {
+          if (screen.IsAnchor(f)) continue;
+          const auto [before, after] = screen.Neighbours(f);
+          for (int sms : sm_choices) {
+            for (measure::GradientSyncWork work : works) {
+              if (near.contains({work, before, sms}) || near.contains({work, after, sms})) {
+                rest.push_back({.stage = s, .chunk = 0, .work = work, .freq_mhz = f, .sms = sms});
+              }
+            }
+          }
+        }
+        const std::vector<measure::Sample> more = backend.MeasureAll(model_, rest);
+        batch.insert(batch.end(), rest.begin(), rest.end());
+        samples.insert(samples.end(), more.begin(), more.end());
+      }
       const auto& backward = result_.problem.stages[static_cast<std::size_t>(s * model_.num_chunks)].backward;
       std::vector<plan::InstructionOption> last;
       std::vector<std::vector<plan::InstructionOption>> nodes(static_cast<std::size_t>(per_stage));
@@ -421,8 +556,30 @@ class MethodRun {
         result_.problem.sync_nodes[s * per_stage + c] = FilterOptions(nodes[static_cast<std::size_t>(c)], p_static);
       }
     }
-    result_.profiling_gpu_seconds += backend.GpuSeconds() - before;
-    result_.measurements += backend.Measurements() - count;
+    meter.ChargeTo(*this, "gradient_sync");
+  }
+
+  // What a backend charged between construction and ChargeTo.
+  class Meter {
+   public:
+    explicit Meter(const measure::Backend& backend)
+        : backend_(backend), gpu_seconds_(backend.GpuSeconds()), measurements_(backend.Measurements()) {}
+    void ChargeTo(MethodRun& run, const std::string& kind) const {
+      run.Charge(kind, backend_.GpuSeconds() - gpu_seconds_, backend_.Measurements() - measurements_);
+    }
+
+   private:
+    const measure::Backend& backend_;
+    double gpu_seconds_;
+    int64_t measurements_;
+  };
+
+  void Charge(const std::string& kind, double gpu_seconds, int64_t measurements) {
+    result_.profiling_gpu_seconds += gpu_seconds;
+    result_.measurements += measurements;
+    MethodResult::Cost& cost = result_.profiling_by_kind[kind];
+    cost.gpu_seconds += gpu_seconds;
+    cost.measurements += measurements;
   }
 
   void CopyToIdenticalUnits() {

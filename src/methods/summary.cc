@@ -88,6 +88,9 @@ MethodSummary Summarize(const MethodResult& m) {
   out.sampled_plans = m.solved.sampled;
   out.profiling_gpu_hours = m.profiling_gpu_seconds / 3600.0;
   out.measurements = m.measurements;
+  for (const auto& [kind, cost] : m.profiling_by_kind) {
+    out.profiling_by_kind[kind] = {.gpu_hours = cost.gpu_seconds / 3600.0, .measurements = cost.measurements};
+  }
   out.evaluation_gpu_hours = m.evaluation_gpu_seconds / 3600.0;
   out.phase_wall_s = m.phase_wall_s;
   out.forward_options = m.problem.stages[0].forward.size();
@@ -188,6 +191,7 @@ RunSummary BuildSummary(const RunResult& run) {
                       .static_power_w = run.static_power_w,
                       .idle_power_w = run.idle_power_w,
                       .planning_clocks_mhz = PlanningClocks(run.model, run.options),
+                      .sweep_anchor_stride = run.options.sweep_anchor_stride,
                       .budget = profile.budget,
                       .budget_fraction = profile.BudgetFraction(),
                       .min_budget = profile.budget > 0 ? 0 : profile.min_budget,
@@ -328,6 +332,10 @@ Json ToJson(const RunSummary& summary) {
     for (const auto& [name, seconds] : m.phase_wall_s) phases[name] = seconds;
     Json traits = Json::object();
     for (const auto& [name, value] : m.traits) traits[name] = value;
+    Json by_kind = Json::object();
+    for (const auto& [kind, cost] : m.profiling_by_kind) {
+      by_kind[kind] = {{"gpu_hours", cost.gpu_hours}, {"measurements", cost.measurements}};
+    }
     Json entry{{"method", m.method},
                {"label", m.label},
                {"traits", traits},
@@ -337,6 +345,7 @@ Json ToJson(const RunSummary& summary) {
                {"sampled_plans", m.sampled_plans},
                {"profiling_gpu_hours", m.profiling_gpu_hours},
                {"measurements", m.measurements},
+               {"profiling_by_kind", by_kind},
                {"evaluation_gpu_hours", m.evaluation_gpu_hours},
                {"phase_wall_s", phases},
                {"options_per_instruction", {{"forward", m.forward_options}, {"backward", m.backward_options}}},
@@ -413,6 +422,7 @@ Json ToJson(const RunSummary& summary) {
                 {"static_power_w", s.static_power_w},
                 {"idle_power_w", s.idle_power_w},
                 {"planning_clocks_mhz", s.planning_clocks_mhz},
+                {"sweep_anchor_stride", s.sweep_anchor_stride},
                 {"profile",
                  {{"budget", s.budget},
                   {"budget_fraction", s.budget_fraction},

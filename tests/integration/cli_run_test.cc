@@ -37,6 +37,7 @@ TEST(CliRun, InvalidInputExitsTwoAndWritesNothing) {
       {"--surrogate forest", "forest"},
       {"--strategy greedy", "greedy"},
       {"--unit-time 0", "--unit-time"},
+      {"--sweep-anchor-stride 0", "--sweep-anchor-stride = 0: must be an integer >= 1"},
       // CLI11 alone would wrap a negative seed to 2^64 - 1 and run.
       {"--seed -1", "--seed = -1: must be a whole number"},
   };

@@ -40,6 +40,12 @@ struct RunOptions {
   double unit_time_s = 1e-3;     // solver time quantum, s (Perseus's default 1 ms)
   double compose_epsilon = 0.0;  // epsilon-thinning of composed partial sums (0 = exact)
   EvaluationMode evaluation = EvaluationMode::kAuto;  // how finished plans are evaluated
+  // Kareus's whole-instruction fallbacks and gradient-sync options are measured in full at
+  // every `sweep_anchor_stride`-th planning clock (and the lowest); between two such anchors
+  // only the choices near their clock's front at one of the anchors are measured, the others
+  // are not offered there (methods/compose.h SweepScreen; nothing is derived). 1: every clock
+  // in full. The oracle and the baselines always sweep every clock.
+  int sweep_anchor_stride = 4;
   bool quiet = false;            // no progress on the terminal
   // How the profiled methods profile partition types: mobo::ProfileWorkload when empty.
   // kareus/distributed/ sets its own to spread the types over MPI ranks (same result).
@@ -79,6 +85,15 @@ struct MethodResult {
   std::vector<std::map<int, measure::Sample>> sync_evaluations;
   double profiling_gpu_seconds = 0.0;   // cost of every measurement the plans rest on
   int64_t measurements = 0;             // configurations and instructions measured
+  // The same cost by kind of measurement (sums to profiling_gpu_seconds and measurements):
+  // "partitions_profiled" (the profiler's tunable types), "partitions_exhaustive" (types with
+  // fixed knobs, or every configuration for the oracle), "fixed_work", "instructions" (clock
+  // sweeps and whole-instruction fallbacks), "gradient_sync".
+  struct Cost {
+    double gpu_seconds = 0.0;
+    int64_t measurements = 0;
+  };
+  std::map<std::string, Cost> profiling_by_kind;
   double evaluation_gpu_seconds = 0.0;  // cost of evaluating the plans
   std::map<std::string, double> phase_wall_s;  // "profile", "compose", "solve", "evaluate"
   std::optional<mobo::ProfileSummary> profile;  // partition profiling (profiled methods)

@@ -80,6 +80,12 @@ struct MethodSummary {
   std::vector<std::size_t> sampled_plans;
   double profiling_gpu_hours = 0.0;   // seconds of measurement x GPUs of the group
   int64_t measurements = 0;
+  // The profiling cost by kind of measurement (MethodResult::profiling_by_kind), GPU-hours.
+  struct KindCost {
+    double gpu_hours = 0.0;
+    int64_t measurements = 0;
+  };
+  std::map<std::string, KindCost> profiling_by_kind;
   double evaluation_gpu_hours = 0.0;
   std::map<std::string, double> phase_wall_s;
   std::size_t forward_options = 0;    // options of stage 0's forward / backward
@@ -159,6 +165,7 @@ struct RunSettings {
   double static_power_w = 0.0;  // what the planner charges a blocked GPU
   double idle_power_w = 0.0;    // what the evaluation charges a waiting GPU
   std::vector<int> planning_clocks_mhz;
+  int sweep_anchor_stride = 1;  // RunOptions::sweep_anchor_stride
   int64_t budget = 0;
   double budget_fraction = 0.0;
   int64_t min_budget = 0;  // with budget_fraction: evaluations per tunable type at least
