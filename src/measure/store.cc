@@ -14,6 +14,7 @@
 #include <climits>
 #include <map>
 #include <system_error>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -288,6 +289,29 @@ std::unique_ptr<MeasurementStore> MeasurementStore::Open(const std::filesystem::
     }
   };
 
+  // PRAGMA journal_mode=WAL needs the database to itself for a moment, and SQLite answers
+  // SQLITE_BUSY at once (its busy handler is not consulted: waiting could deadlock) or leaves
+  // the old mode when another connection is inside a transaction, e.g. a second process that
+  // opens the same new store at the same time (seen 6 times in 40 runs of the two-process
+  // store test under CPU load). Retried for as long as the busy timeout, checking the mode
+  // SQLite reports.
+  const auto enable_wal = [&] {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    std::string reason;
+    for (int attempt = 0;; ++attempt) {
+      Statement pragma(db, "PRAGMA journal_mode=WAL");
+      const int rc = pragma.ok() ? pragma.Step() : SQLITE_ERROR;
+      if (rc == SQLITE_ROW && pragma.Text(0) == "wal") return;
+      reason = rc == SQLITE_ROW ? "the journal stayed '" + pragma.Text(0) + "'"
+                                : (pragma.ok() ? pragma.LastError() : pragma.error());
+      const bool busy = rc == SQLITE_ROW || (sqlite3_errcode(db) & 0xff) == SQLITE_BUSY ||
+                        (sqlite3_errcode(db) & 0xff) == SQLITE_LOCKED;
+      if (!busy || std::chrono::steady_clock::now() >= deadline) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(std::min(5 * (attempt + 1), 100)));
+    }
+    Fail(path, "cannot enable the WAL journal: " + reason);
+  };
+
   std::map<std::string, std::string> tables = read_tables();
   if (!schema_empty) {
     validate(tables);  // nothing is written before the file is recognized
@@ -299,7 +323,7 @@ std::unique_ptr<MeasurementStore> MeasurementStore::Open(const std::filesystem::
     // An empty or new file is ours. WAL first (a journal-mode change cannot happen inside a
     // transaction), then create under a write lock, looking again inside it: when two
     // processes start on one new store, the second finds the first one's schema and checks it.
-    exec("PRAGMA journal_mode=WAL;", "cannot enable the WAL journal");
+    enable_wal();
     exec("BEGIN IMMEDIATE;", "cannot lock the new store");
     tables = read_tables();
     if (!schema_empty) {
@@ -331,7 +355,8 @@ std::unique_ptr<MeasurementStore> MeasurementStore::Open(const std::filesystem::
   }
   // Recognized (or new): WAL journal so that each committed measurement survives a SIGKILL
   // and readers never block the writer; FULL sync so it also survives a power cut.
-  exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;", "cannot enable the WAL journal");
+  enable_wal();
+  exec("PRAGMA synchronous=FULL;", "cannot set full synchronous writes");
   handle->claim_fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
   if (handle->claim_fd < 0) {
     Fail(path, std::string("cannot open for claims: ") + std::strerror(errno));
