@@ -135,8 +135,12 @@ struct InstructionSweep {
                         .knobs = {.freq_mhz = freq_mhz, .mode = mode, .partitions = {}},
                         .chunk = unit.chunk});
   }
+  // Measures the requests added since the last call (all of them the first time).
   void Measure(const workload::WorkloadModel& model, measure::Backend& backend) {
-    samples = backend.MeasureAll(model, requests);
+    const std::vector<measure::InstructionRequest> added(
+        requests.begin() + static_cast<std::ptrdiff_t>(samples.size()), requests.end());
+    const std::vector<measure::Sample> measured = backend.MeasureAll(model, added);
+    samples.insert(samples.end(), measured.begin(), measured.end());
   }
   plan::InstructionOption Option(std::size_t i) const {
     return {.time_s = samples[i].time_s, .energy_j = samples[i].energy_j,
@@ -314,13 +318,8 @@ class MethodRun {
       }
       sweep.Measure(model_, backend);
       if (screen.stride > 1) {
-        InstructionSweep rest;
-        std::swap(rest, sweep);
-        for (const auto& [f, d, mode] : FallbacksBetweenAnchors(u, rest, screen, samples, fixed)) add(f, d, mode);
+        for (const auto& [f, d, mode] : FallbacksBetweenAnchors(u, sweep, screen, samples, fixed)) add(f, d, mode);
         sweep.Measure(model_, backend);
-        rest.requests.insert(rest.requests.end(), sweep.requests.begin(), sweep.requests.end());
-        rest.samples.insert(rest.samples.end(), sweep.samples.begin(), sweep.samples.end());
-        std::swap(rest, sweep);
       }
       for (Direction d : {Direction::kForward, Direction::kBackward}) {
         std::map<int, std::pair<double, double>> sequential;
@@ -470,14 +469,13 @@ class MethodRun {
         }
       }
       std::vector<measure::Sample> samples = backend.MeasureAll(model_, batch);
+      const auto& backward = result_.problem.stages[static_cast<std::size_t>(s * model_.num_chunks)].backward;
       if (screen.stride > 1) {
         // Between anchors: the SM counts whose anchor readings lay near the front at one of the
         // two anchors around. The solver chooses a stage's last backward among every clock's
         // options, overlapped or followed by its buckets (a backward option of that clock plus
         // the buckets' reading), and its sync nodes among every clock's: the fronts are those
         // option sets over the anchors.
-        const auto& backward_options =
-            result_.problem.stages[static_cast<std::size_t>(s * model_.num_chunks)].backward;
         auto effective = [&](double time_s, double energy_j) {
           return std::pair<double, double>{time_s, energy_j - p_static * time_s};
         };
@@ -488,7 +486,7 @@ class MethodRun {
           const auto& r = batch[i];
           if (r.chunk != 0) continue;
           if (r.work == measure::GradientSyncWork::kLastBuckets) {
-            for (const plan::InstructionOption& o : backward_options) {
+            for (const plan::InstructionOption& o : backward) {
               if (o.freq_mhz == r.freq_mhz) {
                 made[i].push_back(effective(o.time_s + samples[i].time_s, o.energy_j + samples[i].energy_j));
               }
@@ -526,7 +524,6 @@ class MethodRun {
         batch.insert(batch.end(), rest.begin(), rest.end());
         samples.insert(samples.end(), more.begin(), more.end());
       }
-      const auto& backward = result_.problem.stages[static_cast<std::size_t>(s * model_.num_chunks)].backward;
       std::vector<plan::InstructionOption> last;
       std::vector<std::vector<plan::InstructionOption>> nodes(static_cast<std::size_t>(per_stage));
       for (std::size_t i = 0; i < batch.size(); ++i) {
