@@ -357,30 +357,33 @@ class TypeState {
       use.trusted = input.trusted_prior;
       result_.prior_uses.push_back(std::move(use));
     }
-    std::vector<std::vector<double>> candidates_x;
-    std::vector<double> candidates_prior_t, candidates_prior_e;
     for (int64_t i = 0; i < plan_.space.Size(); ++i) {
-      if (measured_[i]) continue;
-      input.candidates.push_back(i);
-      candidates_x.push_back(plan_.space.Encode(i));
-      AddPrior(i, &candidates_prior_t, &candidates_prior_e);
+      if (!measured_[i]) input.candidates.push_back(i);
     }
     if (input.candidates.empty()) return false;
-    input.predictions = surrogate_->Predict(candidates_x, candidates_prior_t, candidates_prior_e);
-    if (input.trusted_prior) {
-      std::vector<std::vector<double>> measured_x;
-      std::vector<double> measured_prior_t, measured_prior_e;
-      for (int64_t i : input.measured) {
-        measured_x.push_back(plan_.space.Encode(i));
-        AddPrior(i, &measured_prior_t, &measured_prior_e);
+    // The surrogate's inputs at configurations of the space: encodings and prior values.
+    struct Inputs {
+      std::vector<std::vector<double>> x;
+      std::vector<double> prior_t, prior_e;
+    };
+    const auto inputs_at = [&](const std::vector<int64_t>& configurations) {
+      Inputs in;
+      for (int64_t i : configurations) {
+        in.x.push_back(plan_.space.Encode(i));
+        AddPrior(i, &in.prior_t, &in.prior_e);
       }
-      input.measured_predictions =
-          surrogate_->Predict(measured_x, measured_prior_t, measured_prior_e);
+      return in;
+    };
+    const Inputs candidates = inputs_at(input.candidates);
+    input.predictions = surrogate_->Predict(candidates.x, candidates.prior_t, candidates.prior_e);
+    if (input.trusted_prior) {
+      const Inputs measured = inputs_at(input.measured);
+      input.measured_predictions = surrogate_->Predict(measured.x, measured.prior_t, measured.prior_e);
     }
     const int k = static_cast<int>(std::min<int64_t>(
         batch_size_, plan_.budget - static_cast<int64_t>(result_.evaluations.size())));
     if (options_.strategy == Strategy::kThompson) {
-      DrawSamples(*surrogate_, candidates_x, candidates_prior_t, candidates_prior_e, k, batch_ + 1,
+      DrawSamples(*surrogate_, candidates.x, candidates.prior_t, candidates.prior_e, k, batch_ + 1,
                   &input);
     }
     const std::vector<Pick> picks = SelectBatch(options_.strategy, input, k);
