@@ -7,6 +7,8 @@
 #include <numeric>
 #include <vector>
 
+#include "pipeline/dag_paths.h"
+
 namespace kareus::pipeline::testing {
 
 namespace {
@@ -201,16 +203,12 @@ std::optional<LabelBound> LabelSettingBound(const Problem& problem, const schedu
   }
   // Windows of the grid program: earliest start (all fastest), latest finish.
   std::vector<int64_t> earliest(static_cast<std::size_t>(n), 0);
-  std::vector<int64_t> tail(static_cast<std::size_t>(n), 0);
   for (int v : dag.topological_order) {
     for (const auto& [u, lag] : pred[static_cast<std::size_t>(v)]) {
       earliest[static_cast<std::size_t>(v)] = std::max(earliest[static_cast<std::size_t>(v)], earliest[static_cast<std::size_t>(u)] + fastest[static_cast<std::size_t>(u)] + lag);
     }
   }
-  for (auto it = dag.topological_order.rbegin(); it != dag.topological_order.rend(); ++it) {
-    const auto v = static_cast<std::size_t>(*it);
-    for (const auto& [w, lag] : succ[v]) tail[v] = std::max(tail[v], lag + fastest[static_cast<std::size_t>(w)] + tail[static_cast<std::size_t>(w)]);
-  }
+  const std::vector<int64_t> tail = LongestTails(dag, fastest, p2p);
   std::vector<int64_t> latest(static_cast<std::size_t>(n));
   for (int v = 0; v < n; ++v) {
     const auto i = static_cast<std::size_t>(v);
@@ -238,26 +236,16 @@ std::optional<LabelBound> LabelSettingBound(const Problem& problem, const schedu
     for (const auto& [w, lag] : succ[static_cast<std::size_t>(v)]) last_use[static_cast<std::size_t>(v)] = std::max(last_use[static_cast<std::size_t>(v)], pos[static_cast<std::size_t>(w)]);
   }
 
-  // Stage chains (same-stage edges), in processing order.
-  std::vector<int> chain_next(static_cast<std::size_t>(n), -1);
-  std::vector<int> chain_prev(static_cast<std::size_t>(n), -1);
-  for (const schedule::DagEdge& e : dag.edges) {
-    if (e.cross_stage) continue;
-    if (chain_next[static_cast<std::size_t>(e.from)] >= 0 || chain_prev[static_cast<std::size_t>(e.to)] >= 0) return std::nullopt;
-    chain_next[static_cast<std::size_t>(e.from)] = e.to;
-    chain_prev[static_cast<std::size_t>(e.to)] = e.from;
-  }
-  std::vector<std::vector<int>> chains;
+  // Stage chains (same-stage edges), heads in processing order.
+  auto found_chains = SameStageChains(dag, order);
+  if (!found_chains) return std::nullopt;
+  const std::vector<std::vector<int>> chains = std::move(*found_chains);
   std::vector<int> chain_of(static_cast<std::size_t>(n)), index_in_chain(static_cast<std::size_t>(n));
-  for (int v : order) {
-    if (chain_prev[static_cast<std::size_t>(v)] >= 0) continue;
-    std::vector<int> chain;
-    for (int w = v; w >= 0; w = chain_next[static_cast<std::size_t>(w)]) {
-      chain_of[static_cast<std::size_t>(w)] = static_cast<int>(chains.size());
-      index_in_chain[static_cast<std::size_t>(w)] = static_cast<int>(chain.size());
-      chain.push_back(w);
+  for (std::size_t ci = 0; ci < chains.size(); ++ci) {
+    for (std::size_t k = 0; k < chains[ci].size(); ++k) {
+      chain_of[static_cast<std::size_t>(chains[ci][k])] = static_cast<int>(ci);
+      index_in_chain[static_cast<std::size_t>(chains[ci][k])] = static_cast<int>(k);
     }
-    chains.push_back(std::move(chain));
   }
 
   // Lagrangian coefficients of the cross-stage edges: mu_e * delta * (S_u + U_u + p - S_w) <= 0.

@@ -4,9 +4,11 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numeric>
 #include <vector>
 
 #include "kareus/pareto/pareto.h"
+#include "pipeline/dag_paths.h"
 
 namespace kareus::pipeline::testing {
 
@@ -159,15 +161,7 @@ std::optional<StageBound> StageLagrangianBound(const Problem& problem, const sch
   // all-fastest path into it and finishes no later than the deadline minus the longest
   // all-fastest path out of it.
   const schedule::Timing timing = schedule::StartTimes(dag, fastest, p2p);
-  std::vector<std::vector<std::pair<int, double>>> succ(static_cast<std::size_t>(r.n));
-  for (const schedule::DagEdge& e : dag.edges) succ[static_cast<std::size_t>(e.from)].push_back({e.to, e.cross_stage ? p2p : 0.0});
-  std::vector<double> tail(static_cast<std::size_t>(r.n), 0.0);
-  for (auto it = dag.topological_order.rbegin(); it != dag.topological_order.rend(); ++it) {
-    const auto v = static_cast<std::size_t>(*it);
-    for (const auto& [w, lag] : succ[v]) {
-      tail[v] = std::max(tail[v], lag + fastest[static_cast<std::size_t>(w)] + tail[static_cast<std::size_t>(w)]);
-    }
-  }
+  const std::vector<double> tail = LongestTails(dag, fastest, p2p);
   r.earliest_units.resize(static_cast<std::size_t>(r.n));
   r.latest_units.resize(static_cast<std::size_t>(r.n));
   const double slack_tol = 1e-9 * deadline_s;
@@ -178,24 +172,14 @@ std::optional<StageBound> StageLagrangianBound(const Problem& problem, const sch
     r.earliest_units[i] = std::max(0, static_cast<int>(std::floor(timing.start[i] / r.delta + 1e-9)));
     r.latest_units[i] = static_cast<int>(std::floor(latest / r.delta + 1e-9));
   }
-  // Chains of same-stage edges.
-  std::vector<int> next(static_cast<std::size_t>(r.n), -1);
-  std::vector<int> prev(static_cast<std::size_t>(r.n), -1);
+  // Chains of same-stage edges (heads in node order), and the cross-stage edges.
+  std::vector<int> nodes(static_cast<std::size_t>(r.n));
+  std::iota(nodes.begin(), nodes.end(), 0);
+  auto chains = SameStageChains(dag, nodes);
+  if (!chains) return std::nullopt;
+  r.chains = std::move(*chains);
   for (std::size_t e = 0; e < dag.edges.size(); ++e) {
-    const schedule::DagEdge& edge = dag.edges[e];
-    if (edge.cross_stage) {
-      r.cross.push_back(static_cast<int>(e));
-      continue;
-    }
-    if (next[static_cast<std::size_t>(edge.from)] >= 0 || prev[static_cast<std::size_t>(edge.to)] >= 0) return std::nullopt;
-    next[static_cast<std::size_t>(edge.from)] = edge.to;
-    prev[static_cast<std::size_t>(edge.to)] = edge.from;
-  }
-  for (int v = 0; v < r.n; ++v) {
-    if (prev[static_cast<std::size_t>(v)] >= 0) continue;
-    std::vector<int> chain;
-    for (int w = v; w >= 0; w = next[static_cast<std::size_t>(w)]) chain.push_back(w);
-    r.chains.push_back(std::move(chain));
+    if (dag.edges[e].cross_stage) r.cross.push_back(static_cast<int>(e));
   }
 
   // Multipliers on the cross-stage edges; the Lagrangian of `mu` and its subgradient.
