@@ -159,7 +159,13 @@ std::vector<Occurrence> Occurrences(const std::vector<Op>& layer_ops, int layers
     } else if (trail) {
       out[i].key = prefix + "_trail";
     } else {
+      // A position's key names its steady-state collective. The block's first occurrence has
+      // none (nothing before it to overlap); in steady state that position overlaps the
+      // previous layer's last collective, the one ending this layer's last segment.
       const Op* c = out[i].collective ? &*out[i].collective : nullptr;
+      if (!c && generic_per_layer > 0 && out[generic_per_layer - 1].collective) {
+        c = &*out[generic_per_layer - 1].collective;
+      }
       out[i].key = prefix + "_p" + std::to_string(i % generic_per_layer) +
                    (c ? std::string("_") + ToString(c->collective) : "");
     }

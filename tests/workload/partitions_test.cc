@@ -154,6 +154,38 @@ TEST(WorkloadModel, CountsPerInstruction) {
   EXPECT_EQ(count(none.stages[0].backward, "fwd_attn"), (std::pair{0, 0}));
 }
 
+// Context parallelism without tensor parallelism has no published layout: its partitions get
+// generic names from their position in the layer. The first partition of a stage has no
+// collective before it and must still map to the type of its steady-state position (the fuzzer
+// found a build that stopped on "partition fwd_p0 has no type"), with one layer or many.
+TEST(WorkloadModel, ContextParallelAloneMapsEveryPartitionToAType) {
+  for (const std::string layers : {"[15, 13]", "[1, 27]"}) {
+    const auto m = BuildWorkloadModel(Make("llama3.2-3b", 1, 2, 8, 4096, "full", layers));
+    ASSERT_TRUE(m.nanobatching) << layers;
+    EXPECT_EQ(TunableTypes(m),
+              (std::vector<std::string>{"bwd_p0_reduce_scatter", "bwd_p1_all_gather",
+                                        "bwd_p2_all_gather", "bwd_p3_reduce_scatter",
+                                        "fwd_p0_all_gather", "fwd_p1_all_gather"}))
+        << layers;
+    for (const auto& stage : m.stages) {
+      for (const InstructionModel* ins : {&stage.forward, &stage.backward}) {
+        int without = 0;
+        for (const auto& use : ins->uses) {
+          const auto& type = m.partition_types[use.type];
+          if (type.tunable) {
+            EXPECT_EQ(use.count, stage.layers) << type.name << " " << layers;
+          }
+          without += use.without_collective;
+        }
+        // One partition per recomputed or run block starts without a collective before it,
+        // and one trail partition ends without one after it.
+        const int blocks = ins->direction == schedule::Direction::kForward ? 1 : 2;
+        EXPECT_EQ(without, 2 * blocks) << layers;
+      }
+    }
+  }
+}
+
 TEST(WorkloadModel, NonPartitionWorkSitsOnTheEndStages) {
   const auto m = BuildWorkloadModel(Make("llama3.2-3b", 8, 1, 8, 4096));
   auto has = [](const std::vector<Op>& ops, const std::string& name) {
