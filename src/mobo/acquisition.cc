@@ -89,6 +89,7 @@ class Selector {
       total_energy_[c] = input.predictions.dynamic_energy_j[c] +
                          input.static_power_w * input.predictions.time_s[c];
     }
+    TakeClockFastest();
   }
   bool Full() const { return static_cast<int>(picks_.size()) >= k_; }
   int Remaining() const { return k_ - static_cast<int>(picks_.size()); }
@@ -155,6 +156,34 @@ class Selector {
   }
 
  private:
+  // AcquisitionInput::fastest_at_clocks: per listed clock, the candidate predicted fastest
+  // there unless a measured configuration there is predicted (or read) at least as fast.
+  void TakeClockFastest() {
+    const SearchSpace& space = *in_.space;
+    const bool denoised = !in_.measured_predictions.time_s.empty();
+    for (int clock : in_.fastest_at_clocks) {
+      double measured_best = std::numeric_limits<double>::infinity();
+      for (std::size_t i = 0; i < in_.measured.size(); ++i) {
+        if (space.ClockIndex(in_.measured[i]) != clock) continue;
+        measured_best = std::min(measured_best, denoised ? in_.measured_predictions.time_s[i]
+                                                         : in_.measured_time_s[i]);
+      }
+      std::size_t best = in_.candidates.size();
+      for (std::size_t c = 0; c < in_.candidates.size(); ++c) {
+        if (taken_[c] || space.ClockIndex(in_.candidates[c]) != clock) continue;
+        if (best == in_.candidates.size() ||
+            in_.predictions.time_s[c] < in_.predictions.time_s[best]) {
+          best = c;
+        }
+      }
+      if (Full() || best == in_.candidates.size() ||
+          !(in_.predictions.time_s[best] < measured_best)) {
+        continue;
+      }
+      Take(best, PickReason::kClockFastest);
+    }
+  }
+
   const AcquisitionInput& in_;
   int k_;
   std::vector<bool> taken_;
@@ -524,6 +553,8 @@ const char* ToString(PickReason reason) {
       return "thompson";
     case PickReason::kFrontHvi:
       return "front_hvi";
+    case PickReason::kClockFastest:
+      return "clock_fastest";
   }
   return "?";
 }
@@ -531,6 +562,10 @@ const char* ToString(PickReason reason) {
 std::vector<Pick> SelectBatch(Strategy strategy, const AcquisitionInput& input, int batch_size) {
   KAREUS_CHECK(input.space != nullptr && !input.measured.empty());
   KAREUS_CHECK(input.predictions.time_s.size() == input.candidates.size());
+  for (int clock : input.fastest_at_clocks) {
+    KAREUS_CHECK(clock >= 0 && clock < static_cast<int>(input.space->clocks_mhz().size()))
+        << "clock index " << clock;
+  }
   if (input.trusted_prior) return internal::SelectFrontier(input, batch_size);
   switch (strategy) {
     case Strategy::kPublished:

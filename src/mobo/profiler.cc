@@ -136,6 +136,12 @@ Plan PlanType(const workload::PartitionType& type, const hw::GpuSpec& gpu,
   return plan;
 }
 
+// The index of the highest clock of `space` (clocks_mhz() in any order).
+int TopClockIndex(const SearchSpace& space) {
+  const std::vector<int>& clocks = space.clocks_mhz();
+  return static_cast<int>(std::max_element(clocks.begin(), clocks.end()) - clocks.begin());
+}
+
 // Latin-hypercube initial design on the discrete levels: for each knob, point j takes level
 // floor((pi(j) + u) m / n) of its m levels (pi a random permutation, u uniform), so every knob's
 // levels are covered as evenly as n allows and the knobs are paired at random. A duplicate is
@@ -376,12 +382,22 @@ class TypeState {
     };
     const Inputs candidates = inputs_at(input.candidates);
     input.predictions = surrogate_->Predict(candidates.x, candidates.prior_t, candidates.prior_e);
-    if (input.trusted_prior) {
+    const int k = static_cast<int>(std::min<int64_t>(
+        batch_size_, plan_.budget - static_cast<int64_t>(result_.evaluations.size())));
+    // The last batch measures the configuration predicted fastest at the top clock, unless a
+    // measured one there is predicted as fast (AcquisitionInput::fastest_at_clocks):
+    // composition offers an instruction at a clock only where every type it runs has a
+    // measurement, and its fastest plan runs each type's fastest configuration at the top clock.
+    // Last, when the surrogate knows most, and so that the pick does not steer the search
+    // (the knob-neighbour exploration would try the new front pair's neighbours at the top
+    // clock).
+    if (k >= plan_.budget - static_cast<int64_t>(result_.evaluations.size())) {
+      input.fastest_at_clocks = {TopClockIndex(plan_.space)};
+    }
+    if (input.trusted_prior || !input.fastest_at_clocks.empty()) {
       const Inputs measured = inputs_at(input.measured);
       input.measured_predictions = surrogate_->Predict(measured.x, measured.prior_t, measured.prior_e);
     }
-    const int k = static_cast<int>(std::min<int64_t>(
-        batch_size_, plan_.budget - static_cast<int64_t>(result_.evaluations.size())));
     if (options_.strategy == Strategy::kThompson) {
       DrawSamples(*surrogate_, candidates.x, candidates.prior_t, candidates.prior_e, k, batch_ + 1,
                   &input);

@@ -261,6 +261,84 @@ TEST(Acquisition, TrustedPriorFrontIsTheSurrogatesMeansAtTheMeasured) {
   }
 }
 
+// AcquisitionInput::fastest_at_clocks: before any strategy (the trusted-prior frontier
+// included), each listed clock's candidate with the smallest predicted time is taken
+// (clock_fastest), unless a measured configuration at that clock is predicted at least as fast.
+TEST(Acquisition, FastestAtAListedClockComesFirst) {
+  const SearchSpace space = AcquisitionSpace();
+  std::set<int64_t> measured;
+  AcquisitionInput input = MakeAcquisitionInput(space, &measured);
+  // The top clock (index 0), emptied of measurements: its fastest candidate by prediction.
+  const int top = 0;
+  AcquisitionInput at_top = input;
+  at_top.measured.clear();
+  at_top.measured_time_s.clear();
+  at_top.measured_energy_j.clear();
+  at_top.measured_dynamic_energy_j.clear();
+  for (std::size_t i = 0; i < input.measured.size(); ++i) {
+    if (space.ClockIndex(input.measured[i]) == top) continue;
+    at_top.measured.push_back(input.measured[i]);
+    at_top.measured_time_s.push_back(input.measured_time_s[i]);
+    at_top.measured_energy_j.push_back(input.measured_energy_j[i]);
+    at_top.measured_dynamic_energy_j.push_back(input.measured_dynamic_energy_j[i]);
+  }
+  ASSERT_FALSE(at_top.measured.empty());
+  std::size_t fastest = input.candidates.size();
+  for (std::size_t c = 0; c < input.candidates.size(); ++c) {
+    if (space.ClockIndex(input.candidates[c]) != top) continue;
+    if (fastest == input.candidates.size() ||
+        input.predictions.time_s[c] < input.predictions.time_s[fastest]) {
+      fastest = c;
+    }
+  }
+  ASSERT_LT(fastest, input.candidates.size());
+  at_top.fastest_at_clocks = {top};
+  for (bool trusted : {false, true}) {
+    at_top.trusted_prior = trusted;
+    at_top.exploration_picks = trusted ? 1 : -1;
+    for (Strategy strategy : {Strategy::kPerClock, Strategy::kPublished, Strategy::kBeliever}) {
+      const std::vector<Pick> picks = SelectBatch(strategy, at_top, 4);
+      ASSERT_EQ(picks.size(), 4u);
+      EXPECT_EQ(picks[0].index, input.candidates[fastest]) << ToString(strategy);
+      EXPECT_EQ(picks[0].reason, PickReason::kClockFastest) << ToString(strategy);
+      for (std::size_t j = 1; j < picks.size(); ++j) {
+        EXPECT_NE(picks[j].reason, PickReason::kClockFastest) << ToString(strategy);
+      }
+    }
+  }
+  // Not listed: no such pick.
+  at_top.trusted_prior = false;
+  at_top.exploration_picks = -1;
+  at_top.fastest_at_clocks.clear();
+  for (const Pick& p : SelectBatch(Strategy::kPerClock, at_top, 4)) {
+    EXPECT_NE(p.reason, PickReason::kClockFastest);
+  }
+  // A measured configuration at that clock predicted as fast as the fastest candidate: none.
+  // (Another configuration of that clock, read as fast as the fastest candidate's prediction.)
+  std::size_t other = 0;
+  while (other == fastest || space.ClockIndex(at_top.candidates[other]) != top) ++other;
+  AcquisitionInput covered = at_top;
+  covered.fastest_at_clocks = {top};
+  covered.measured.push_back(at_top.candidates[other]);
+  covered.measured_time_s.push_back(at_top.predictions.time_s[fastest]);
+  covered.measured_dynamic_energy_j.push_back(at_top.predictions.dynamic_energy_j[fastest]);
+  covered.measured_energy_j.push_back(at_top.predictions.dynamic_energy_j[fastest] +
+                                      85.0 * at_top.predictions.time_s[fastest]);
+  covered.candidates.clear();
+  covered.predictions = {};
+  for (std::size_t c = 0; c < at_top.candidates.size(); ++c) {
+    if (c == other) continue;
+    covered.candidates.push_back(at_top.candidates[c]);
+    covered.predictions.time_s.push_back(at_top.predictions.time_s[c]);
+    covered.predictions.time_std_s.push_back(at_top.predictions.time_std_s[c]);
+    covered.predictions.dynamic_energy_j.push_back(at_top.predictions.dynamic_energy_j[c]);
+    covered.predictions.dynamic_energy_std_j.push_back(at_top.predictions.dynamic_energy_std_j[c]);
+  }
+  for (const Pick& p : SelectBatch(Strategy::kPerClock, covered, 4)) {
+    EXPECT_NE(p.reason, PickReason::kClockFastest);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Strategies, AcquisitionTest,
                          ::testing::Values(Strategy::kPublished, Strategy::kPerClock,
                                            Strategy::kBeliever, Strategy::kThompson));

@@ -60,6 +60,13 @@ struct AcquisitionInput {
   // surrogate predicts equal to a measured configuration (an equivalent knob setting, or the
   // same point seen through measurement noise) adds nothing.
   Predictions measured_predictions;
+  // Clock indices (into space->clocks_mhz()) whose fastest configuration must be measured,
+  // before any strategy picks: composition offers an instruction at a clock only where every
+  // partition type it runs has a measurement, and its fastest option there is made of each
+  // type's fastest configuration at that clock. Per listed clock the candidate predicted
+  // fastest there is taken (reason clock_fastest), unless a measured configuration at that
+  // clock is predicted (measured_predictions when given, else as read) at least as fast.
+  std::vector<int> fastest_at_clocks;
 };
 
 // Why a configuration was picked (the published JSONL flags, §3.1).
@@ -73,6 +80,7 @@ enum class PickReason {
   kNeighbour,  // an untried (SMs, slot) pair next to a front point's
   kThompson,   // best HVI under a posterior draw
   kFrontHvi,   // a trusted prior: HVI of the predicted front, strict reference
+  kClockFastest,  // the predicted fastest configuration at a clock composition relies on
 };
 const char* ToString(PickReason reason);
 
