@@ -50,7 +50,7 @@ void AddProfilerFlags(CLI::App* cmd, ProfilerFlags& flags, const std::string& st
                      ->capture_default_str();
   cmd->add_option("--budget-fraction", flags.budget_fraction,
                   "Share of each partition type's search space the profiler measures; 0: "
-                  "automatic, 0.10 with --prior model, 0.15 with --prior none")
+                  "automatic, 0.05 with --prior model, 0.15 with --prior none")
       ->capture_default_str()
       ->excludes(budget);
   cmd->add_option("--min-budget", flags.min_budget,

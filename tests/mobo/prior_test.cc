@@ -243,6 +243,20 @@ TEST(Prior, CalibrationRecoversAKnownPerturbation) {
   EXPECT_EQ(none.model_evaluations, 0);
 }
 
+// The automatic budget (budget_fraction 0): kBudgetFractionWithPrior (5 %) of each tunable
+// type's space with a prior, kBudgetFraction (15 %) without, floored at kMinBudget.
+TEST(Prior, AutomaticBudgetIsFivePercentWithAPrior) {
+  ProfileOptions options;
+  options.partitions = {"fwd_attn"};  // 720 configurations
+  testing::SyntheticBackend a(1), b(1);
+  const ProfileSummary none = ProfileWorkload(SyntheticModel(), options, a, {.seed = 1, .quiet = true});
+  options.prior = SyntheticPrior({});
+  EXPECT_DOUBLE_EQ(options.BudgetFraction(), 0.05);
+  const ProfileSummary with = ProfileWorkload(SyntheticModel(), options, b, {.seed = 1, .quiet = true});
+  EXPECT_EQ(none.partitions[0].evaluations.size(), 108u);  // 15 %
+  EXPECT_EQ(with.partitions[0].evaluations.size(), 36u);   // 5 %
+}
+
 // Composition offers an instruction at a clock only where every partition type it runs has a
 // measurement, and its fastest plan runs each type's fastest configuration at the top clock.
 // At 5 % of each space (15 measurements of a 180-configuration cp2 type for 18 clocks) the
