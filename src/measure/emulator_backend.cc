@@ -79,6 +79,10 @@ class EmulatorBackend final : public Backend {
   }
   const hw::GpuSpec& Gpu() const override { return gpu_; }
   bool NoiseFree() const override { return options_.measurement.noise_free; }
+  ReadingNoise DeclaredNoise() const override {
+    if (options_.measurement.noise_free) return {};
+    return {.time = options_.measurement.time_noise, .energy = options_.measurement.energy_noise};
+  }
   double BatchOverheadSeconds() const override { return options_.batch_warmup_s; }
 
   void MeasureBatch(const workload::PartitionType& partition,

@@ -54,14 +54,23 @@ pareto::Point ComparisonReference(const std::vector<pareto::Point>& front) {
   return {.time_s = t_hi + 0.1 * t_range, .energy_j = e_hi + 0.1 * e_range};
 }
 
+SurrogateOptions SurrogateOptionsFor(const ProfileOptions& options, const measure::Backend& backend,
+                                     uint64_t seed) {
+  const measure::ReadingNoise noise = backend.DeclaredNoise();
+  return {.seed = seed,
+          .learn_prior_weight = options.prior_check,
+          .gp_min_time_noise = noise.time,
+          .gp_min_energy_noise = noise.energy};
+}
+
 std::vector<measure::Sample> Estimates(const SearchSpace& space, const std::vector<int64_t>& indices,
                                        const std::vector<measure::Sample>& samples,
                                        SurrogateKind kind, bool denoise, double static_power_w,
-                                       uint64_t seed, const TypeKnowledge& knowledge,
-                                       bool learn_prior_weight, PriorUse* use) {
+                                       const SurrogateOptions& surrogate_options,
+                                       const TypeKnowledge& knowledge, PriorUse* use) {
   if (!denoise || indices.size() < 3) return samples;
   const TrainingRows rows = knowledge.Rows(space, indices, samples);
-  auto surrogate = MakeSurrogate(kind, {.seed = seed, .learn_prior_weight = learn_prior_weight});
+  auto surrogate = MakeSurrogate(kind, surrogate_options);
   surrogate->Fit(rows);
   if (use != nullptr) *use = surrogate->Use();
   // The target's rows come first: predict at them.
@@ -107,8 +116,8 @@ OracleComparison CompareWithOracle(const SearchSpace& space, const workload::Par
   // Random search gets the same frontier extraction as the optimizer.
   const std::vector<measure::Sample> random_samples =
       Estimates(space, random_indices, noisy.MeasureAll(type, random_knobs), options.surrogate,
-                options.denoise && type.tunable, noisy.StaticPowerW(), random_seed, knowledge,
-                options.prior_check);
+                options.denoise && type.tunable, noisy.StaticPowerW(),
+                SurrogateOptionsFor(options, noisy, random_seed), knowledge);
 
   OracleComparison out;
   const std::vector<pareto::Point> oracle_front = front_of(-1);

@@ -32,16 +32,21 @@ double ReevaluatedHypervolume(const std::vector<int64_t>& indices,
 // single-point front uses 1 % of its values).
 pareto::Point ComparisonReference(const std::vector<pareto::Point>& front);
 
+// The surrogate options of a profile measured on `backend`: `seed`, the prior's weight learned
+// unless `options.prior_check` is false, the GP's noise floors at the backend's declared
+// repeatability.
+SurrogateOptions SurrogateOptionsFor(const ProfileOptions& options, const measure::Backend& backend,
+                                     uint64_t seed);
+
 // The frontier-selection values of measured configurations: the posterior mean of a surrogate
-// of `kind` fitted on them (denoised; with what `knowledge` holds: the prior mean and related
-// workloads' rows; the prior's weight learned unless `learn_prior_weight` is false), or the
-// readings themselves when `denoise` is false. `use`, when given, receives what the fit made
-// of the prior and the related rows.
+// of `kind` (with `surrogate_options`) fitted on them (denoised; with what `knowledge` holds:
+// the prior mean and related workloads' rows), or the readings themselves when `denoise` is
+// false. `use`, when given, receives what the fit made of the prior and the related rows.
 std::vector<measure::Sample> Estimates(const SearchSpace& space, const std::vector<int64_t>& indices,
                                        const std::vector<measure::Sample>& samples,
                                        SurrogateKind kind, bool denoise, double static_power_w,
-                                       uint64_t seed, const TypeKnowledge& knowledge,
-                                       bool learn_prior_weight, PriorUse* use = nullptr);
+                                       const SurrogateOptions& surrogate_options,
+                                       const TypeKnowledge& knowledge, PriorUse* use = nullptr);
 
 // Random search gets the optimizer's frontier extraction, prior included.
 OracleComparison CompareWithOracle(const SearchSpace& space, const workload::PartitionType& type,

@@ -149,7 +149,7 @@ double GaussianProcess::LogMarginalLikelihood(const Eigen::VectorXd& params) con
 
 void GaussianProcess::Fit(const Eigen::MatrixXd& x, const Eigen::VectorXd& y,
                           const Eigen::VectorXd& prior, const std::vector<int>& task, int tasks,
-                          bool learn_weight, int max_sweeps) {
+                          bool learn_weight, int max_sweeps, double min_noise_sd) {
   const Eigen::Index d = x.cols(), n = x.rows();
   KAREUS_CHECK(tasks >= 1 && (task.empty() || static_cast<Eigen::Index>(task.size()) == n));
   KAREUS_CHECK(prior.size() == 0 || prior.size() == n);
@@ -191,10 +191,18 @@ void GaussianProcess::Fit(const Eigen::MatrixXd& x, const Eigen::VectorXd& y,
   }
   if (prior.size() > 0 && !learn_weight) params_(WeightIndex()) = 1.0;
   const bool residual = prior.size() > 0;
+  // The noise variance in standardized units: its floor from `min_noise_sd`, never above the
+  // upper bound (a floor that high would say the values are all noise).
+  const double max_log_noise = residual ? kMaxLogNoise : kMaxLogNoiseNoPrior;
+  const double min_log_noise =
+      min_noise_sd > 0.0
+          ? std::clamp(2.0 * std::log(min_noise_sd / y_scale_), kMinLogNoise, max_log_noise)
+          : kMinLogNoise;
+  params_(d + 1) = std::clamp(params_(d + 1), min_log_noise, max_log_noise);
   auto clamp = [&](Eigen::Index i, double v) {
     if (i < d) return std::clamp(v, kMinLogLength, kMaxLogLength);
     if (i == d) return std::clamp(v, residual ? kMinLogSignal : kMinLogSignalNoPrior, kMaxLogSignal);
-    if (i == d + 1) return std::clamp(v, kMinLogNoise, residual ? kMaxLogNoise : kMaxLogNoiseNoPrior);
+    if (i == d + 1) return std::clamp(v, min_log_noise, max_log_noise);
     if (prior.size() > 0 && i == WeightIndex()) return std::clamp(v, 0.0, 1.0);
     if (additive_ && i >= AdditiveIndex()) return std::clamp(v, kMinLogSignal, kMaxLogSignal);
     return std::clamp(v, kMinLogit, kMaxLogit);
@@ -229,7 +237,7 @@ void GaussianProcess::Fit(const Eigen::MatrixXd& x, const Eigen::VectorXd& y,
   if (prior.size() > 0 && learn_weight && params_(WeightIndex()) < kMinPriorWeight) {
     // The residuals say the model explains the values worse than half of it would: fall back
     // to the GP without a prior (the no-prior fit exactly; the next fit tries the prior again).
-    Fit(x, y, Eigen::VectorXd(), task, tasks, learn_weight, max_sweeps);
+    Fit(x, y, Eigen::VectorXd(), task, tasks, learn_weight, max_sweeps, min_noise_sd);
     return;
   }
   y_ = Residual(params_, &task_mean_);
@@ -320,9 +328,11 @@ void GaussianProcessSurrogate::Fit(const TrainingRows& rows) {
   const Eigen::VectorXd prior_t = has_prior_ ? Logs(rows.prior_time_s) : Eigen::VectorXd();
   const Eigen::VectorXd prior_e = has_prior_ ? Logs(rows.prior_dynamic_energy_j) : Eigen::VectorXd();
   time_.Fit(xm, Logs(rows.time_s), prior_t, rows.task, rows.tasks, options_.learn_prior_weight,
-            options_.gp_max_sweeps);
+            options_.gp_max_sweeps, options_.gp_min_time_noise);
+  // Dynamic energy E - P_static t carries at least the total energy's relative noise (more:
+  // the same absolute noise on a smaller value), so the total's floor is a floor for it.
   energy_.Fit(xm, Logs(rows.dynamic_energy_j), prior_e, rows.task, rows.tasks,
-              options_.learn_prior_weight, options_.gp_max_sweeps);
+              options_.learn_prior_weight, options_.gp_max_sweeps, options_.gp_min_energy_noise);
   tasks_ = rows.tasks;
 }
 

@@ -242,7 +242,7 @@ namespace {
 // ln collective_bandwidth, ln compute_efficiency); the prior's sigma on each, the bounds, and
 // the forward-difference steps.
 constexpr int kCalibrationParams = 4;
-constexpr double kParamSigma[kCalibrationParams] = {0.3, 1.5, 0.3, 0.3};
+constexpr double kParamSigma[kCalibrationParams] = {0.5, 1.5, 0.5, 0.5};
 constexpr double kParamBound[kCalibrationParams] = {0.9, 4.0, 1.2, 0.9};
 constexpr double kParamStep[kCalibrationParams] = {0.02, 0.1, 0.02, 0.02};
 // What a calibrated model is expected to miss, in log units: the residuals are scaled by it

@@ -224,9 +224,9 @@ class TypeState {
         }
         reasons.assign(indices.size(), plan_.type->tunable ? "initial" : "exhaustive");
         if (plan_.type->tunable) {
-          surrogate_ = MakeSurrogate(options_.surrogate,
-                                     {.seed = DeriveSeed(seed_, HashString("surrogate")),
-                                      .learn_prior_weight = options_.prior_check});
+          surrogate_ = MakeSurrogate(
+              options_.surrogate,
+              SurrogateOptionsFor(options_, backend_, DeriveSeed(seed_, HashString("surrogate"))));
         }
       } else if (second_stage_) {
         second_stage_ = false;
@@ -628,8 +628,9 @@ class TypeState {
       if (denoise) Calibrate();
       const std::vector<measure::Sample> estimates =
           Estimates(plan_.space, indices, samples, options_.surrogate, denoise,
-                    backend_.StaticPowerW(), DeriveSeed(seed_, HashString("final-surrogate")),
-                    knowledge_, options_.prior_check, &use);
+                    backend_.StaticPowerW(),
+                    SurrogateOptionsFor(options_, backend_, DeriveSeed(seed_, HashString("final-surrogate"))),
+                    knowledge_, &use);
       if (denoise && Knows()) result_.prior_uses.push_back(WithCalibration(use));
       for (std::size_t i = 0; i < estimates.size(); ++i) result_.evaluations[i].estimate = estimates[i];
     }

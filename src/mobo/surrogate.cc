@@ -40,6 +40,12 @@ std::optional<OptionError> SurrogateOptions::Validate() const {
     return OptionError{"xgb_colsample", Describe(xgb_colsample), "must be in (0, 1]"};
   }
   if (gp_max_sweeps < 1) return OptionError{"gp_max_sweeps", Describe(gp_max_sweeps), "must be >= 1"};
+  if (!(gp_min_time_noise >= 0.0 && gp_min_time_noise < 1.0)) {
+    return OptionError{"gp_min_time_noise", Describe(gp_min_time_noise), "must be in [0, 1)"};
+  }
+  if (!(gp_min_energy_noise >= 0.0 && gp_min_energy_noise < 1.0)) {
+    return OptionError{"gp_min_energy_noise", Describe(gp_min_energy_noise), "must be in [0, 1)"};
+  }
   return std::nullopt;
 }
 

@@ -34,6 +34,11 @@ TEST(EmulatorBackend, NoiseFreeTwinIsTheSimulationAndNoiseIsPerConfiguration) {
   EXPECT_TRUE(exact->NoiseFree());
   EXPECT_FALSE(noisy->NoiseFree());
   EXPECT_NE(noisy->Description(), exact->Description());
+  // The repeatability it declares is the noise it adds; the twin adds none.
+  EXPECT_DOUBLE_EQ(noisy->DeclaredNoise().time, options.measurement.time_noise);
+  EXPECT_DOUBLE_EQ(noisy->DeclaredNoise().energy, options.measurement.energy_noise);
+  EXPECT_EQ(exact->DeclaredNoise().time, 0.0);
+  EXPECT_EQ(exact->DeclaredNoise().energy, 0.0);
 
   const PartitionKnobs a{.freq_mhz = 1410, .sms = type.sm_choices.front(), .slot = type.launch_slots.front()};
   const PartitionKnobs b{.freq_mhz = 1200, .sms = type.sm_choices.back(), .slot = type.launch_slots.back()};

@@ -257,6 +257,9 @@ TEST(Options, EveryComponentValidates) {
   mobo::SurrogateOptions surrogate;
   surrogate.xgb_eta = 0.0;
   EXPECT_EQ(surrogate.Validate()->field, "xgb_eta");
+  mobo::SurrogateOptions noisy;
+  noisy.gp_min_energy_noise = -0.01;
+  EXPECT_EQ(noisy.Validate()->field, "gp_min_energy_noise");
   pipeline::Options solver;
   solver.p_static_w = std::nan("");
   EXPECT_EQ(solver.Validate()->field, "p_static_w");

@@ -62,6 +62,12 @@ struct GradientSyncRequest {
   int sms = 0;
 };
 
+// Relative standard deviations of one reading's time and total energy (0: unknown or none).
+struct ReadingNoise {
+  double time = 0.0;
+  double energy = 0.0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -77,6 +83,10 @@ class Backend {
   // a plan charges for the time a GPU runs no instruction.
   virtual double IdlePowerW() const { return Gpu().power.idle_w; }
   virtual bool NoiseFree() const = 0;
+  // The repeatability of one reading as relative standard deviations, where the backend
+  // knows it (the emulator: the noise it adds); zero where it does not (a real GPU, a
+  // noise-free backend). The profiler's surrogate never explains readings more closely.
+  virtual ReadingNoise DeclaredNoise() const { return {}; }
   // Seconds charged once per batch (process start, communicators, a warm-up run), per GPU of
   // the batch's group; part of GpuSeconds().
   virtual double BatchOverheadSeconds() const { return 0.0; }
