@@ -191,11 +191,14 @@ void GaussianProcess::Fit(const Eigen::MatrixXd& x, const Eigen::VectorXd& y,
   }
   if (prior.size() > 0 && !learn_weight) params_(WeightIndex()) = 1.0;
   const bool residual = prior.size() > 0;
-  // The noise variance in standardized units: its floor from `min_noise_sd`, never above the
-  // upper bound (a floor that high would say the values are all noise).
+  // The noise variance in standardized units: with a prior, its floor from `min_noise_sd`,
+  // never above the upper bound (a floor that high would say the values are all noise).
+  // Without a prior the GP models the whole function, whose narrow features (a 1-SM optimum
+  // at the space's edge, wave quantization) a floored fit smooths away; there the readings'
+  // noise is a small part of what it explains and no floor applies.
   const double max_log_noise = residual ? kMaxLogNoise : kMaxLogNoiseNoPrior;
   const double min_log_noise =
-      min_noise_sd > 0.0
+      residual && min_noise_sd > 0.0
           ? std::clamp(2.0 * std::log(min_noise_sd / y_scale_), kMinLogNoise, max_log_noise)
           : kMinLogNoise;
   params_(d + 1) = std::clamp(params_(d + 1), min_log_noise, max_log_noise);

@@ -32,8 +32,8 @@ class GaussianProcess {
  public:
   // prior: per row, the prior mean's value (size 0: no prior); task: per row, 0 for the
   // target, s = 1..tasks-1 for related rows (empty: all target). `learn_weight` false fixes
-  // the prior's weight at 1. `min_noise_sd`: the floor of the noise standard deviation, in
-  // the units of y (0: none).
+  // the prior's weight at 1. `min_noise_sd`: with a prior, the floor of the noise standard
+  // deviation, in the units of y (0: none).
   void Fit(const Eigen::MatrixXd& x, const Eigen::VectorXd& y, const Eigen::VectorXd& prior,
            const std::vector<int>& task, int tasks, bool learn_weight, int max_sweeps,
            double min_noise_sd = 0.0);

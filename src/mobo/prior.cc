@@ -240,7 +240,9 @@ namespace {
 
 // The calibration's parameters: u = (ln dynamic_power, voltage_shift_mhz / 100,
 // ln collective_bandwidth, ln compute_efficiency); the prior's sigma on each, the bounds, and
-// the forward-difference steps.
+// the forward-difference steps. The scales' sigma, 0.5 (a factor 1.65), is wider than the model
+// errors the benchmark plants (x0.7..x1.25): a narrower prior (0.3) held a scale that few
+// measurements constrain towards the model (docs/ARCHITECTURE.md §5, "Calibration").
 constexpr int kCalibrationParams = 4;
 constexpr double kParamSigma[kCalibrationParams] = {0.5, 1.5, 0.5, 0.5};
 constexpr double kParamBound[kCalibrationParams] = {0.9, 4.0, 1.2, 0.9};

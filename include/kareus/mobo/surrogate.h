@@ -93,11 +93,12 @@ struct SurrogateOptions {
   // With a prior: learn its weight (and drop a prior that explains the rows worse than none).
   // false: the weight is fixed at 1 (tests show what the check prevents).
   bool learn_prior_weight = true;
-  // Gaussian process: floors of the noise standard deviation on log time and log dynamic
-  // energy (relative units; 0: none): the measuring backend's declared repeatability
+  // Gaussian process with a prior: floors of the noise standard deviation on log time and log
+  // dynamic energy (relative units; 0: none): the measuring backend's declared repeatability
   // (measure::Backend::DeclaredNoise), so that a fit with few rows cannot explain the noise
-  // of its readings as structure (e.g. by a per-(SMs, slot) offset). The XGBoost ensemble
-  // has no noise term and ignores them.
+  // of its readings as structure of the residual (e.g. by a per-(SMs, slot) offset). Without
+  // a prior (the whole function, with narrow features) and in the XGBoost ensemble (no noise
+  // term) they do not apply.
   double gp_min_time_noise = 0.0;
   double gp_min_energy_noise = 0.0;
 
