@@ -477,6 +477,7 @@ class TypeState {
       const std::unique_ptr<measure::Backend> prior =
           options_.prior.make_calibrated(model_, calibration_.calibration);
       knowledge_.prior = PredictSpace(*prior, *plan_.type, plan_.space);
+      CalibrateRelatedPrior(options_.prior, calibration_.calibration, &knowledge_.related);
     }
   }
 

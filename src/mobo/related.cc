@@ -160,6 +160,30 @@ RelatedWorkload LoadRelatedWorkload(const std::filesystem::path& path,
   return out;
 }
 
+namespace {
+
+// The related rows' prior values as `model` predicts them.
+void SetPrior(measure::Backend& model, RelatedRows* data) {
+  data->prior_time_s.clear();
+  data->prior_dynamic_energy_j.clear();
+  for (const measure::Sample& s : model.MeasureAll(*data->type, data->knobs)) {
+    data->prior_time_s.push_back(s.time_s);
+    data->prior_dynamic_energy_j.push_back(
+        std::max(s.dynamic_energy_j, 1e-9 * std::max(s.energy_j, 1e-30)));
+  }
+}
+
+}  // namespace
+
+void CalibrateRelatedPrior(const PriorModel& prior, const ModelPerturbation& calibration,
+                           std::vector<RelatedRows>* related) {
+  if (!prior.make_calibrated) return;
+  for (RelatedRows& data : *related) {
+    if (data.prior_time_s.empty() || data.model == nullptr || data.type == nullptr) continue;
+    SetPrior(*prior.make_calibrated(*data.model, calibration), &data);
+  }
+}
+
 std::vector<RelatedRows> RelatedRowsFor(const std::vector<RelatedWorkload>& related,
                                         const workload::PartitionType& type,
                                         const SearchSpace& space, const PriorModel& prior,
@@ -184,20 +208,14 @@ std::vector<RelatedRows> RelatedRowsFor(const std::vector<RelatedWorkload>& rela
     }
     RelatedRows data;
     data.workload_signature = w.workload_signature;
-    std::vector<measure::PartitionKnobs> knobs;
+    data.model = &w.model;
+    data.type = &*it;
     for (std::size_t i : rows) {
       data.indices.push_back(space.IndexOf(w.measurements[i].knobs));
       data.samples.push_back(w.measurements[i].sample);
-      knobs.push_back(w.measurements[i].knobs);
+      data.knobs.push_back(w.measurements[i].knobs);
     }
-    if (prior) {
-      const std::unique_ptr<measure::Backend> model = prior.make(w.model);
-      for (const measure::Sample& s : model->MeasureAll(*it, knobs)) {
-        data.prior_time_s.push_back(s.time_s);
-        data.prior_dynamic_energy_j.push_back(
-            std::max(s.dynamic_energy_j, 1e-9 * std::max(s.energy_j, 1e-30)));
-      }
-    }
+    if (prior) SetPrior(*prior.make(w.model), &data);
     out.push_back(std::move(data));
   }
   return out;

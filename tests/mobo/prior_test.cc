@@ -314,6 +314,59 @@ TEST(Prior, EveryTypeIsMeasuredAtItsFastestConfigurationAtTheTopClock) {
   }
 }
 
+// Transfer with a calibrated prior: the related rows' prior is predicted again with the
+// target's calibration (the same GPU's physical scales). A related workload (02) read through
+// the benchmark's P1-perturbed model, calibrated by P1's exact inverse, predicts what the
+// unperturbed emulator reads; before, it was off by the perturbation. Rows without a prior
+// stay without one.
+TEST(Prior, RelatedRowsTakeTheTargetsCalibration) {
+  const char* source = std::getenv("KAREUS_SOURCE_DIR");
+  ASSERT_NE(source, nullptr) << "KAREUS_SOURCE_DIR (set by CTest)";
+  const workload::WorkloadModel model = workload::BuildWorkloadModel(workload::LoadWorkloadFile(
+      std::filesystem::path(source) / "examples/paper/02-llama3.2-3b-cp2-tp4-mbs8-seq4096.yaml"));
+  const auto type = std::find_if(model.partition_types.begin(), model.partition_types.end(),
+                                 [](const workload::PartitionType& t) { return t.name == "bwd_o_ar"; });
+  ASSERT_NE(type, model.partition_types.end());
+  const SearchSpace space = SearchSpace::For(model.workload.gpu, *type, false);
+  RelatedRows rows;
+  rows.model = &model;
+  rows.type = &*type;
+  for (int j = 0; j < 8; ++j) rows.knobs.push_back(space.At(j * space.Size() / 8 + j % 3));
+  const PriorModel wrong = EmulatorPrior(ParsePerturbation(
+      "dynamic_power=1.25,voltage_shift_mhz=100,collective_bandwidth=0.7,compute_efficiency=0.85"));
+  for (const measure::Sample& s : wrong.make(model)->MeasureAll(*type, rows.knobs)) {
+    rows.prior_time_s.push_back(s.time_s);
+    rows.prior_dynamic_energy_j.push_back(s.dynamic_energy_j);
+  }
+  RelatedRows without_prior = rows;
+  without_prior.prior_time_s.clear();
+  without_prior.prior_dynamic_energy_j.clear();
+  std::vector<RelatedRows> related = {rows, without_prior};
+
+  measure::EmulatorBackendOptions truth_options;
+  truth_options.measurement.noise_free = true;
+  const std::vector<measure::Sample> truth =
+      measure::MakeEmulatorBackend(model.workload.gpu, truth_options)->MeasureAll(*type, rows.knobs);
+  double before = 0.0;
+  for (std::size_t i = 0; i < truth.size(); ++i) {
+    before = std::max(before, std::abs(rows.prior_dynamic_energy_j[i] / truth[i].dynamic_energy_j - 1.0));
+  }
+  EXPECT_GT(before, 0.1);
+
+  ModelPerturbation inverse;
+  inverse.dynamic_power = 0.8;
+  inverse.voltage_shift_mhz = -100;
+  inverse.collective_bandwidth = 1.0 / 0.7;
+  inverse.compute_efficiency = 1.0 / 0.85;
+  CalibrateRelatedPrior(wrong, inverse, &related);
+  ASSERT_EQ(related[0].prior_time_s.size(), truth.size());
+  for (std::size_t i = 0; i < truth.size(); ++i) {
+    EXPECT_NEAR(related[0].prior_time_s[i] / truth[i].time_s, 1.0, 1e-6) << i;
+    EXPECT_NEAR(related[0].prior_dynamic_energy_j[i] / truth[i].dynamic_energy_j, 1.0, 1e-6) << i;
+  }
+  EXPECT_TRUE(related[1].prior_time_s.empty());
+}
+
 // Both surrogates on 60 noise-free configurations of a synthetic type: with the truth as the
 // prior they rest on it (weight 1); with the prior values shuffled across rows (no information,
 // all roughness) they drop it (weight 0).

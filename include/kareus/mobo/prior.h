@@ -151,7 +151,20 @@ struct RelatedRows {
   std::vector<measure::Sample> samples;  // as measured in the related workload
   std::vector<double> prior_time_s;      // the prior at each row, in the related workload
   std::vector<double> prior_dynamic_energy_j;  // (empty without a prior)
+  // Where the rows come from, to predict the prior again: the related workload's model and
+  // partition type (owned by its RelatedWorkload, which outlives the rows) and each row's knobs.
+  const workload::WorkloadModel* model = nullptr;
+  const workload::PartitionType* type = nullptr;
+  std::vector<measure::PartitionKnobs> knobs;
 };
+
+// Predicts the prior of every related row again with `prior`'s model calibrated by
+// `calibration`: the target type's calibration fits the GPU's physical scales, which a related
+// workload on the same GPU shares, so the related rows' residuals are taken against the same
+// calibrated model as the target's (with the uncalibrated one they carried the model's error
+// into the fit as if the workloads differed). Rows without a prior stay without one.
+void CalibrateRelatedPrior(const PriorModel& prior, const ModelPerturbation& calibration,
+                           std::vector<RelatedRows>* related);
 
 // What the profiler knows about one partition type before it measures it.
 struct TypeKnowledge {
