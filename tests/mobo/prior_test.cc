@@ -6,12 +6,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <filesystem>
+#include <cmath>
 #include <limits>
 #include <string>
 #include <vector>
 
+#include "emulator/test_util.h"
 #include "kareus/common/error.h"
 #include "kareus/measure/emulator_backend.h"
 #include "kareus/workload/workload.h"
@@ -23,6 +23,15 @@
 
 namespace kareus::mobo {
 namespace {
+
+// A partition type of examples/paper/02 (emulator::testing::LlamaCp2Tp4, built once), or
+// nullptr when it has none of that name.
+const workload::PartitionType* PaperType(const std::string& name) {
+  const workload::WorkloadModel& model = emulator::testing::LlamaCp2Tp4();
+  const auto it = std::find_if(model.partition_types.begin(), model.partition_types.end(),
+                               [&](const workload::PartitionType& t) { return t.name == name; });
+  return it == model.partition_types.end() ? nullptr : &*it;
+}
 
 workload::WorkloadModel SyntheticModel() {
   return testing::SyntheticModel({testing::SyntheticPartition("fwd_attn", 4),
@@ -206,13 +215,9 @@ TEST(Prior, SameSeedSameResultAndSummarySaysSo) {
 // perturbation, so recovery is the check of the fit itself, not of the method's robustness:
 // that is bench/profile_prior.py's.)
 TEST(Prior, CalibrationRecoversAKnownPerturbation) {
-  const char* source = std::getenv("KAREUS_SOURCE_DIR");
-  ASSERT_NE(source, nullptr) << "KAREUS_SOURCE_DIR (set by CTest)";
-  const workload::WorkloadModel model = workload::BuildWorkloadModel(workload::LoadWorkloadFile(
-      std::filesystem::path(source) / "examples/paper/02-llama3.2-3b-cp2-tp4-mbs8-seq4096.yaml"));
-  const auto type = std::find_if(model.partition_types.begin(), model.partition_types.end(),
-                                 [](const workload::PartitionType& t) { return t.name == "fwd_qkv_ag"; });
-  ASSERT_NE(type, model.partition_types.end());
+  const workload::WorkloadModel& model = emulator::testing::LlamaCp2Tp4();
+  const workload::PartitionType* type = PaperType("fwd_qkv_ag");
+  ASSERT_NE(type, nullptr);
   const SearchSpace space = SearchSpace::For(model.workload.gpu, *type, false);
   measure::EmulatorBackendOptions truth_options;
   truth_options.measurement.noise_free = true;
@@ -266,10 +271,7 @@ TEST(Prior, AutomaticBudgetIsFivePercentWithAPrior) {
 // at 1410 MHz within noise of the fastest configuration there (the noise-free truth), with a
 // mismatched prior and without one.
 TEST(Prior, EveryTypeIsMeasuredAtItsFastestConfigurationAtTheTopClock) {
-  const char* source = std::getenv("KAREUS_SOURCE_DIR");
-  ASSERT_NE(source, nullptr) << "KAREUS_SOURCE_DIR (set by CTest)";
-  const workload::WorkloadModel model = workload::BuildWorkloadModel(workload::LoadWorkloadFile(
-      std::filesystem::path(source) / "examples/paper/02-llama3.2-3b-cp2-tp4-mbs8-seq4096.yaml"));
+  const workload::WorkloadModel& model = emulator::testing::LlamaCp2Tp4();
   measure::EmulatorBackendOptions truth_options;
   truth_options.measurement.noise_free = true;
   const std::unique_ptr<measure::Backend> truth =
@@ -289,9 +291,8 @@ TEST(Prior, EveryTypeIsMeasuredAtItsFastestConfigurationAtTheTopClock) {
         measure::MakeEmulatorBackend(model.workload.gpu, {});
     const ProfileSummary s = ProfileWorkload(model, options, *backend, {.seed = 1, .quiet = true});
     for (const PartitionResult& r : s.partitions) {
-      const auto type = std::find_if(model.partition_types.begin(), model.partition_types.end(),
-                                     [&](const workload::PartitionType& t) { return t.name == r.type; });
-      ASSERT_NE(type, model.partition_types.end());
+      const workload::PartitionType* type = PaperType(r.type);
+      ASSERT_NE(type, nullptr);
       const SearchSpace space = SearchSpace::For(model.workload.gpu, *type, false);
       const int top = *std::max_element(space.clocks_mhz().begin(), space.clocks_mhz().end());
       std::vector<measure::PartitionKnobs> all, measured;
@@ -320,17 +321,13 @@ TEST(Prior, EveryTypeIsMeasuredAtItsFastestConfigurationAtTheTopClock) {
 // unperturbed emulator reads; before, it was off by the perturbation. Rows without a prior
 // stay without one.
 TEST(Prior, RelatedRowsTakeTheTargetsCalibration) {
-  const char* source = std::getenv("KAREUS_SOURCE_DIR");
-  ASSERT_NE(source, nullptr) << "KAREUS_SOURCE_DIR (set by CTest)";
-  const workload::WorkloadModel model = workload::BuildWorkloadModel(workload::LoadWorkloadFile(
-      std::filesystem::path(source) / "examples/paper/02-llama3.2-3b-cp2-tp4-mbs8-seq4096.yaml"));
-  const auto type = std::find_if(model.partition_types.begin(), model.partition_types.end(),
-                                 [](const workload::PartitionType& t) { return t.name == "bwd_o_ar"; });
-  ASSERT_NE(type, model.partition_types.end());
+  const workload::WorkloadModel& model = emulator::testing::LlamaCp2Tp4();
+  const workload::PartitionType* type = PaperType("bwd_o_ar");
+  ASSERT_NE(type, nullptr);
   const SearchSpace space = SearchSpace::For(model.workload.gpu, *type, false);
   RelatedRows rows;
   rows.model = &model;
-  rows.type = &*type;
+  rows.type = type;
   for (int j = 0; j < 8; ++j) rows.knobs.push_back(space.At(j * space.Size() / 8 + j % 3));
   const PriorModel wrong = EmulatorPrior(ParsePerturbation(
       "dynamic_power=1.25,voltage_shift_mhz=100,collective_bandwidth=0.7,compute_efficiency=0.85"));
