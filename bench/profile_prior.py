@@ -120,6 +120,9 @@ def run_one(args, workload, fraction, seed, setting):
                      "gpu_hours": t["cost_gpu_seconds"] / 3600.0,
                      "time_weight": prior.get("time_weight"),
                      "energy_weight": prior.get("energy_weight"),
+                     "prior_design": t.get("prior_design"),
+                     "prior_design_log_rms": t.get("prior_design_log_rms"),
+                     "prior_recheck_log_rms": t.get("prior_recheck_log_rms"),
                      "related": bool(related)})
     return rows
 

@@ -55,7 +55,8 @@ void AddProfilerFlags(CLI::App* cmd, ProfilerFlags& flags, const std::string& st
       ->excludes(budget);
   cmd->add_option("--min-budget", flags.min_budget,
                   "With --budget-fraction: at least this many evaluations per tunable partition "
-                  "type (at most its space; the share actually measured is reported per type)")
+                  "type and at least one per profiled clock (at most its space; 0: no floor; the "
+                  "share actually measured is reported per type)")
       ->capture_default_str();
   cmd->add_option("--surrogate", flags.surrogate, "Profiler surrogate: gp | xgb")->capture_default_str();
   cmd->add_option("--strategy", flags.strategy,

@@ -99,7 +99,10 @@ Plan PlanType(const workload::PartitionType& type, const hw::GpuSpec& gpu,
     plan.budget = options.budget;
   } else {
     plan.budget = static_cast<int64_t>(std::ceil(options.BudgetFraction() * size - 1e-9));
-    plan.budget = std::min(size, std::max(plan.budget, options.min_budget));
+    // The floor: min_budget, and (unless it is 0) one measurement per profiled clock.
+    const auto clocks = static_cast<int64_t>(plan.space.clocks_mhz().size());
+    const int64_t floor = options.min_budget > 0 ? std::max(options.min_budget, clocks) : 0;
+    plan.budget = std::min(size, std::max(plan.budget, floor));
   }
   if (plan.budget > size) {
     ThrowInput("budget", std::to_string(plan.budget),
@@ -231,6 +234,13 @@ class TypeState {
       } else if (second_stage_) {
         second_stage_ = false;
         indices = SecondStage();
+        recheck_ = result_.prior_design == "prior" && !indices.empty();
+        if (indices.empty()) continue;
+        reasons.assign(indices.size(), "initial");
+        ++batch_;
+      } else if (recheck_) {
+        recheck_ = false;
+        indices = Recheck();
         if (indices.empty()) continue;
         reasons.assign(indices.size(), "initial");
         ++batch_;
@@ -317,7 +327,8 @@ class TypeState {
   std::vector<int64_t> SecondStage() {
     Calibrate();
     std::vector<int64_t> next;
-    if (PriorLogRms() <= kTrustedPriorLogRms) {
+    result_.prior_design_log_rms = PriorLogRms();
+    if (result_.prior_design_log_rms <= kTrustedPriorLogRms) {
       result_.prior_design = "prior";
       const int last_clock = static_cast<int>(plan_.space.clocks_mhz().size()) - 1;
       for (int64_t i :
@@ -331,6 +342,29 @@ class TypeState {
       batch_size_ = plan_.no_prior_batch;
       result_.batch_size = batch_size_;
     }
+    const int64_t left = plan_.budget - static_cast<int64_t>(result_.evaluations.size());
+    if (static_cast<int64_t>(next.size()) > left) next.resize(static_cast<std::size_t>(left));
+    result_.initial_design += static_cast<int>(next.size());
+    return next;
+  }
+
+  // The design check again once the prior's design is measured: 2 points cannot refute a
+  // model that 4 calibrated scales can bend to fit them (a shuffled one), the 4 or more
+  // measured now can. When the calibrated prior no longer agrees with them (PriorLogRms above
+  // kTrustedPriorLogRms) the design is "refuted": the rest of the no-prior design and its
+  // batch size follow, as after a failed first check, so that the profile continues as the
+  // no-prior one with the prior's design points on top. Empty when the prior still agrees.
+  std::vector<int64_t> Recheck() {
+    Calibrate();
+    result_.prior_recheck_log_rms = PriorLogRms();
+    if (result_.prior_recheck_log_rms <= kTrustedPriorLogRms) return {};
+    result_.prior_design = "refuted";
+    std::vector<int64_t> next;
+    for (std::size_t i = kCheckDesign; i < no_prior_design_.size(); ++i) {
+      if (!measured_[no_prior_design_[i]]) next.push_back(no_prior_design_[i]);
+    }
+    batch_size_ = plan_.no_prior_batch;
+    result_.batch_size = batch_size_;
     const int64_t left = plan_.budget - static_cast<int64_t>(result_.evaluations.size());
     if (static_cast<int64_t>(next.size()) > left) next.resize(static_cast<std::size_t>(left));
     result_.initial_design += static_cast<int>(next.size());
@@ -688,6 +722,7 @@ class TypeState {
   int64_t units_issued_ = 0;          // backend batches handed out in this run
   bool started_ = false;
   bool second_stage_ = false;             // a prior's design has its second stage to come
+  bool recheck_ = false;                  // ... and then its re-check (Recheck)
   std::vector<int64_t> no_prior_design_;  // with a prior's design: the no-prior one
   int batch_size_ = 0;                    // the plan's, or the no-prior one after a fallback
   bool complete_ = false;
@@ -972,6 +1007,8 @@ Json ProfileSummary::ToJson(bool with_evaluations) const {
     t["batches"] = r.batches;
     t["initial_design"] = r.initial_design;
     if (!r.prior_design.empty()) t["prior_design"] = r.prior_design;
+    if (std::isfinite(r.prior_design_log_rms)) t["prior_design_log_rms"] = r.prior_design_log_rms;
+    if (std::isfinite(r.prior_recheck_log_rms)) t["prior_recheck_log_rms"] = r.prior_recheck_log_rms;
     t["hypervolume"] = r.hypervolume;
     t["hypervolume_trace"] = r.hypervolume_trace;
     if (!r.prior_uses.empty()) t["prior"] = internal::PriorJson(r.prior_uses);

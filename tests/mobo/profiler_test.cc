@@ -215,8 +215,9 @@ TEST_F(ProfilerTest, EveryStrategyAndSurrogateRunsWithinBudget) {
   }
 }
 
-// A fraction budget is floored at min_budget evaluations per tunable type (at most the whole
-// space); an explicit budget is not; the share reported per type is the share measured.
+// A fraction budget is floored at min_budget evaluations per tunable type and at one per
+// profiled clock (at most the whole space; min_budget 0: no floor); an explicit budget is not;
+// the share reported per type is the share measured.
 TEST_F(ProfilerTest, FractionBudgetsHaveAFloor) {
   auto profile = [&](const ProfileOptions& o) {
     testing::SyntheticBackend backend(1);
@@ -226,8 +227,16 @@ TEST_F(ProfilerTest, FractionBudgetsHaveAFloor) {
   options.budget_fraction = 0.01;  // 8 of the 720 configurations of fwd_attn
   options.partitions = {"fwd_attn"};
   const PartitionResult floored = profile(options);
-  EXPECT_EQ(floored.evaluations.size(), static_cast<std::size_t>(kMinBudget));
-  EXPECT_EQ(floored.budget, kMinBudget);
+  EXPECT_EQ(floored.evaluations.size(), 18u);  // one per profiled clock: 18 > kMinBudget
+  EXPECT_EQ(floored.budget, 18);
+  options.min_budget = 5;  // the clock floor holds below it
+  EXPECT_EQ(profile(options).budget, 18);
+  options.budget_fraction = 0.03;  // 22 of 720: above both floors
+  options.min_budget = 20;
+  EXPECT_EQ(profile(options).budget, 22);
+  options.min_budget = 30;
+  EXPECT_EQ(profile(options).budget, 30);
+  options.budget_fraction = 0.01;
   options.min_budget = 0;
   EXPECT_EQ(profile(options).evaluations.size(), 8u);
   ProfileOptions fixed = SmallOptions();

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -39,10 +40,12 @@ struct ProfileOptions {
   int64_t budget = 0;              // evaluations per tunable partition type; 0: budget_fraction
   // Of each type's space, rounded up, when budget == 0; 0: automatic, BudgetFraction().
   double budget_fraction = 0.0;
-  // With budget_fraction: at least this many evaluations per tunable type (at most its whole
-  // space). A share of a small space is too few to place a frontier of a dozen clocks (9 of
-  // 180 configurations at 5 %: even the 9 best points of the true front reach HV ratio 0.989,
-  // 7 of them 0.969); the summary reports the share actually measured per type.
+  // With budget_fraction: at least this many evaluations per tunable type and, unless it is
+  // 0 (no floor), at least one per profiled clock (at most its whole space). A share of a small
+  // space is too few to place a frontier of a dozen clocks (9 of 180 configurations at 5 %:
+  // even the 9 best points of the true front reach HV ratio 0.989, 7 of them 0.969), and
+  // composition offers an instruction at a clock only where each of its types has a
+  // measurement; the summary reports the share actually measured per type.
   int64_t min_budget = kMinBudget;
   int initial_design = 0;          // configurations of the initial design; 0: auto
                                    // (max(6, initial_fraction x budget))
@@ -147,8 +150,14 @@ struct PartitionResult {
   int initial_design = 0;           // as measured (a prior's design: both of its stages)
   // A prior's staged design (TypeState::SecondStage): "prior" when the first two measurements
   // agreed with the (calibrated) prior and the rest of its design followed, "fallback" when
-  // they did not and Latin-hypercube points completed the no-prior design; empty: no prior.
+  // they did not and Latin-hypercube points completed the no-prior design, "refuted" when they
+  // did but the re-check after the prior's design did not (the no-prior design then completed
+  // too); empty: no prior.
   std::string prior_design;
+  // The design check's measure: PriorLogRms over the first stage's measurements (NaN: no
+  // check), and over both stages' at the re-check ("refuted" above kTrustedPriorLogRms).
+  double prior_design_log_rms = std::numeric_limits<double>::quiet_NaN();
+  double prior_recheck_log_rms = std::numeric_limits<double>::quiet_NaN();
   int batch_size = 0;
   std::vector<Evaluation> evaluations;  // in evaluation order
   int64_t measured = 0;             // taken in this run
