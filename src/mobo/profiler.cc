@@ -338,14 +338,9 @@ class TypeState {
       }
     } else {
       result_.prior_design = "fallback";
-      next.assign(no_prior_design_.begin() + kCheckDesign, no_prior_design_.end());
-      batch_size_ = plan_.no_prior_batch;
-      result_.batch_size = batch_size_;
+      next = RestOfNoPriorDesign();
     }
-    const int64_t left = plan_.budget - static_cast<int64_t>(result_.evaluations.size());
-    if (static_cast<int64_t>(next.size()) > left) next.resize(static_cast<std::size_t>(left));
-    result_.initial_design += static_cast<int>(next.size());
-    return next;
+    return WithinBudget(std::move(next));
   }
 
   // The design check again once the prior's design is measured: 2 points cannot refute a
@@ -359,12 +354,23 @@ class TypeState {
     result_.prior_recheck_log_rms = PriorLogRms();
     if (result_.prior_recheck_log_rms <= kTrustedPriorLogRms) return {};
     result_.prior_design = "refuted";
+    return WithinBudget(RestOfNoPriorDesign());
+  }
+
+  // The no-prior design's points after the first stage's that are not measured yet; the batch
+  // size becomes the no-prior one.
+  std::vector<int64_t> RestOfNoPriorDesign() {
     std::vector<int64_t> next;
     for (std::size_t i = kCheckDesign; i < no_prior_design_.size(); ++i) {
       if (!measured_[no_prior_design_[i]]) next.push_back(no_prior_design_[i]);
     }
     batch_size_ = plan_.no_prior_batch;
     result_.batch_size = batch_size_;
+    return next;
+  }
+
+  // A design stage's points cut to the budget left, counted in the initial design.
+  std::vector<int64_t> WithinBudget(std::vector<int64_t> next) {
     const int64_t left = plan_.budget - static_cast<int64_t>(result_.evaluations.size());
     if (static_cast<int64_t>(next.size()) > left) next.resize(static_cast<std::size_t>(left));
     result_.initial_design += static_cast<int>(next.size());
