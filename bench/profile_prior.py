@@ -16,6 +16,8 @@ the emulator's physics; everything it reports is measured in the run.
                          [--seeds 1,2,3] [--settings none,exact,P1,P2,P3,P4,harmful,invert,transfer]
                          [--workloads 02,08] [--extra '--strategy believer']
                          [--out DIR] [--jobs N] [--markdown]
+  bench/profile_prior.py --merge DIR1/results.json DIR2/results.json ... [--markdown]
+                         (the tables over saved runs, nothing measured)
 
 Settings:
   none      --prior none
@@ -141,6 +143,10 @@ def main():
                         help="comma-separated prefixes of examples/paper (e.g. 02,08); default all")
     parser.add_argument("--extra", default="",
                         help="further kareus profile flags, space-separated (e.g. '--strategy believer')")
+    parser.add_argument("--merge", nargs="+", default=None, metavar="RESULTS_JSON",
+                        help="measure nothing: print the tables over the runs of these results.json "
+                             "files (a later file's run of the same setting, share and seed wins); "
+                             "--settings, --fractions and --seeds select among them")
     args = parser.parse_args()
     args.extra = args.extra.split()
     global SELECTED
@@ -153,6 +159,17 @@ def main():
     for s in settings:
         if s not in ("none", "exact", "transfer") and s not in PERTURBATIONS:
             sys.exit(f"--settings: unknown setting {s}")
+
+    if args.merge:
+        results = {}
+        for path in args.merge:
+            with open(path) as f:
+                for run in json.load(f):
+                    results[(run["setting"], run["fraction"], run["seed"])] = run["rows"]
+        results = {k: v for k, v in results.items()
+                   if k[0] in settings and k[1] in fractions and k[2] in seeds}
+        print_tables(args, results, settings, fractions, seeds)
+        return
 
     jobs = [(w, f, s, st) for st in settings for f in fractions for s in seeds for w in workloads()]
     if "transfer" in settings:  # the families' first workloads first, before the pool reads them
@@ -170,7 +187,11 @@ def main():
     with open(os.path.join(args.out, "results.json"), "w") as out:
         json.dump([{"setting": st, "fraction": f, "seed": s, "rows": rows}
                    for (st, f, s), rows in sorted(results.items())], out, indent=1)
+    print_tables(args, results, settings, fractions, seeds)
 
+
+def print_tables(args, results, settings, fractions, seeds):
+    """The summary per setting and share, the per-type minima and the GPU-hours to 0.99."""
     bar = "|" if args.markdown else " "
     def line(cells):
         return (bar + bar.join(cells) + bar) if args.markdown else "  ".join(cells)
