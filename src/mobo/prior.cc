@@ -225,6 +225,11 @@ PriorMean PredictSpace(measure::Backend& model, const workload::PartitionType& t
   std::vector<measure::PartitionKnobs> knobs;
   knobs.reserve(space.Size());
   for (int64_t i = 0; i < space.Size(); ++i) knobs.push_back(space.At(i));
+  return PredictAt(model, type, knobs);
+}
+
+PriorMean PredictAt(measure::Backend& model, const workload::PartitionType& type,
+                    const std::vector<measure::PartitionKnobs>& knobs) {
   const std::vector<measure::Sample> samples = model.MeasureAll(type, knobs);
   PriorMean out;
   for (const measure::Sample& s : samples) {

@@ -164,13 +164,9 @@ namespace {
 
 // The related rows' prior values as `model` predicts them.
 void SetPrior(measure::Backend& model, RelatedRows* data) {
-  data->prior_time_s.clear();
-  data->prior_dynamic_energy_j.clear();
-  for (const measure::Sample& s : model.MeasureAll(*data->type, data->knobs)) {
-    data->prior_time_s.push_back(s.time_s);
-    data->prior_dynamic_energy_j.push_back(
-        std::max(s.dynamic_energy_j, 1e-9 * std::max(s.energy_j, 1e-30)));
-  }
+  PriorMean mean = PredictAt(model, *data->type, data->knobs);
+  data->prior_time_s = std::move(mean.time_s);
+  data->prior_dynamic_energy_j = std::move(mean.dynamic_energy_j);
 }
 
 }  // namespace

@@ -91,6 +91,9 @@ struct PriorMean {
 };
 PriorMean PredictSpace(measure::Backend& model, const workload::PartitionType& type,
                        const SearchSpace& space);
+// The same at the given configurations, in their order.
+PriorMean PredictAt(measure::Backend& model, const workload::PartitionType& type,
+                    const std::vector<measure::PartitionKnobs>& knobs);
 
 // "Fit physics, not points": the prior model's physical scales (dynamic power, the voltage
 // curve's position, collective bandwidth, compute efficiency) fitted to one partition type's
