@@ -6,6 +6,7 @@
 #include "kareus/common/json.h"
 #include "kareus/common/table.h"
 #include "kareus/workload/ops.h"
+#include "kareus/workload/program.h"
 
 namespace kareus::cli {
 
@@ -13,17 +14,22 @@ void AddPartitionsCommand(CLI::App& app) {
   struct Args {
     std::string workload;
     bool json = false;
+    bool program = false;
   };
   auto args = std::make_shared<Args>();
   auto* cmd = app.add_subcommand(
       "partitions", "Show the partition types, counts, slots, FLOPs and bytes of a workload");
   cmd->add_option("WORKLOAD", args->workload, "Workload file (YAML)")->required();
-  cmd->add_flag("--json", args->json, "Print JSON");
+  auto* json = cmd->add_flag("--json", args->json, "Print JSON");
+  cmd->add_flag("--program", args->program,
+                "With --json: also every instruction's kernels and partition occurrences in "
+                "execution order, with their layers (what the kareus.torch executor runs)")
+      ->needs(json);
   cmd->callback([args]() {
     const workload::WorkloadModel model =
         workload::BuildWorkloadModel(workload::LoadWorkloadFile(args->workload));
     if (args->json) {
-      std::fputs(DumpJson(model.ToJson()).c_str(), stdout);
+      std::fputs(DumpJson(workload::PartitionsJson(model, args->program)).c_str(), stdout);
       return;
     }
     const auto& w = model.workload;

@@ -69,10 +69,8 @@ std::vector<CompiledKernel> CompileOps(const GpuPhysics& physics,
 void SplitNonPartition(const std::vector<CompiledKernel>& kernels,
                        const std::vector<workload::Op>& ops, schedule::Direction direction,
                        std::vector<CompiledKernel>& before, std::vector<CompiledKernel>& after) {
-  const bool forward = direction == schedule::Direction::kForward;
   for (size_t i = 0; i < ops.size(); ++i) {
-    const bool embedding = ops[i].module == "embedding";
-    (embedding == forward ? before : after).push_back(kernels[i]);
+    (workload::RunsBeforeBlock(ops[i], direction) ? before : after).push_back(kernels[i]);
   }
 }
 

@@ -9,6 +9,7 @@
 
 #include "kareus/common/error.h"
 #include "kareus/workload/ops.h"
+#include "workload/segments.h"
 #include "workload/shapes.h"
 
 namespace kareus::workload {
@@ -20,80 +21,9 @@ namespace {
 using internal::Collective;
 using internal::Gemm;
 using internal::Memory;
+using internal::Occurrence;
+using internal::Occurrences;
 using internal::Shard;
-
-struct Segment {
-  std::vector<Op> compute;
-  std::optional<Op> collective;
-};
-
-// Splits a kernel list at its collectives. A collective with no compute before it replaces the
-// previous segment's collective (as the published _split_by_communications does).
-std::vector<Segment> SplitAtCollectives(const std::vector<Op>& ops) {
-  std::vector<Segment> segments;
-  Segment current;
-  for (const Op& op : ops) {
-    if (op.kind == OpKind::kCollective) {
-      if (current.compute.empty() && !segments.empty()) {
-        segments.back().collective = op;
-      } else {
-        current.collective = op;
-        segments.push_back(std::move(current));
-        current = Segment{};
-      }
-    } else {
-      current.compute.push_back(op);
-    }
-  }
-  if (!current.compute.empty()) segments.push_back(std::move(current));
-  return segments;
-}
-
-bool MemoryBound(SlotGroup g) {
-  return g == SlotGroup::kNorm || g == SlotGroup::kRope || g == SlotGroup::kActivation;
-}
-
-// Slot names as the published runtime builds them (partition_base.py::_build_overlap_slots):
-// linear and attn modules each get a slot; consecutive memory-bound modules of one group share
-// the slot of the first. Numbered per group.
-std::vector<Slot> BuildSlots(const std::vector<Op>& compute) {
-  std::vector<Slot> slots;
-  std::map<SlotGroup, int> counters;
-  SlotGroup previous_group = SlotGroup::kNone;
-  std::string previous_module;
-  for (int i = 0; i < static_cast<int>(compute.size()); ++i) {
-    const Op& op = compute[i];
-    if (i > 0 && op.module == previous_module) continue;  // another kernel of the same module
-    const bool merge = i > 0 && MemoryBound(op.group) && op.group == previous_group;
-    if (!merge) {
-      slots.push_back(
-          {.name = std::string(ToString(op.group)) + "_" + std::to_string(counters[op.group]++),
-           .op_index = i});
-    }
-    previous_group = op.group;
-    previous_module = op.module;
-  }
-  return slots;
-}
-
-// The published per-layer partition keys (transformer_block._build_partitions) and the launch
-// windows of each type's search space (tests/bayesian/partitions/*/bo_search.py).
-struct PublishedLayout {
-  std::vector<std::string> layer_keys;
-  std::string trail_key;
-};
-
-std::optional<PublishedLayout> Layout(Direction direction, bool cp) {
-  if (direction == Direction::kForward) {
-    if (!cp) return PublishedLayout{{"fwd_attn", "fwd_attn", "fwd_mlp", "fwd_mlp"}, "fwd_trail"};
-    return PublishedLayout{
-        {"fwd_qkv_ar", "fwd_qkv_ag", "fwd_ao_ag", "fwd_ao_ar", "fwd_mlp", "fwd_mlp"}, "fwd_trail"};
-  }
-  if (!cp) return PublishedLayout{{"bwd_mlp", "bwd_mlp", "bwd_attn", "bwd_attn"}, "bwd_trail"};
-  return PublishedLayout{{"bwd_mlp", "bwd_mlp", "bwd_o_ar", "bwd_o_ag", "bwd_a_ag", "bwd_a_rs",
-                          "bwd_qkv_rs", "bwd_qkv_ar"},
-                         "bwd_trail"};
-}
 
 const std::map<std::string, std::vector<std::string>>& PublishedLaunchSlots() {
   static const std::map<std::string, std::vector<std::string>> table = {
@@ -127,52 +57,6 @@ std::vector<int> SmChoices(CollectiveType type) {
   return out;
 }
 
-// One direction's partitions for `layers` layers: keys and the (compute, collective) of every
-// occurrence, in execution order.
-struct Occurrence {
-  std::string key;
-  std::vector<Op> compute;
-  std::optional<Op> collective;
-};
-
-std::vector<Occurrence> Occurrences(const std::vector<Op>& layer_ops, int layers,
-                                    Direction direction, bool cp) {
-  std::vector<Op> all;
-  for (int l = 0; l < layers; ++l) all.insert(all.end(), layer_ops.begin(), layer_ops.end());
-  const std::vector<Segment> segments = SplitAtCollectives(all);
-  std::vector<Occurrence> out;
-  for (size_t i = 0; i < segments.size(); ++i) {
-    std::optional<Op> previous = i > 0 ? segments[i - 1].collective : std::nullopt;
-    out.push_back({"", segments[i].compute, previous});
-    out.push_back({"", segments[i].compute, segments[i].collective});
-  }
-  // Name them: the published layout when it fits, else generic names from segment position.
-  const auto layout = Layout(direction, cp);
-  const size_t per_layer = layout ? layout->layer_keys.size() : 0;
-  const bool fits = layout && out.size() == per_layer * layers + 2;
-  const std::string prefix = direction == Direction::kForward ? "fwd" : "bwd";
-  const size_t generic_per_layer = layers > 0 ? (out.size() - 2) / layers : 0;
-  for (size_t i = 0; i < out.size(); ++i) {
-    const bool trail = i + 2 >= out.size();
-    if (fits) {
-      out[i].key = trail ? layout->trail_key : layout->layer_keys[i % per_layer];
-    } else if (trail) {
-      out[i].key = prefix + "_trail";
-    } else {
-      // A position's key names its steady-state collective. The block's first occurrence has
-      // none (nothing before it to overlap); in steady state that position overlaps the
-      // previous layer's last collective, the one ending this layer's last segment.
-      const Op* c = out[i].collective ? &*out[i].collective : nullptr;
-      if (!c && generic_per_layer > 0 && out[generic_per_layer - 1].collective) {
-        c = &*out[generic_per_layer - 1].collective;
-      }
-      out[i].key = prefix + "_p" + std::to_string(i % generic_per_layer) +
-                   (c ? std::string("_") + ToString(c->collective) : "");
-    }
-  }
-  return out;
-}
-
 PartitionType MakeType(const Occurrence& o, Direction direction) {
   PartitionType t;
   t.name = o.key;
@@ -180,7 +64,7 @@ PartitionType MakeType(const Occurrence& o, Direction direction) {
   t.compute_ops = o.compute;
   KAREUS_CHECK(o.collective.has_value()) << "type " << o.key << " built from an occurrence without collective";
   t.collective = *o.collective;
-  t.slots = BuildSlots(t.compute_ops);
+  t.slots = internal::BuildSlots(t.compute_ops);
   t.sm_choices = SmChoices(t.collective.collective);
   t.tunable = t.name.find("_trail") == std::string::npos;
   const auto& published = PublishedLaunchSlots();
@@ -211,6 +95,7 @@ std::vector<Op> NonPartitionOps(const Workload& w, bool first, bool last, Direct
       // VocabParallelEmbedding sums the TP shards' partial lookups.
       if (s.tp > 1) {
         ops.push_back(Collective("embedding_all_reduce", CollectiveType::kAllReduce, bf16 * th, s.tp, 1));
+        ops.back().module = "embedding";  // part of the embedding: it runs before the block
       }
     }
     if (last) {
@@ -263,6 +148,10 @@ int TypeIndex(const std::vector<PartitionType>& types, const std::string& name) 
 }
 
 }  // namespace
+
+bool RunsBeforeBlock(const Op& op, Direction direction) {
+  return (op.module == "embedding") == (direction == Direction::kForward);
+}
 
 int PartitionType::SlotIndex(const std::string& slot) const {
   for (const Slot& s : slots) {
@@ -339,10 +228,6 @@ double WorkloadModel::IterationFlops() const {
 
 namespace {
 
-// Splits a unit's backward non-partition work at the embedding: what runs before the layers
-// (loss, output layer, final norm: the last unit) and after them (the embedding: the first).
-bool IsEmbedding(const Op& op) { return op.module == "embedding"; }
-
 // Megatron-Core's bucket default (distributed_data_parallel.py): max(40M, 1M x DP) parameters.
 double DefaultBucketParameters(const Workload& w) {
   return std::max(40e6, 1e6 * w.parallelism.dp);
@@ -387,7 +272,7 @@ void BuildGradientSync(WorkloadModel& model) {
     const bool last_unit = unit.stage == model.num_stages - 1 && unit.chunk == model.num_chunks - 1;
     const bool first_unit = unit.stage == 0 && unit.chunk == 0;
     int head = 0;
-    for (const Op& op : unit.backward.non_partition_ops) head += IsEmbedding(op) ? 0 : 1;
+    for (const Op& op : unit.backward.non_partition_ops) head += RunsBeforeBlock(op, Direction::kBackward) ? 1 : 0;
     if (last_unit) {
       const bool tied_single = w.model.tied_embeddings && first_unit;
       items.push_back({(tied_single ? 0.0 : vocab_parameters) + double(w.model.hidden), head - 1});
@@ -428,14 +313,14 @@ std::vector<Op> BackwardKernelOrder(const WorkloadModel& model, int stage, int c
   const std::vector<Op> backward = LayerBackwardOps(w, w.microbatch_size);
   std::vector<Op> order;
   for (const Op& op : unit.backward.non_partition_ops) {
-    if (!IsEmbedding(op)) order.push_back(op);
+    if (RunsBeforeBlock(op, Direction::kBackward)) order.push_back(op);
   }
   for (int l = 0; l < unit.layers; ++l) {
     if (w.recompute == Recompute::kFull) order.insert(order.end(), forward.begin(), forward.end());
     order.insert(order.end(), backward.begin(), backward.end());
   }
   for (const Op& op : unit.backward.non_partition_ops) {
-    if (IsEmbedding(op)) order.push_back(op);
+    if (!RunsBeforeBlock(op, Direction::kBackward)) order.push_back(op);
   }
   return order;
 }

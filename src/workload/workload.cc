@@ -10,6 +10,7 @@
 
 #include "kareus/common/error.h"
 #include "kareus/common/io.h"
+#include "kareus/common/json.h"
 #include "kareus/common/yaml.h"
 
 namespace kareus::workload {
@@ -326,6 +327,36 @@ Workload WorkloadFromYaml(const std::string& yaml_text, const std::string& sourc
   }
   root.RejectUnknownKeys();
   return w;
+}
+
+Workload WorkloadFromRecord(const Json& record, int virtual_stages, const std::string& source_name) {
+  if (!record.is_object() || record.empty()) {
+    throw InputError(source_name + ": the workload is missing (a plan made from a Perseus "
+                     "profile by `kareus solve` records none; give the workload file instead)");
+  }
+  // The record is Workload::ToJson: the workload file's fields plus what was derived from
+  // them. Take it back to the file's shape and through the file's validation.
+  Json file = record;
+  file.erase("nanobatching_possible");
+  file.erase("power_limit_w");
+  if (record.contains("power_limit_w") && record["power_limit_w"].is_number() &&
+      record.contains("gpu") && record["gpu"].is_string()) {
+    const double limit = record["power_limit_w"].get<double>();
+    const hw::GpuSpec preset = CachedPreset<hw::GpuSpec>(record["gpu"].get<std::string>(), hw::GpuPreset);
+    if (limit != preset.power.cap_w) {
+      file["gpu"] = Json{{"name", record["gpu"]}, {"power_limit_w", limit}};
+    }
+  }
+  if (virtual_stages > 1 && file.contains("parallelism") && file["parallelism"].is_object()) {
+    file["parallelism"]["virtual_stages"] = virtual_stages;
+  }
+  if (file.contains("gradient_sync") && file["gradient_sync"].is_object()) {
+    Json& sync = file["gradient_sync"];
+    if (sync.contains("bucket_parameters") && sync["bucket_parameters"] == 0) {
+      sync.erase("bucket_parameters");  // 0: Megatron-Core's default
+    }
+  }
+  return WorkloadFromYaml(DumpJson(file), source_name);
 }
 
 Workload LoadWorkloadFile(const std::filesystem::path& path) {

@@ -174,6 +174,10 @@ struct WorkloadModel {
 std::vector<Op> LayerForwardOps(const Workload& workload, int batch);
 std::vector<Op> LayerBackwardOps(const Workload& workload, int batch);
 
+// Whether a kernel of the work outside the transformer block (non_partition_ops) runs before
+// the block: the embedding in forward; the loss, output layer and final norm in backward.
+bool RunsBeforeBlock(const Op& op, schedule::Direction direction);
+
 // Builds the whole model: op sequences, collectives, partitions and their counts per stage.
 WorkloadModel BuildWorkloadModel(const Workload& workload);
 

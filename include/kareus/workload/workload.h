@@ -95,6 +95,10 @@ struct Workload {
 // microbatches a multiple of pp, each stage's layers a multiple of virtual_stages).
 Workload LoadWorkloadFile(const std::filesystem::path& path);
 Workload WorkloadFromYaml(const std::string& yaml_text, const std::string& source_name);
+// The workload a plan or frontier file records (their `workload`, written by
+// Workload::ToJson), loaded back through the same validation; `virtual_stages` is the plan's.
+// InputError when the record is missing (plans from `kareus solve`) or invalid.
+Workload WorkloadFromRecord(const Json& record, int virtual_stages, const std::string& source_name);
 
 // Model presets shipped in DataDir()/models ("llama3.2-3b", "qwen3-1.7b", ...).
 ModelConfig ModelPreset(const std::string& name);
