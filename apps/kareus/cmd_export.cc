@@ -16,11 +16,13 @@ struct ExportArgs {
   std::string format;
   std::string out;
   bool json = false;
+  bool clocks_only = false;
 };
 
 void Run(const ExportArgs& a) {
   const plan::ExportSummary s = plan::ExportPlans(
-      {.plan = a.plan, .format = plan::ExportFormatFromString(a.format), .out = a.out});
+      {.plan = a.plan, .format = plan::ExportFormatFromString(a.format), .out = a.out,
+       .clocks_only = a.clocks_only});
   if (a.json) {
     Json files = Json::array();
     for (const auto& path : s.files) files.push_back(path.string());
@@ -39,6 +41,9 @@ void AddExportCommand(CLI::App& app) {
   cmd->add_option("PLAN", args->plan, "A plan.json, or a folder of plan_NNNNN.json")->required();
   cmd->add_option("--format", args->format, "zeus | kareus-scheds")->required();
   cmd->add_option("--out", args->out, "Output folder")->required();
+  cmd->add_flag("--clocks-only", args->clocks_only,
+                 "Zeus format: export the clocks of a plan with nanobatched instructions (refused "
+                 "otherwise: its times assume Kareus's execution, kareus.torch)");
   cmd->add_flag("--json", args->json, "Print JSON");
   cmd->callback([args]() { Run(*args); });
 }

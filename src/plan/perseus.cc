@@ -202,6 +202,11 @@ std::optional<OptionError> SolveProfileOptions::Validate() const {
 std::optional<OptionError> ExportOptions::Validate() const {
   if (plan.empty()) return OptionError{"plan", "\"\"", "a plan file or folder is required"};
   if (out.empty()) return OptionError{"out", "\"\"", "an output folder is required"};
+  if (clocks_only && format != ExportFormat::kZeus) {
+    return OptionError{"clocks_only", "true",
+                       "applies to --format zeus only (kareus-scheds files carry the partitions' "
+                       "knobs as well as the clocks)"};
+  }
   return std::nullopt;
 }
 
@@ -387,9 +392,17 @@ std::string PythonStringLiteral(std::string_view text) {
 }
 
 std::string ZeusFreqsText(const Plan& plan) {
-  return StageListsText(plan, [](const PlannedInstruction& inst) {
+  std::string text = StageListsText(plan, [](const PlannedInstruction& inst) {
     return fmt::format("({}, {})", PythonStringLiteral(ToString(inst.kind)), inst.freq_mhz);
   });
+  if (const int nanobatched = NanobatchedInstructions(plan); nanobatched > 0) {
+    text += fmt::format(
+        "# Clocks only: {} instructions were planned nanobatched (Kareus's execution, "
+        "kareus.torch); the iteration time and energy above assume that execution, and a job "
+        "that runs them sequentially with these clocks will be slower\n",
+        nanobatched);
+  }
+  return text;
 }
 
 std::string KareusSchedsText(const Plan& plan) {
@@ -425,6 +438,9 @@ ExportSummary ExportPlans(const ExportOptions& options) {
   std::vector<std::pair<fs::path, std::string>> outputs;
   for (const fs::path& input : inputs) {
     const Plan plan = ReadPlanFile(input);
+    if (options.format == ExportFormat::kZeus && !options.clocks_only) {
+      if (const auto refusal = SequentialJobRefusal(plan, input.string())) throw InputError(*refusal);
+    }
     std::smatch match;
     const std::string name = input.filename().string();
     int64_t index = 0;

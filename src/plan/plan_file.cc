@@ -250,6 +250,32 @@ schedule::Instruction Scheduled(const PlannedStage& stage, const PlannedInstruct
           .kind = instruction.kind};
 }
 
+int NanobatchedInstructions(const Plan& plan) {
+  int count = 0;
+  for (const PlannedStage& stage : plan.stages) {
+    for (const PlannedInstruction& instruction : stage.instructions) {
+      count += instruction.mode == ExecutionMode::kNanobatched ? 1 : 0;
+    }
+  }
+  return count;
+}
+
+std::optional<std::string> SequentialJobRefusal(const Plan& plan, const std::string& plan_name) {
+  const int nanobatched = NanobatchedInstructions(plan);
+  if (nanobatched == 0) return std::nullopt;
+  std::size_t total = 0;
+  for (const PlannedStage& stage : plan.stages) total += stage.instructions.size();
+  return fmt::format(
+      "{}: {} of the {} instructions of this {} plan run nanobatched (two nanobatches, each "
+      "collective overlapping the other nanobatch's compute on the plan's SMs and launch slot); "
+      "its clocks and its iteration time ({:.6f} s) assume that execution, which a job running "
+      "every instruction sequentially (stock Megatron-LM, a Zeus/Perseus client) does not have. "
+      "Run it with kareus.torch (Kareus's executor), or apply a sequential plan (the "
+      "methods/perseus/plan.json of the same `kareus run`); to apply its clocks anyway, say so "
+      "(`kareus export --clocks-only`, KAREUS_CLOCKS_ONLY=1 for the Megatron-LM hooks)",
+      plan_name, nanobatched, total, ShownValue(plan.method), plan.iteration.time_s);
+}
+
 Json ToJson(const Plan& plan) {
   Json stages = Json::array();
   for (const PlannedStage& stage : plan.stages) {

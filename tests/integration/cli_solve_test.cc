@@ -208,8 +208,10 @@ TEST(CliExport, PlanStringsAreWrittenAsPythonData) {
   WriteFileAtomic(dir / "plan.json", plan.dump());
   for (const char* format : {"kareus-scheds", "zeus"}) {
     const fs::path out = dir / format;
+    // The plan is nanobatched: its Zeus clocks are exported only when asked for as such.
+    const std::string clocks_only = std::string(format) == "zeus" ? " --clocks-only" : "";
     const auto r = RunKareus("export " + (dir / "plan.json").string() + " --format " + format +
-                             " --out " + out.string());
+                             " --out " + out.string() + clocks_only);
     ASSERT_EQ(r.exit_code, 0) << r.err;
     fs::path file;
     for (const auto& e : fs::directory_iterator(out)) {
@@ -229,6 +231,45 @@ TEST(CliExport, PlanStringsAreWrittenAsPythonData) {
       EXPECT_THAT(ReadTextFile(dir / "value.txt"), ::testing::HasSubstr("-none-6-1024"));
     }
   }
+}
+
+// Zeus clocks of a plan planned for Kareus's execution would run sequentially and miss the
+// plan's times: refused (exit 2, nothing written) unless --clocks-only, which the file then says.
+TEST(CliExport, ZeusExportOfANanobatchedPlanIsRefusedUnlessClocksOnly) {
+  const fs::path dir = Scratch("export_nanobatched");
+  Json plan = Json::parse(R"({"format": "kareus.plan/2", "method": "kareus", "schedule": "1f1b",
+    "num_microbatches": 1, "iteration": {"time_s": 3.75, "energy_j": 10, "static_energy_j": 1,
+    "dynamic_energy_j": 9},
+    "stages": [{"stage": 0, "gpus": 8, "instructions": [
+      {"kind": "forward", "microbatch": 0, "freq_mhz": 1410, "mode": "nanobatched",
+       "partitions": [{"type": "fwd_attn", "sms": 6, "slot": "norm_0"}]},
+      {"kind": "backward", "microbatch": 0, "freq_mhz": 1200, "mode": "sequential"}]}]})");
+  WriteFileAtomic(dir / "plan.json", plan.dump());
+  const std::string export_zeus =
+      "export " + (dir / "plan.json").string() + " --format zeus --out " + (dir / "zeus").string();
+  const auto refused = RunKareus(export_zeus);
+  EXPECT_EQ(refused.exit_code, 2) << refused.err;
+  EXPECT_THAT(refused.err, ::testing::HasSubstr("1 of the 2 instructions of this kareus plan run nanobatched"));
+  EXPECT_THAT(refused.err, ::testing::HasSubstr("methods/perseus/plan.json"));
+  EXPECT_THAT(refused.err, ::testing::HasSubstr("kareus.torch"));
+  EXPECT_THAT(refused.err, ::testing::HasSubstr("--clocks-only"));
+  EXPECT_FALSE(fs::exists(dir / "zeus"));
+  // --clocks-only: the clocks, with the note.
+  const auto clocks = RunKareus(export_zeus + " --clocks-only");
+  ASSERT_EQ(clocks.exit_code, 0) << clocks.err;
+  const std::string text = ReadTextFile(dir / "zeus" / "freqs_pipeline_00000.py");
+  EXPECT_THAT(text, ::testing::HasSubstr("[('forward', 1410), ('backward', 1200)]"));
+  EXPECT_THAT(text, ::testing::HasSubstr("# Clocks only: 1 instructions were planned nanobatched"));
+  // Kareus's own schedule files carry the knobs: no refusal; --clocks-only is for Zeus files.
+  EXPECT_EQ(RunKareus("export " + (dir / "plan.json").string() + " --format kareus-scheds --out " +
+                      (dir / "scheds").string())
+                .exit_code,
+            0);
+  const auto misuse = RunKareus("export " + (dir / "plan.json").string() +
+                                " --format kareus-scheds --clocks-only --out " +
+                                (dir / "scheds2").string());
+  EXPECT_EQ(misuse.exit_code, 2);
+  EXPECT_THAT(misuse.err, ::testing::HasSubstr("zeus"));
 }
 
 TEST(CliExport, BadPlansExitTwoAndEachExportReplacesTheFolder) {

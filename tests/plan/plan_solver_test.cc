@@ -263,10 +263,36 @@ TEST(Export, PythonStringLiteralIsData) {
   plan.stages[0].instructions.push_back(
       {.kind = schedule::Direction::kForward, .microbatch = 0, .freq_mhz = 1410,
        .mode = ExecutionMode::kNanobatched, .partitions = {{"fwd_attn", 3, "s')\nimport os #"}}});
-  for (const std::string& text : {KareusSchedsText(plan), ZeusFreqsText(plan)}) {
-    EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 4) << text;  // [ / stage / ] / comment
+  // [ / stage / ] / cost comment; the Zeus text also says its clocks are for a nanobatched plan.
+  const std::string scheds = KareusSchedsText(plan), zeus = ZeusFreqsText(plan);
+  EXPECT_EQ(std::count(scheds.begin(), scheds.end(), '\n'), 4) << scheds;
+  EXPECT_EQ(std::count(zeus.begin(), zeus.end(), '\n'), 5) << zeus;
+  EXPECT_THAT(zeus, ::testing::HasSubstr("\n# Clocks only: 1 instructions were planned nanobatched"));
+  for (const std::string& text : {scheds, zeus}) {
     EXPECT_EQ(text.find("\nimport"), std::string::npos) << text;
   }
+}
+
+TEST(Export, ZeusFilesOfSequentialPlansCarryNoClocksOnlyNote) {
+  Plan plan;
+  plan.method = "perseus";
+  plan.num_microbatches = 1;
+  plan.stages.push_back({.stage = 0, .gpus = 1, .instructions = {}});
+  plan.stages[0].instructions.push_back(
+      {.kind = schedule::Direction::kForward, .microbatch = 0, .freq_mhz = 1410, .partitions = {}});
+  plan.stages[0].instructions.push_back(
+      {.kind = schedule::Direction::kBackward, .microbatch = 0, .freq_mhz = 1260, .partitions = {}});
+  EXPECT_EQ(NanobatchedInstructions(plan), 0);
+  EXPECT_FALSE(SequentialJobRefusal(plan, "p.json").has_value());
+  EXPECT_THAT(ZeusFreqsText(plan), ::testing::Not(::testing::HasSubstr("Clocks only")));
+  plan.stages[0].instructions[1].mode = ExecutionMode::kNanobatched;
+  EXPECT_EQ(NanobatchedInstructions(plan), 1);
+  const auto refusal = SequentialJobRefusal(plan, "p.json");
+  ASSERT_TRUE(refusal.has_value());
+  EXPECT_THAT(*refusal, ::testing::HasSubstr("p.json: 1 of the 2 instructions"));
+  EXPECT_THAT(*refusal, ::testing::HasSubstr("kareus.torch"));
+  EXPECT_THAT(*refusal, ::testing::HasSubstr("methods/perseus/plan.json"));
+  EXPECT_THAT(*refusal, ::testing::HasSubstr("--clocks-only"));
 }
 
 TEST(SolvePlans, ProgressIsReportedAfterEveryStep) {

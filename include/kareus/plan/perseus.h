@@ -71,6 +71,8 @@ ExportFormat ExportFormatFromString(const std::string& text);  // throws InputEr
 // the 1-tuple ('forward',). Every string from the plan is written as data (PythonStringLiteral),
 // so loading the file never runs anything a plan smuggled into it.
 std::string PythonStringLiteral(std::string_view text);  // 'a\'b\n' -> "'a\\'b\\n'"
+// With nanobatched instructions (a plan for Kareus's execution) the Zeus text says so in a
+// comment: its times assume that execution, not the clocks-only one the file gives.
 std::string ZeusFreqsText(const Plan& plan);
 std::string KareusSchedsText(const Plan& plan);
 
@@ -78,6 +80,10 @@ struct ExportOptions {
   std::filesystem::path plan;   // a plan file, or a folder of plan_NNNNN.json files
   ExportFormat format = ExportFormat::kZeus;
   std::filesystem::path out;    // output folder
+  // Zeus format only: export the clocks of a plan with nanobatched instructions (refused
+  // otherwise, SequentialJobRefusal); the files then say that the times assume Kareus's
+  // execution.
+  bool clocks_only = false;
 
   std::optional<OptionError> Validate() const;  // as SolveProfileOptions::Validate
 };
@@ -87,7 +93,9 @@ struct ExportSummary {
 };
 
 // `kareus export`: file index NNNNN from plan_NNNNN.json, else 0. Reads every plan before
-// writing anything; writes the output folder as a whole (OutputFolder).
+// writing anything; writes the output folder as a whole (OutputFolder). The Zeus format
+// refuses (InputError, nothing written) a plan with nanobatched instructions unless
+// clocks_only.
 ExportSummary ExportPlans(const ExportOptions& options);
 
 }  // namespace kareus::plan

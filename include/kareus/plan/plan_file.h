@@ -92,6 +92,17 @@ struct Plan {
 // What runs at a position of a stage's order (not how): the schedule vocabulary's instruction.
 schedule::Instruction Scheduled(const PlannedStage& stage, const PlannedInstruction& instruction);
 
+// The number of the plan's instructions that run nanobatched: two nanobatches, each collective
+// overlapping the other nanobatch's compute (Kareus's execution model, kareus.torch).
+int NanobatchedInstructions(const Plan& plan);
+
+// Why a job that runs every instruction sequentially (stock Megatron-LM, a Zeus/Perseus client)
+// should not apply the plan, or nullopt when it may: the plan has nanobatched instructions, so
+// its clocks and times assume an execution such a job does not have. `plan_name` is how the
+// message names the plan. `kareus export --format zeus` and the Megatron-LM hooks refuse with
+// these words unless told to apply the clocks only.
+std::optional<std::string> SequentialJobRefusal(const Plan& plan, const std::string& plan_name);
+
 // Serialization. ToJson writes {"format": kPlanFormat, ...}. FromJson validates everything a
 // runtime relies on and throws InputError naming the field and the rule: format/version (2, or
 // 1), stage numbering 0..S-1, the schedule's shape (schedule::ValidateShape with
