@@ -3,6 +3,8 @@
 // kept per occurrence with each kernel's layer (program.h).
 #include "kareus/workload/program.h"
 
+#include <algorithm>
+
 #include "kareus/common/error.h"
 #include "workload/segments.h"
 
@@ -40,11 +42,32 @@ void AppendSequential(const LayerKernels& kernels, std::vector<ProgramOp>& out) 
   }
 }
 
-void AppendPartitions(const std::vector<Op>& layer_ops, int layers, Direction direction, bool cp,
-                      std::vector<ProgramPartition>& out) {
+// The launch index of each of the type's slots in an occurrence. The planner measures and
+// emulates a type on its steady-state kernels; an occurrence of the block's first layer lacks
+// the previous layer's leading kernels (its kernels are the type's last ones), so a slot's
+// kernel is the type's index less what the occurrence lacks, or the occurrence's first kernel
+// when the slot's kernel is one of those it lacks.
+std::vector<Slot> OccurrenceSlots(const PartitionType& type, const internal::Occurrence& o) {
+  const size_t n = o.compute.size(), total = type.compute_ops.size();
+  KAREUS_CHECK(n <= total) << "occurrence of " << type.name << " has more kernels than its type";
+  const size_t missing = total - n;
+  for (size_t i = 0; i < n; ++i) {
+    KAREUS_CHECK(o.compute[i].name == type.compute_ops[missing + i].name)
+        << "occurrence of " << type.name << " is not the end of its type's kernels";
+  }
+  std::vector<Slot> slots;
+  for (const Slot& slot : type.slots) {
+    slots.push_back({.name = slot.name,
+                     .op_index = std::max(0, slot.op_index - static_cast<int>(missing))});
+  }
+  return slots;
+}
+
+void AppendPartitions(const WorkloadModel& model, const std::vector<Op>& layer_ops, int layers,
+                      Direction direction, bool cp, std::vector<ProgramPartition>& out) {
   for (const internal::Occurrence& o : internal::Occurrences(layer_ops, layers, direction, cp)) {
     ProgramPartition p{.type = o.key, .direction = direction, .nanobatch = o.nanobatch,
-                       .compute = {}, .slots = internal::BuildSlots(o.compute),
+                       .compute = {}, .slots = OccurrenceSlots(model.Type(o.key), o),
                        .collective = std::nullopt};
     for (size_t i = 0; i < o.compute.size(); ++i) {
       p.compute.push_back({.op = o.compute[i],
@@ -134,7 +157,11 @@ std::vector<UnitProgram> BuildProgram(const WorkloadModel& model) {
       const InstructionModel& planned = d == Direction::kForward ? unit.forward : unit.backward;
       ins.direction = d;
       for (const Op& op : planned.non_partition_ops) {
-        (RunsBeforeBlock(op, d) ? ins.before_block : ins.after_block).push_back({.op = op, .layer = -1, .after = {}});
+        std::vector<ProgramOp>& list = RunsBeforeBlock(op, d) ? ins.before_block : ins.after_block;
+        list.push_back({.op = op, .layer = -1, .after = {}});
+        if (op.kind == OpKind::kCollective && list.size() > 1) {
+          list.back().after = list[list.size() - 2].op.name;
+        }
       }
       // A backward with full recompute re-runs the block's forward first (as the planner's
       // sequential_ops and partition sequence do).
@@ -145,7 +172,7 @@ std::vector<UnitProgram> BuildProgram(const WorkloadModel& model) {
         const bool forward = part == Direction::kForward;
         AppendSequential(Concatenate(forward ? fwd_full : bwd_full, unit.layers, part), ins.sequential);
         if (model.nanobatching) {
-          AppendPartitions(forward ? fwd_nano : bwd_nano, unit.layers, part, cp, ins.partitions);
+          AppendPartitions(model, forward ? fwd_nano : bwd_nano, unit.layers, part, cp, ins.partitions);
         }
       }
       KAREUS_CHECK(ins.sequential.size() == planned.sequential_ops.size())

@@ -6,7 +6,9 @@
 // order the pipeline runs them; and a plan's recorded workload loads back to the same workload.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <map>
 #include <set>
 #include <string>
 
@@ -37,7 +39,26 @@ std::vector<std::string> Names(const std::vector<Op>& ops) {
   return out;
 }
 
-void ExpectProgramMatchesModel(const WorkloadModel& model) {
+// The slots an occurrence's own kernels would be named by (the published runtime's rule:
+// consecutive memory-bound kernels of one group share a slot, numbered per group).
+std::vector<Slot> OwnSlots(const ProgramPartition& p) {
+  std::vector<Slot> slots;
+  std::map<SlotGroup, int> counters;
+  for (size_t i = 0; i < p.compute.size(); ++i) {
+    const Op& op = p.compute[i].op;
+    const bool memory = op.group == SlotGroup::kNorm || op.group == SlotGroup::kRope ||
+                        op.group == SlotGroup::kActivation;
+    if (i > 0 && op.module == p.compute[i - 1].op.module) continue;
+    if (i > 0 && memory && op.group == p.compute[i - 1].op.group) continue;
+    slots.push_back({.name = std::string(ToString(op.group)) + "_" + std::to_string(counters[op.group]++),
+                     .op_index = static_cast<int>(i)});
+  }
+  return slots;
+}
+
+// `published`: the workload's partitions follow the published layout (TP, or CP with TP), so
+// slot names are portable between occurrences.
+void ExpectProgramMatchesModel(const WorkloadModel& model, bool published = true) {
   const std::vector<UnitProgram> program = BuildProgram(model);
   ASSERT_EQ(program.size(), model.stages.size());
   int layers_before = 0;
@@ -109,18 +130,32 @@ void ExpectProgramMatchesModel(const WorkloadModel& model) {
         EXPECT_EQ(before.nanobatch, 1 - p.nanobatch);
         EXPECT_EQ(p.collective->after, before.compute.back().op.name);
         EXPECT_EQ(p.collective->layer, before.compute.back().layer);
-        // Every slot the plan may name for the type is a slot of this occurrence.
-        for (const std::string& slot : type.launch_slots) {
-          bool found = false;
-          for (const Slot& s : p.slots) found = found || s.name == slot;
-          EXPECT_TRUE(found) << slot;
-        }
         // The occurrence's kernels are the type's, but for the previous layer's residual add
         // and norm that the block's first layer does not have.
-        EXPECT_LE(p.compute.size(), type.compute_ops.size());
+        ASSERT_LE(p.compute.size(), type.compute_ops.size());
+        const size_t offset = type.compute_ops.size() - p.compute.size();
         for (size_t k = 0; k < p.compute.size(); ++k) {
-          const size_t offset = type.compute_ops.size() - p.compute.size();
           EXPECT_EQ(p.compute[k].op.name, type.compute_ops[offset + k].name);
+        }
+        // Every slot of the type is there, on the same kernel as in the type (or the first
+        // kernel when the type's is one the occurrence lacks); on the published layouts that
+        // is also the slot the occurrence's own kernels give the name (kareus-official.md
+        // §2.1: "norm_0 is still op 0").
+        ASSERT_EQ(p.slots.size(), type.slots.size());
+        const std::vector<Slot> own = OwnSlots(p);
+        for (size_t k = 0; k < p.slots.size(); ++k) {
+          const Slot& slot = p.slots[k];
+          EXPECT_EQ(slot.name, type.slots[k].name);
+          const int in_type = type.slots[k].op_index - static_cast<int>(offset);
+          EXPECT_EQ(slot.op_index, std::max(0, in_type));
+          if (in_type >= 0) {
+            EXPECT_EQ(p.compute[slot.op_index].op.name, type.compute_ops[type.slots[k].op_index].name);
+          }
+          if (published) {
+            bool named = false;
+            for (const Slot& s : own) named = named || (s.name == slot.name && s.op_index == slot.op_index);
+            EXPECT_TRUE(named) << slot.name;
+          }
         }
       }
     }
@@ -145,6 +180,10 @@ TEST(Program, RecomputeNoneInterleavedAndPipelinedWorkloads) {
     const WorkloadModel model = BuildWorkloadModel(WorkloadFromYaml(base + extra, "t.yaml"));
     ExpectProgramMatchesModel(model);
   }
+  // Context parallelism without TP: generic partition names, segments that span two layers.
+  ExpectProgramMatchesModel(
+      BuildWorkloadModel(WorkloadFromYaml(base + "parallelism: {tp: 1, cp: 2, pp: 2}\n", "t.yaml")),
+      /*published=*/false);
   // Megatron-LM's interleaved layer order: chunk 0 of every stage, then chunk 1.
   const auto program = BuildProgram(
       BuildWorkloadModel(WorkloadFromYaml(base + "parallelism: {tp: 4, pp: 2, virtual_stages: 2}\n", "t.yaml")));
@@ -160,11 +199,15 @@ TEST(Program, TheEmbeddingAllReduceRunsBeforeTheBlock) {
       BuildWorkloadModel(LoadWorkloadFile(Source("examples/pytorch/workload.yaml")));
   const UnitProgram first = BuildProgram(model).front();
   EXPECT_EQ(Names(first.forward.before_block), (std::vector<std::string>{"embedding", "embedding_all_reduce"}));
+  EXPECT_EQ(first.forward.before_block[1].after, "embedding");
   EXPECT_TRUE(first.forward.after_block.empty());
   const UnitProgram last = BuildProgram(model).back();
   EXPECT_EQ(Names(last.backward.before_block),
             (std::vector<std::string>{"loss.bwd", "output_layer.dgrad", "output_layer.wgrad",
                                       "output_all_reduce", "final_layernorm.bwd"}));
+  EXPECT_EQ(last.backward.before_block[3].after, "output_layer.wgrad");
+  EXPECT_EQ(last.forward.after_block.back().op.name, "loss_all_reduce");
+  EXPECT_EQ(last.forward.after_block.back().after, "loss");
 }
 
 TEST(Program, APlansRecordedWorkloadLoadsBack) {

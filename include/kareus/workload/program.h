@@ -29,9 +29,11 @@ struct ProgramOp {
 
 // One partition occurrence of a nanobatched block, in execution order: `nanobatch`'s compute
 // overlapping the other nanobatch's collective of the previous occurrence (none for the
-// block's first NB0 and last NB1). Slots are those of this occurrence's compute (the first
-// layer's occurrences lack the previous layer's residual add, so indices can differ from the
-// type's; names are the same).
+// block's first NB0 and last NB1). `slots`: every slot of the type, at the index of this
+// occurrence's kernel where a collective launched at it starts. An occurrence of the block's
+// first layer lacks the previous layer's leading kernels (residual add, norm): its kernels are
+// the type's last ones, a slot's index is the type's less those it lacks, and a slot on a
+// kernel it lacks starts at its first kernel.
 struct ProgramPartition {
   std::string type;
   schedule::Direction direction = schedule::Direction::kForward;  // of its compute
