@@ -1,22 +1,25 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: Apache-2.0
-"""Pipeline-parallel training of a small transformer, driven by a Kareus plan.
+"""Tensor- and pipeline-parallel training of a small Llama, executing a Kareus plan.
 
-Each pipeline stage is one process (gloo, CPU tensors); the stages run Megatron's
-non-interleaved 1F1B schedule with torch.distributed send/recv, and Kareus's runtime wraps every
-forward and backward instruction: it checks the schedule against the plan, sets the GPU clock
-the plan chose for the instruction, serves the collectives' knobs to the model, measures each
-iteration's energy, and switches to another frontier plan at a step boundary when a straggler
-is reported. Every line that Kareus adds to the loop is marked ``# Kareus``.
+The job is workload.yaml: 2 pipeline stages x 2 tensor-parallel ranks (4 processes; gloo on a
+CPU, NCCL where GPUs are), Megatron's 1F1B schedule over send/recv, 4 microbatches of 2
+sequences of 64 byte tokens. kareus.torch runs every instruction as the plan says: sequential,
+or split into two nanobatches whose partitions overlap each collective with the other
+nanobatch's compute, on a communicator with the plan's SM count, launched at the plan's slot.
+The runtime's PlanExecutor checks the schedule against the plan, sets each instruction's GPU
+clock, and switches to another frontier plan when a straggler is reported. Lines that Kareus
+adds to a training loop are marked ``# Kareus``.
 
     kareus run examples/pytorch/workload.yaml --out run --unit-time 0.002
-    /usr/bin/python3 examples/pytorch/train.py --plan run/plan.json      # starts 2 stages
-    torchrun --standalone --nproc_per_node 2 --redirects 1 --tee 1 \
+    /usr/bin/python3 examples/pytorch/train.py --plan run/plan.json      # starts 4 processes
+    torchrun --standalone --nproc_per_node 4 --redirects 1 --tee 1 \\
         examples/pytorch/train.py --plan run/plan.json
 
 See README.md next to this file.
 """
 import argparse
+import glob
 import importlib
 import json
 import math
@@ -35,71 +38,38 @@ except ImportError as missing:
     sys.exit(f"train.py: {missing}: run it with an interpreter that has PyTorch (on Debian: "
              f"/usr/bin/python3 with python3-torch installed)")
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from model import ModelConfig, NoComm, Stage  # noqa: E402
-
 HERE = pathlib.Path(__file__).resolve().parent
 
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--plan", help="plan.json from `kareus run` (without it: no Kareus)")
+    parser.add_argument("--plan", help="plan.json from `kareus run` (without it: every "
+                        "instruction sequential, no clocks touched)")
+    parser.add_argument("--workload", default=str(HERE / "workload.yaml"),
+                        help="the job (model, parallelism, batch); a plan made for another job "
+                        "is refused (default: workload.yaml beside this file)")
     parser.add_argument("--frontier", help="folder with frontier.json and plans/ for straggler "
                         "mode (default: the plan's folder)")
     parser.add_argument("--straggler-file", help="a straggler detector writes "
                         '{"target_time_s": T} here; the job switches to the lowest-energy '
                         "frontier plan whose iteration time fits T, at the next step")
-    parser.add_argument("--stages", type=int, default=2,
-                        help="pipeline stages = processes when not under torchrun (default 2)")
-    parser.add_argument("--microbatches", type=int, default=4,
-                        help="microbatches per iteration (the workload's `microbatches`)")
-    parser.add_argument("--microbatch-size", type=int, default=2,
-                        help="sequences per microbatch (the workload's `microbatch_size`)")
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--corpus", default=str(HERE / "corpus.txt"))
     parser.add_argument("--report", help="folder for one JSON-lines record file per rank")
+    parser.add_argument("--trace", help="write the executor's events (op_begin/op_end/"
+                        "comm_launch/comm_wait) as JSON lines, one file per rank: FILE with "
+                        ".rank<R> before its extension")
     parser.add_argument("--exact-clocks", action="store_true",
                         help="apply every clock change in order (no coalescing of a late "
                         "setter; for tracing and tests)")
     return parser.parse_args(argv)
 
 
-def one_f_one_b(stages, stage, microbatches):
-    """The job's own schedule (Megatron's non-interleaved 1F1B): warm-up forwards, then one
-    forward and one backward each, then the cool-down backwards."""
-    warmup = min(stages - stage - 1, microbatches)
-    order = [("forward", m) for m in range(warmup)]
-    for m in range(microbatches - warmup):
-        order += [("forward", warmup + m), ("backward", m)]
-    return order + [("backward", m) for m in range(microbatches - warmup, microbatches)]
-
-
-class PlanComm:
-    """What a tensor-parallel job does where it launches a collective: read the running
-    instruction's knobs for the partition that starts there and configure the collective
-    (e.g. the NCCL communicator's CTA count and the compute op it launches with). There is no
-    collective on one CPU process per stage, so the knobs are recorded and logged."""
-
-    def __init__(self, executor):
-        self.executor, self.log = executor, None
-        self.seen = {}  # this instruction's partition type -> knobs served
-
-    def start(self, log):
-        """A new instruction began; `log` (or None) shows its clock and knobs."""
-        self.seen, self.log = {}, log
-        if log:
-            i = self.executor.current
-            log(f"{i['kind']} microbatch {i['microbatch']}: {i['freq_mhz']} MHz, {i['mode']}")
-
-    def partition_begins(self, partition_type):
-        knobs = self.executor.knobs(partition_type)  # Kareus: (sms, slot) or None
-        if partition_type not in self.seen:
-            self.seen[partition_type] = list(knobs) if knobs else None
-            if knobs and self.log:
-                self.log(f"  {partition_type}: collective on {knobs[0]} SMs, "
-                         f"launched with {knobs[1]}")
+def rank_path(path, rank):
+    p = pathlib.Path(path)
+    return str(p.with_name(f"{p.stem}.rank{rank}{p.suffix}"))
 
 
 class Reporter:
@@ -144,27 +114,54 @@ def read_straggler_report(path):
         return math.nan
 
 
+def describe(applied):
+    """One instruction as it ran: its mode, and each partition's collective SMs and slot."""
+    planned = applied.planned or {}
+    text = (f"{applied.kind} microbatch {applied.microbatch}: "
+            + (f"{planned['freq_mhz']} MHz, " if "freq_mhz" in planned else "") + applied.mode)
+    for name, knobs in applied.partitions.items():
+        sms = "library default" if knobs["sms"] is None else f"{knobs['sms']} SMs"
+        text += f"; {name} {sms} @ {knobs['slot']}"
+    return text
+
+
 def worker(rank, world, args):
+    import kareus.torch as kt
+
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world)
-    first, last = rank == 0, rank == world - 1
-    prefix = f"[stage {rank}]"
+    program = kt.Program.of_workload(args.workload)
+    layout = kt.ParallelLayout(**{k: int(program.parallelism.get(k, 1)) for k in ("tp", "cp", "dp", "pp")})
+    coords = layout.coordinates(rank)
+    stage, tp_rank = coords["pp"], coords["tp"]
+    prefix = f"[stage {stage} tp {tp_rank}]"
 
-    def log(text):  # one write per line: the stages share the terminal
-        sys.stdout.write(f"{prefix} {text}\n")
-        sys.stdout.flush()
+    def log(text, always=False):  # one write per line: the ranks share the terminal
+        if always or tp_rank == 0:
+            sys.stdout.write(f"{prefix} {text}\n")
+            sys.stdout.flush()
 
     report = Reporter(args.report, rank)
-    report(event="start", rank=rank, pid=os.getpid(), plan=args.plan)
-    cfg = ModelConfig()
-    model = Stage(cfg, rank, world, seed=args.seed)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
-    tokens = torch.tensor(list(pathlib.Path(args.corpus).read_bytes()), dtype=torch.long)
-    M = args.microbatches
-    order = one_f_one_b(world, rank, M)
+    report(event="start", rank=rank, stage=stage, tp_rank=tp_rank, pid=os.getpid(), plan=args.plan)
+    trace = rank_path(args.trace, rank) if args.trace else None
+    frontier = args.frontier or (str(pathlib.Path(args.plan).parent) if args.plan else None)
 
-    # Kareus: this rank's GPU clock, its stage of the plan, an energy monitor.
-    controller = executor = monitor = None
+    def agree(failure):
+        """Every rank leaves, before the first step, when one of them cannot go on (they must
+        all build the process groups together, or none)."""
+        ok = torch.tensor([0 if failure else 1])
+        dist.all_reduce(ok, op=dist.ReduceOp.MIN)
+        if failure or not ok.item():
+            message = str(failure) if failure else "another rank could not apply the plan"
+            print(f"{prefix} error: {message}; no step was run", file=sys.stderr, flush=True)
+            report(event="error", rank=rank, message=message)
+            dist.barrier()  # every rank has said why before the launcher stops the others
+            dist.destroy_process_group()
+            sys.exit(2 if failure is None or isinstance(failure, ValueError) else 1)
+
+    # Kareus: this rank's GPU clock, its stage of the plan executed by kareus.torch, an energy
+    # monitor. A plan for another job (model, parallelism, batch, pipeline) is refused here.
+    controller = monitor = job = None
     failure = None
     if args.plan:
         import kareus
@@ -172,96 +169,56 @@ def worker(rank, world, args):
             gpu = kareus.nvml_index_for_cuda_device(
                 int(os.environ.get("LOCAL_RANK", rank)))  # CUDA ordinal -> NVML index
             controller = kareus.FrequencyController(gpu=gpu, coalesce=not args.exact_clocks)
-            executor = kareus.PlanExecutor(args.plan, stage=rank, controller=controller,
-                                           num_stages=world, num_microbatches=M,
-                                           schedule="1f1b")
             monitor = kareus.EnergyMonitor(gpu_indices=[gpu])
-            log(f"plan {args.plan} ({executor.method}): stage {rank} of "
-                f"{executor.num_stages}, {executor.num_microbatches} microbatches, GPU {gpu}"
-                + (", measure-only (no clock privilege)" if controller.measure_only else ""))
-        except (kareus.InputError, kareus.EnvironmentError) as error:
+        except (ValueError, OSError) as error:  # kareus.InputError / EnvironmentError
             failure = error
-    # Every rank leaves before the first step when one of them cannot apply the plan.
-    ok = torch.tensor([0 if failure else 1])
-    dist.all_reduce(ok, op=dist.ReduceOp.MIN)
-    if failure or not ok.item():
-        message = str(failure) if failure else "another stage could not apply the plan"
-        print(f"{prefix} error: {message}; no step was run", file=sys.stderr, flush=True)
-        report(event="error", rank=rank, message=message)
-        dist.barrier()  # every stage has said why before the launcher stops the others
-        dist.destroy_process_group()
-        sys.exit(2 if failure is None or isinstance(failure, ValueError) else 1)
+        agree(failure)
+    try:
+        if args.plan:
+            extra = sorted(glob.glob(os.path.join(frontier, "plans", "*.json"))) \
+                if args.straggler_file else []
+            job = kt.Job.from_plan(args.plan, args.workload, seed=args.seed, controller=controller,
+                                   extra_plans=extra, trace=trace)
+            log(f"plan {args.plan} ({job.executor.method}): stage {stage} of "
+                f"{job.executor.num_stages}, {job.executor.num_microbatches} microbatches, "
+                f"TP {layout.tp}, GPU {gpu}"
+                + (", measure-only (no clock privilege)" if controller.measure_only else ""))
+        else:
+            job = kt.Job.without_plan(args.workload, seed=args.seed, trace=trace)
+    except (ValueError, OSError) as error:
+        failure = error
+    agree(failure)
 
-    frontier = args.frontier or (str(pathlib.Path(args.plan).parent) if args.plan else None)
-    comm = PlanComm(executor) if executor else NoComm()
-    activation_shape = (args.microbatch_size, cfg.sequence_length, cfg.hidden)
+    shape = job.shape
+    executor = job.executor
+    optimizer = torch.optim.AdamW(job.weights.parameters(), lr=args.lr)
+    text = torch.tensor(list(pathlib.Path(args.corpus).read_bytes()), dtype=torch.long)
+    M = shape.microbatches
 
     def run_steps():
         plan_in_effect, plan_pending = args.plan, None
         for step in range(args.steps):
-            knob_log = log if step == 0 else None
-            if executor:
-                executor.on_step_begin()  # Kareus: applies a plan switch requested before
+            if monitor:
                 monitor.begin_window("iteration")  # Kareus: this iteration's time and energy
-                if plan_pending and not executor.swap_pending:
-                    plan_in_effect, plan_pending, knob_log = plan_pending, None, log
-                    log(f"step {step}: now on {plan_in_effect}")
+            if plan_pending:
+                plan_in_effect, plan_pending = plan_pending, None
+                log(f"step {step}: now on {plan_in_effect}")
             started = time.perf_counter()
-            data = batches(tokens, step, M, args.microbatch_size, cfg.sequence_length, args.seed)
-            inputs, outputs, losses, sends, served = {}, {}, [], [], []
-            for kind, m in order:
-                if kind == "forward":
-                    if first:
-                        x = data[m, :, :-1]
-                    else:
-                        x = torch.empty(activation_shape)
-                        dist.recv(x, src=rank - 1)
-                        x.requires_grad_()
-                    if executor:
-                        executor.on_instruction_begin("forward")  # Kareus: clock, knobs
-                        comm.start(knob_log)
-                    out = model(x, comm, targets=data[m, :, 1:] if last else None)
-                    if executor:
-                        executor.on_instruction_end("forward")  # Kareus
-                        served.append(dict(executor.current, knobs=comm.seen))
-                    inputs[m] = x
-                    if last:
-                        outputs[m] = out
-                        losses.append(out.item())
-                    else:
-                        outputs[m] = out
-                        sends.append((dist.isend(out.detach(), dst=rank + 1), out))
-                else:
-                    if not last:
-                        grad = torch.empty(activation_shape)
-                        dist.recv(grad, src=rank + 1)
-                    if executor:
-                        executor.on_instruction_begin("backward")  # Kareus
-                        comm.start(knob_log)
-                    if last:
-                        (outputs.pop(m) / M).backward()
-                    else:
-                        outputs.pop(m).backward(grad)
-                    if executor:
-                        executor.on_instruction_end("backward")  # Kareus
-                        served.append(dict(executor.current, knobs=comm.seen))
-                    x = inputs.pop(m)
-                    if not first:
-                        sends.append((dist.isend(x.grad, dst=rank - 1), x.grad))
-            if executor:
-                executor.on_step_end()  # Kareus: all 2 x M instructions ran
-            for handle, _ in sends:
-                handle.wait()
+            data = batches(text, step, M, shape.microbatch_size, shape.sequence_length, args.seed)
+            # Kareus: every instruction of this stage, executed as the plan says.
+            loss, applied = job.train_step(data[..., :-1], data[..., 1:], step)
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             elapsed = time.perf_counter() - started
             energy = monitor.end_window("iteration") if monitor else None  # Kareus
-
-            loss = sum(losses) / len(losses) if losses else None
-            record = dict(event="step", rank=rank, step=step, time_s=elapsed, loss=loss,
-                          plan=plan_in_effect, instructions=[
-                              {k: i[k] for k in ("kind", "microbatch", "freq_mhz", "mode", "knobs")}
-                              for i in served])
+            if step == 0 or (args.plan and plan_in_effect != args.plan and step == switched[0]):
+                for a in applied:
+                    log("  " + describe(a))
+            record = dict(event="step", rank=rank, stage=stage, tp_rank=tp_rank, step=step,
+                          time_s=elapsed, loss=loss, plan=plan_in_effect, instructions=[
+                              {"kind": a.kind, "microbatch": a.microbatch, "mode": a.mode,
+                               "freq_mhz": (a.planned or {}).get("freq_mhz"),
+                               "partitions": a.partitions} for a in applied])
             if energy is not None:
                 record.update(energy_j=energy.total_energy, energy_time_s=energy.time,
                               power_integrated=energy.power_integrated)
@@ -270,10 +227,10 @@ def worker(rank, world, args):
                 + f" {elapsed * 1e3:.0f} ms"
                 + (f" {energy.total_energy:.2f} J" if energy is not None else ""))
 
-            # Kareus straggler mode: stage 0 reads the detector's report; every stage then switches
+            # Kareus straggler mode: rank 0 reads the detector's report; every rank then switches
             # to the same frontier plan, which takes effect at the next step on all of them.
             if executor and args.straggler_file:
-                target = torch.tensor([read_straggler_report(args.straggler_file) if first
+                target = torch.tensor([read_straggler_report(args.straggler_file) if rank == 0
                                        else math.nan], dtype=torch.float64)
                 dist.broadcast(target, src=0)
                 if not math.isnan(target.item()):
@@ -281,8 +238,9 @@ def worker(rank, world, args):
                     chosen = [None] * world
                     dist.all_gather_object(chosen, choice["point_index"])
                     if len(set(chosen)) != 1:
-                        raise RuntimeError(f"stages chose different frontier points: {chosen}")
+                        raise RuntimeError(f"ranks chose different frontier points: {chosen}")
                     plan_pending = choice["plan_path"]
+                    switched[0] = step + 1
                     report(event="swap", rank=rank, after_step=step, effective_step=step + 1,
                            target_time_s=target.item(), **choice)
                     slow = "" if choice["meets_target"] else ", slower than the target"
@@ -291,15 +249,17 @@ def worker(rank, world, args):
                         f"{choice['energy_j']:.4g} J{slow}) from step {step + 1}: "
                         f"{plan_pending}")
 
+    switched = [-1]
     try:
         run_steps()
-    except (RuntimeError, ValueError) as error:  # a lost stage (gloo), a loop off the plan
+    except (RuntimeError, ValueError) as error:  # a lost rank (gloo), a loop off the plan
         print(f"{prefix} error: {error}; leaving", file=sys.stderr, flush=True)
         report(event="error", rank=rank, message=str(error))
         sys.exit(2 if isinstance(error, ValueError) else 1)
     finally:
         if controller:
             controller.reset_clocks()  # Kareus: default clocks again (also done on any exit)
+        job.close()
     report(event="end", rank=rank, steps=args.steps)
     dist.destroy_process_group()
 
@@ -312,31 +272,38 @@ def free_port():
 
 def main(argv=None):
     args = parse_args(argv)
-    if args.plan:
-        try:
-            importlib.import_module("kareus")  # before starting the stages: a clear message
-        except ImportError as error:
-            sys.exit(f"train.py: cannot import the kareus module ({error}): build it "
-                     f"(cmake --build build --target kareus_python), add <build>/python to "
-                     f"PYTHONPATH and run with the interpreter it was built for "
-                     f"(/usr/bin/python3 on Debian)")
-    if "LOCAL_RANK" in os.environ:  # under torchrun: one process per stage already
+    try:
+        kareus = importlib.import_module("kareus")  # before starting the ranks: a clear message
+        importlib.import_module("kareus.torch")
+    except ImportError as error:
+        sys.exit(f"train.py: cannot import the kareus module ({error}): build it "
+                 f"(cmake --build build --target kareus_python), add <build>/python to "
+                 f"PYTHONPATH and run with the interpreter it was built for "
+                 f"(/usr/bin/python3 on Debian)")
+    if "LOCAL_RANK" in os.environ:  # under torchrun: one process per rank already
         worker(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), args)
         return 0
+    try:
+        parallelism = kareus.partitions(args.workload, program=False)["workload"]["parallelism"]
+    except (ValueError, OSError) as error:
+        print(f"train.py: {error}", file=sys.stderr)
+        return 2
+    world = 1
+    for key in ("tp", "cp", "dp", "pp"):
+        world *= int(parallelism.get(key, 1))
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", str(free_port()))
     try:
-        # fork: the stages start without importing torch again; the parent has touched no
+        # fork: the ranks start without importing torch again; the parent has touched no
         # GPU and started no thread (a job that uses CUDA here would take "spawn").
-        mp.start_processes(worker, args=(args.stages, args), nprocs=args.stages,
-                           start_method="fork")
+        mp.start_processes(worker, args=(world, args), nprocs=world, start_method="fork")
     except mp.ProcessExitedException as error:
         if error.signal_name:
-            print(f"train.py: stage {error.error_index} (pid {error.pid}) was terminated by "
-                  f"{error.signal_name}; the other stages were stopped", file=sys.stderr)
+            print(f"train.py: rank {error.error_index} (pid {error.pid}) was terminated by "
+                  f"{error.signal_name}; the other ranks were stopped", file=sys.stderr)
             return 128 + signal.Signals[error.signal_name].value
-        print(f"train.py: stage {error.error_index} exited with code {error.exit_code}; the "
-              f"other stages were stopped", file=sys.stderr)
+        print(f"train.py: rank {error.error_index} exited with code {error.exit_code}; the "
+              f"other ranks were stopped", file=sys.stderr)
         return error.exit_code
     except mp.ProcessRaisedException as error:
         print(f"train.py: {error}", file=sys.stderr)

@@ -13,6 +13,9 @@ slot per partition) and measure GPU energy::
 
 NVML is loaded at run time: $KAREUS_NVML_LIBRARY, else libnvidia-ml.so.1.
 
+Run a plan's partitions (nanobatches, comm SMs and launch slots) in a PyTorch job:
+`kareus.torch` (imports torch; see examples/pytorch/).
+
 Plan a workload end to end (what `kareus run` does, on the built-in emulator)::
 
     summary = kareus.optimize("examples/paper/01-llama3.2-3b-tp8-mbs8-seq4096.yaml", out="out")
@@ -26,8 +29,11 @@ from ._kareus import (  # noqa: F401
     InputError,
     Measurement,
     PlanExecutor,
+    load_plan,
     nvml_index_for_cuda_device,
     optimize,
+    partitions,
+    sequential_job_refusal,
 )
 
 __all__ = [
@@ -38,7 +44,10 @@ __all__ = [
     "InputError",
     "Measurement",
     "PlanExecutor",
+    "load_plan",
     "nvml_index_for_cuda_device",
     "optimize",
+    "partitions",
+    "sequential_job_refusal",
 ]
 __version__ = "0.1.0"

@@ -11,6 +11,15 @@ class EnvironmentError(OSError):
     """NVML missing or failing, no such GPU, a file that cannot be read."""
 
 def nvml_index_for_cuda_device(cuda_device: int) -> int: ...
+def partitions(workload: str | os.PathLike[str] | Dict[str, Any] | None = None, *,
+               plan: str | os.PathLike[str] | None = None,
+               program: bool = True) -> Dict[str, Any]:
+    """`kareus partitions --json [--program]` of a workload file or dict, or of the workload a
+    plan.json records (plan=...)."""
+def load_plan(plan_path: str | os.PathLike[str]) -> Dict[str, Any]:
+    """A plan.json validated as the runtime reads it, in the current format."""
+def sequential_job_refusal(plan_path: str | os.PathLike[str]) -> Optional[str]:
+    """Why a job that runs every instruction sequentially should not apply this plan, or None."""
 def optimize(
     workload: str,
     out: Optional[str] = None,

@@ -23,6 +23,8 @@
 #include "kareus/runtime/nvml.h"
 #include "kareus/runtime/plan_executor.h"
 #include "kareus/schedule/schedule.h"
+#include "kareus/workload/program.h"
+#include "kareus/workload/workload.h"
 
 namespace py = pybind11;
 namespace rt = kareus::runtime;
@@ -103,6 +105,21 @@ void CheckPlanMatchesJob(const plan::Plan& plan, const std::filesystem::path& pl
       "microbatches = the job's microbatches per iteration, for the job's schedule)");
 }
 
+// A JSON value as the Python object json.loads makes of it.
+py::object ToPython(const kareus::Json& value) {
+  return py::module_::import("json").attr("loads")(kareus::DumpJson(value));
+}
+
+// `workload`: a workload file's path, or its mapping as a dict (what the YAML file holds).
+kareus::workload::Workload LoadWorkloadArgument(const py::object& workload) {
+  namespace kw = kareus::workload;
+  if (py::isinstance<py::dict>(workload)) {
+    const std::string text = py::str(py::module_::import("json").attr("dumps")(workload));
+    return kw::WorkloadFromYaml(text, "workload");
+  }
+  return kw::LoadWorkloadFile(py::str(py::module_::import("os").attr("fspath")(workload)).cast<std::string>());
+}
+
 // ZeusMonitor's Measurement shape: time, gpu_energy {index: J}, total_energy.
 struct Measurement {
   double time_s = 0.0;
@@ -177,6 +194,57 @@ PYBIND11_MODULE(_kareus, m) {
       "Run Kareus end to end on a workload file (what `kareus run` does): every method's "
       "frontier on the built-in emulator, the comparison tables; with `out`, also plan.json, "
       "frontier.json, plans/, summary.json and report.html. Returns summary.json as a dict.");
+
+  m.def(
+      "partitions",
+      [](py::object workload, py::object plan_path, bool program) {
+        namespace kw = kareus::workload;
+        if (workload.is_none() == plan_path.is_none()) {
+          throw kareus::InputError("partitions: give either a workload (file or dict) or plan= "
+                                   "(a plan.json whose recorded workload is used), not both");
+        }
+        kw::Workload loaded;
+        if (!plan_path.is_none()) {
+          const std::string path =
+              py::str(py::module_::import("os").attr("fspath")(plan_path)).cast<std::string>();
+          const plan::Plan plan = plan::ReadPlanFile(path);
+          loaded = kw::WorkloadFromRecord(plan.workload, plan.virtual_stages, path + ": workload");
+        } else {
+          loaded = LoadWorkloadArgument(workload);
+        }
+        kareus::Json json;
+        {
+          py::gil_scoped_release release;
+          json = kw::PartitionsJson(kw::BuildWorkloadModel(loaded), program);
+        }
+        return ToPython(json);
+      },
+      py::arg("workload") = py::none(), py::kw_only(), py::arg("plan") = py::none(),
+      py::arg("program") = true,
+      "The partitions of a workload, as `kareus partitions --json --program` prints them: the "
+      "partition types (kernels, collective, slots, SM choices) and, per pipeline unit and "
+      "instruction, the kernels and partition occurrences in execution order (`program`). "
+      "`workload`: a workload file or its mapping as a dict; `plan`: a plan.json, whose "
+      "recorded workload is used.");
+
+  m.def(
+      "load_plan",
+      [](const std::filesystem::path& path) { return ToPython(plan::ToJson(plan::ReadPlanFile(path))); },
+      py::arg("plan_path"),
+      "A plan.json, validated as the runtime reads it (InputError naming the field and the "
+      "rule), as a dict in the current format.");
+
+  m.def(
+      "sequential_job_refusal",
+      [](const std::filesystem::path& path) -> py::object {
+        const auto refusal = plan::SequentialJobRefusal(plan::ReadPlanFile(path), path.string());
+        if (!refusal) return py::none();
+        return py::str(*refusal);
+      },
+      py::arg("plan_path"),
+      "Why a job that runs every instruction sequentially (stock Megatron-LM, Zeus) should not "
+      "apply this plan (it has nanobatched instructions, planned for Kareus's execution), or "
+      "None; the words `kareus export --format zeus` refuses with.");
 
   m.def("nvml_index_for_cuda_device", &rt::NvmlIndexForCudaDevice, py::arg("cuda_device"),
         "NVML index of a CUDA device ordinal (e.g. LOCAL_RANK), through CUDA_VISIBLE_DEVICES.");

@@ -5,13 +5,16 @@ microbatch calculator stubbed (Megatron needs PyTorch 2 and CUDA; Debian has PyT
 
 It checks what the patch's schedule and training hooks call: build_executor for each stage of
 a 2-stage plan, executor_of (None in no-grad passes), instruction_begin (synchronizes, then the
-executor's hook), and that a plan for another pipeline is refused at build time.
+executor's hook), that a plan for another pipeline is refused at build time, and that a plan
+with nanobatched instructions (made for Kareus's execution, which stock Megatron-LM does not
+have) is refused in the words of `kareus export --format zeus` unless KAREUS_CLOCKS_ONLY=1.
 """
 import ctypes
 import json
 import os
 import pathlib
 import re
+import subprocess
 import sys
 import time
 import types
@@ -26,8 +29,22 @@ if not os.environ.get("KAREUS_NVML_LIBRARY"):
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 PATCH = ROOT / "examples" / "megatron" / "kareus-megatron.patch"
-PLAN = ROOT / "tests" / "runtime" / "data" / "plan_2x8.json"  # 2 stages x 8 microbatches
+NANOBATCHED_PLAN = ROOT / "tests" / "runtime" / "data" / "plan_2x8.json"  # 2 stages x 8 microbatches
 STAGES, MICROBATCHES = 2, 8
+
+
+@pytest.fixture()
+def sequential_plan(tmp_path):
+    """plan_2x8.json with every instruction sequential: a plan stock Megatron-LM can run (the
+    shape of a Perseus plan)."""
+    plan = json.loads(NANOBATCHED_PLAN.read_text())
+    for stage in plan["stages"]:
+        for instruction in stage["instructions"]:
+            instruction["mode"] = "sequential"
+            instruction["partitions"] = []
+    path = tmp_path / "sequential.json"
+    path.write_text(json.dumps(plan))
+    return path
 
 
 def new_file_from_patch(path):
@@ -43,10 +60,9 @@ def new_file_from_patch(path):
 
 
 def one_f_one_b(stage):
-    """Megatron's non-interleaved 1F1B order, as examples/pytorch's job runs it."""
-    sys.path.insert(0, str(ROOT / "examples" / "pytorch"))
-    import train
-    return [kind for kind, _ in train.one_f_one_b(STAGES, stage, MICROBATCHES)]
+    """Megatron's non-interleaved 1F1B order, as kareus.torch's pipeline runs it."""
+    from kareus.torch.pipeline import one_f_one_b as order
+    return [kind for kind, _ in order(STAGES, stage, MICROBATCHES)]
 
 
 @pytest.fixture()
@@ -82,18 +98,18 @@ def megatron(monkeypatch, tmp_path):
     return state
 
 
-def test_the_patched_hooks_drive_a_1f1b_step_per_stage(megatron):
+def test_the_patched_hooks_drive_a_1f1b_step_per_stage(megatron, sequential_plan):
     hooks = megatron.hooks
     fake = ctypes.CDLL(os.environ["KAREUS_NVML_LIBRARY"])  # the copy the runtime loaded
     fake.fake_nvml_locked_mhz.restype = ctypes.c_uint
     for stage in range(STAGES):
         megatron.rank = stage
-        config = types.SimpleNamespace(kareus_executor=hooks.build_executor(str(PLAN)))
+        config = types.SimpleNamespace(kareus_executor=hooks.build_executor(str(sequential_plan)))
         executor = hooks.executor_of(config)
         assert executor is config.kareus_executor and executor.stage == stage
         with torch.no_grad():  # evaluation: no hooks
             assert hooks.executor_of(config) is None
-        planned = json.loads(PLAN.read_text())["stages"][stage]["instructions"]
+        planned = json.loads(sequential_plan.read_text())["stages"][stage]["instructions"]
         synchronized = megatron.synchronized
         executor.on_step_begin()
         for index, kind in enumerate(one_f_one_b(stage)):
@@ -120,15 +136,34 @@ def test_the_patched_hooks_drive_a_1f1b_step_per_stage(megatron):
 @pytest.mark.parametrize("world,microbatches,job", [
     (4, MICROBATCHES, "the job runs 4 pipeline stages x 8 microbatches (1f1b)"),
     (STAGES, 16, "the job runs 2 pipeline stages x 16 microbatches (1f1b)")])
-def test_build_executor_refuses_a_plan_for_another_pipeline(megatron, world, microbatches, job):
+def test_build_executor_refuses_a_plan_for_another_pipeline(megatron, sequential_plan, world, microbatches, job):
     megatron.world, megatron.microbatches = world, microbatches
     with pytest.raises(kareus.InputError, match=re.escape(
             "the plan is for 2 pipeline stages x 8 microbatches (1f1b), " + job)):
-        megatron.hooks.build_executor(str(PLAN))
+        megatron.hooks.build_executor(str(sequential_plan))
     assert not megatron.log.exists() or "set" not in megatron.log.read_text()
 
 
-def test_build_executor_refuses_virtual_stages(megatron):
+def test_build_executor_refuses_virtual_stages(megatron, sequential_plan):
     megatron.vpp = 2
     with pytest.raises(ValueError, match="non-interleaved 1F1B"):
-        megatron.hooks.build_executor(str(PLAN))
+        megatron.hooks.build_executor(str(sequential_plan))
+
+
+def test_build_executor_refuses_a_nanobatched_plan_unless_clocks_only(megatron, monkeypatch, tmp_path):
+    with pytest.raises(kareus.InputError) as refused:
+        megatron.hooks.build_executor(str(NANOBATCHED_PLAN))
+    message = str(refused.value)
+    assert "16 of the 32 instructions" in message and "run nanobatched" in message
+    assert "kareus.torch" in message and "KAREUS_CLOCKS_ONLY=1" in message
+    assert not megatron.log.exists() or "set" not in megatron.log.read_text()
+    # The same words as `kareus export --format zeus`.
+    cli = os.environ.get("KAREUS_BIN")
+    if cli:
+        export = subprocess.run([cli, "export", str(NANOBATCHED_PLAN), "--format", "zeus",
+                                 "--out", str(tmp_path / "zeus")], capture_output=True, text=True)
+        assert export.returncode == 2
+        assert message in export.stderr
+    monkeypatch.setenv("KAREUS_CLOCKS_ONLY", "1")
+    executor = megatron.hooks.build_executor(str(NANOBATCHED_PLAN))
+    assert executor.num_microbatches == MICROBATCHES

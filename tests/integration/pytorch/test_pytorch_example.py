@@ -1,13 +1,16 @@
 # SPDX-License-Identifier: Apache-2.0
 """examples/pytorch end to end: `kareus run` on the example's workload makes the plan, and the
-2-stage pipeline-parallel PyTorch job trains under it on CPU, against the fake NVML.
+TP 2 x PP 2 PyTorch job (4 processes, gloo) trains under it on CPU with kareus.torch executing
+every instruction as planned, against the fake NVML.
 
-Checks: the loss decreases; each stage's clock calls are exactly its plan's clocks in
-instruction order, only on change, then one reset; the model is served each instruction's knobs;
-each iteration's energy window integrates the fake's power; a straggler report switches every
-stage to the same frontier plan at the same next step; a plan for another stage or microbatch
-count is refused before the first step, naming both; SIGTERM to one stage mid-iteration leaves
-both with clocks reset and no process behind.
+Checks: the loss decreases over 20 steps; each rank's clock calls are exactly its stage's plan
+clocks in instruction order, only on change, then one reset; each instruction ran in the plan's
+mode and each partition's collective on the plan's SMs at the plan's slot (a plan rewritten to
+nanobatch every instruction with knobs that differ per instruction, too); each iteration's
+energy window integrates the fake's power; a straggler report switches every rank to the same
+frontier plan at the same next step; a plan for another pipeline, microbatch count or partition
+layout is refused before the first step, naming both sides; SIGTERM to one rank mid-iteration
+leaves every rank with its clocks reset and no process behind.
 
 Run by CTest (pytorch_example_test) with /usr/bin/python3, PYTHONPATH=<build>/python,
 KAREUS_BIN=<kareus>, KAREUS_NVML_LIBRARY=<fake>; skips itself (CTest: skipped, not passed)
@@ -26,7 +29,7 @@ import pytest
 
 pytest.importorskip("torch", reason="PyTorch is not installed (Debian: python3-torch, which "
                     "scripts/setup.sh installs)")
-pytest.importorskip("kareus._kareus", reason="the kareus Python module was not built")
+kareus = pytest.importorskip("kareus._kareus", reason="the kareus Python module was not built")
 
 EXAMPLE = pathlib.Path(__file__).resolve().parents[3] / "examples" / "pytorch"
 KAREUS = os.environ.get("KAREUS_BIN")
@@ -35,9 +38,14 @@ if not KAREUS or not FAKE:
     pytest.skip("KAREUS_BIN (the kareus CLI) and KAREUS_NVML_LIBRARY (the fake NVML) must be "
                 "set; CTest sets them", allow_module_level=True)
 
-STAGES, MICROBATCHES = 2, 4  # the job's defaults, as in examples/pytorch/workload.yaml
+STAGES, TP, MICROBATCHES = 2, 2, 4  # examples/pytorch/workload.yaml
+RANKS = STAGES * TP
 FAKE_POWER_W = 250.0  # fake_nvml.c's default power draw
-JOB_TIMEOUT_S = 240  # no hang: every job is killed (and the test fails) after this
+JOB_TIMEOUT_S = 300  # no hang: every job is killed (and the test fails) after this
+
+
+def stage_of(rank):
+    return rank // TP  # Megatron's layout: tensor parallel fastest
 
 
 def kareus_run(workload, out, *extra):
@@ -52,13 +60,50 @@ def run_dir(tmp_path_factory):
     return kareus_run(EXAMPLE / "workload.yaml", tmp_path_factory.mktemp("run") / "run")
 
 
+@pytest.fixture(scope="module")
+def partitions():
+    """The planner's partition types of the job (kareus partitions), read independently of
+    kareus.torch: name -> (tunable, launch slots, fixed SMs), and per stage and instruction
+    kind the types whose collectives run."""
+    document = kareus.partitions(str(EXAMPLE / "workload.yaml"), program=True)
+    types = {}
+    for stage in document["stages"]:
+        for instruction in stage["instructions"]:
+            for p in instruction["partitions"]:
+                types[p["type"]] = (p["tunable"], p["slots"], p["sm_choices"][0])
+    launching = {(u["stage"], kind): {p["type"] for p in u[kind]["partitions"] if p["collective"]}
+                 for u in document["program"] for kind in ("forward", "backward")}
+    return types, launching
+
+
+def expected_partitions(instruction, stage, partitions):
+    """What each partition's collective should have run on, from the plan's instruction: its
+    SMs and slot; the fixed knobs of a trailing type; a tuned type the plan leaves out on the
+    library default (None) at its first launch slot; nothing for a sequential instruction."""
+    types, launching = partitions
+    if instruction.get("mode", "sequential") != "nanobatched":
+        return {}
+    given = {p["type"]: p for p in instruction.get("partitions", [])}
+    out = {}
+    for name in launching[(stage, instruction["kind"])]:
+        tunable, slots, fixed_sms = types[name]
+        if not tunable:
+            out[name] = {"sms": fixed_sms, "slot": slots[0]}
+        elif name in given:
+            out[name] = {"sms": given[name]["sms"], "slot": given[name]["slot"]}
+        else:
+            out[name] = {"sms": None, "slot": slots[0]}
+    return out
+
+
 class Job:
     """train.py in its own session (killed as a whole on timeout), output read line by line."""
 
     def __init__(self, tmp_path, *args, env=None):
         self.nvml_log = tmp_path / "nvml.log"
         self.report = tmp_path / "report"
-        environment = dict(os.environ, FAKE_NVML_LOG=str(self.nvml_log), **(env or {}))
+        environment = dict(os.environ, FAKE_NVML_LOG=str(self.nvml_log),
+                           FAKE_NVML_DEVICES=str(RANKS), **(env or {}))
         self.process = subprocess.Popen(
             [sys.executable, str(EXAMPLE / "train.py"), "--report", str(self.report), *args],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=environment,
@@ -158,138 +203,144 @@ def straggler_target(run_dir):
                 "the straggler switch cannot be observed")
 
 
+def check_ran_as_planned(record, plan, stage, partitions):
+    """Each instruction of a step record ran in the plan's order and mode, each partition's
+    collective on the plan's SMs at the plan's slot."""
+    planned = stage_instructions(plan, stage)
+    served = record["instructions"]
+    assert [(i["kind"], i["microbatch"], i["freq_mhz"], i["mode"]) for i in served] == \
+        [(i["kind"], i["microbatch"], i["freq_mhz"], i.get("mode", "sequential")) for i in planned]
+    for got, want in zip(served, planned):
+        assert got["partitions"] == expected_partitions(want, stage, partitions), (got, want)
+
+
 def test_the_workload_describes_the_job():
     import yaml  # a dependency of python3-torch
+    import kareus.torch as kt
     sys.path.insert(0, str(EXAMPLE))
-    import model
     import train
 
     workload = yaml.safe_load((EXAMPLE / "workload.yaml").read_text())
-    config = model.ModelConfig()
-    for field in ("hidden", "heads", "kv_groups", "head_dim", "ffn", "layers", "vocab"):
-        assert workload["model"][field] == getattr(config, field), field
-    assert not workload["model"]["qk_norm"] and not workload["model"]["tied_embeddings"]
-    assert workload["sequence_length"] == config.sequence_length
-    defaults = train.parse_args([])
-    assert workload["parallelism"]["pp"] == defaults.stages == STAGES
-    assert workload["microbatches"] == defaults.microbatches == MICROBATCHES
-    assert workload["microbatch_size"] == defaults.microbatch_size
-    assert workload["recompute"] == "none"  # the job keeps its activations
-    stage = model.Stage(config, 0, 1)
-    parameters = sum(p.numel() for p in stage.blocks.parameters())
-    # Kareus's per-layer count (workload.cc LayerParameters) for the same shapes.
-    q, kv = config.heads * config.head_dim, 2 * config.kv_groups * config.head_dim
-    per_layer = config.hidden * (q + kv) + q * config.hidden + 3 * config.hidden * config.ffn \
-        + 2 * config.hidden
-    assert parameters == config.layers * per_layer
+    assert pathlib.Path(train.parse_args([]).workload) == EXAMPLE / "workload.yaml"
+    parallelism = workload["parallelism"]
+    assert (parallelism["tp"], parallelism["pp"]) == (TP, STAGES)
+    assert workload["microbatches"] == MICROBATCHES and workload["recompute"] == "none"
+    # The job's parameters per layer, over its TP shards, are Kareus's per-layer count
+    # (workload.cc LayerParameters) for the same shapes.
+    shape = kt.ModelShape.from_workload(kt.Program.of_workload(workload).workload)
+    per_rank = [kt.stage_weights(shape, 0, r).named_weights() for r in range(TP)]
+    layer = "decoder.layers.0."
+    sharded = sum(p.numel() for w in per_rank for n, p in w.items()
+                  if n.startswith(layer) and "layernorm" not in n)
+    replicated = sum(p.numel() for n, p in per_rank[0].items()
+                     if n.startswith(layer) and "layernorm" in n)
+    m = workload["model"]
+    q, kv = m["heads"] * m["head_dim"], 2 * m["kv_groups"] * m["head_dim"]
+    assert sharded + replicated == m["hidden"] * (q + kv) + q * m["hidden"] \
+        + 3 * m["hidden"] * m["ffn"] + 2 * m["hidden"]
 
 
-def test_training_under_a_plan_with_a_straggler_switch(run_dir, tmp_path):
-    steps = 6
+def test_training_under_a_plan_with_a_straggler_switch(run_dir, tmp_path, partitions):
+    steps = 20
     target_s, chosen = straggler_target(run_dir)
     straggler_file = tmp_path / "straggler.json"
     job = Job(tmp_path, "--plan", str(run_dir / "plan.json"), "--steps", str(steps),
               "--exact-clocks", "--straggler-file", str(straggler_file),
               env={"FAKE_NVML_ENERGY_RETURN": "3"})  # no energy counter: power integration
-    # The detector reports the straggler while the job runs (stage 0 reads it after a step).
-    assert job.read_until("[stage 0] step 1 "), job.output
+    # The detector reports the straggler while the job runs (rank 0 reads it after a step).
+    assert job.read_until("[stage 0 tp 0] step 9 "), job.output
     staging = tmp_path / "straggler.tmp"
     staging.write_text(json.dumps({"target_time_s": target_s}))
     staging.rename(straggler_file)
     assert job.finish() == 0, job.output
 
-    # Real training: the last stage's loss falls (from ln 256 = 5.5 for random weights).
-    losses = [r["loss"] for r in job.records(STAGES - 1, "step")]
+    # Real training: the last stage's loss falls (from ln 256 = 5.5 for random weights), the
+    # same on both of its TP ranks.
+    losses = [r["loss"] for r in job.records(RANKS - 1, "step")]
     assert len(losses) == steps
     assert losses[0] > 5.0
-    assert max(losses[-2:]) < losses[0] - 1.0, losses
+    assert max(losses[-3:]) < losses[0] - 2.0, losses
+    assert [r["loss"] for r in job.records(RANKS - 2, "step")] == pytest.approx(losses)
 
-    # Every stage switched to the same frontier point at the same step, mid-run.
-    swaps = [job.records(rank, "swap") for rank in range(STAGES)]
+    # Every rank switched to the same frontier point at the same step, mid-run.
+    swaps = [job.records(rank, "swap") for rank in range(RANKS)]
     assert all(len(s) == 1 for s in swaps), swaps
     switch_step = swaps[0][0]["effective_step"]
-    assert 1 <= switch_step < steps
+    assert 10 <= switch_step < steps
     new_plan = run_dir / plan_path_of(chosen)
-    for rank in range(STAGES):
+    for rank in range(RANKS):
         swap = swaps[rank][0]
         assert swap["effective_step"] == switch_step
         assert pathlib.Path(swap["plan_path"]).resolve() == new_plan.resolve()
         assert swap["time_s"] == pytest.approx(chosen["time_s"])
 
-    for rank in range(STAGES):
+    for rank in range(RANKS):
+        stage = stage_of(rank)
         records = job.records(rank, "step")
         assert [r["step"] for r in records] == list(range(steps))
         plans = [run_dir / "plan.json"] * switch_step + [new_plan] * (steps - switch_step)
-        # The clock calls are the plan's clocks in instruction order, only on change, with the
-        # new plan from the switch step on, then one reset. A switch one step early or late
-        # would give other calls.
+        # The clock calls are the stage's plan clocks in instruction order, only on change,
+        # with the new plan from the switch step on, then one reset. A switch one step early or
+        # late would give other calls.
         calls = job.clock_calls(rank)
-        assert calls == expected_calls(plans, rank), f"stage {rank}"
+        assert calls == expected_calls(plans, stage), f"rank {rank}"
         for wrong in (switch_step - 1, switch_step + 1):
             shifted = [run_dir / "plan.json"] * wrong + [new_plan] * (steps - wrong)
-            assert expected_calls(shifted, rank) != calls
+            assert expected_calls(shifted, stage) != calls
         for record, plan in zip(records, plans):
             assert pathlib.Path(record["plan"]).resolve() == plan.resolve()
-            # The executor served the plan's instructions in order, and the model's collective
-            # points got each instruction's knobs (None where the plan has none).
-            planned = stage_instructions(plan, rank)
-            served = record["instructions"]
-            assert [(i["kind"], i["microbatch"], i["freq_mhz"], i["mode"]) for i in served] == \
-                [(i["kind"], i["microbatch"], i["freq_mhz"], i.get("mode", "sequential"))
-                 for i in planned]
-            for got, want in zip(served, planned):
-                knobs = {k["type"]: [k["sms"], k["slot"]] for k in want.get("partitions", [])}
-                assert set(knobs) <= set(got["knobs"]), (got, want)
-                for partition_type, served_knobs in got["knobs"].items():
-                    assert served_knobs == knobs.get(partition_type), (got, want)
+            check_ran_as_planned(record, plan, stage, partitions)
             # The iteration's energy window: the fake's constant power over the window.
             assert record["power_integrated"]
             assert record["energy_time_s"] >= record["time_s"]
             assert record["energy_j"] == pytest.approx(FAKE_POWER_W * record["energy_time_s"],
                                                        rel=0.01)
+    # The job said, on its first step, how each instruction ran.
+    assert "nanobatched; fwd_attn" in job.output or all(
+        i.get("mode") != "nanobatched" for s in range(STAGES)
+        for i in stage_instructions(run_dir / "plan.json", s))
 
 
-def test_the_model_is_served_each_instructions_knobs(run_dir, tmp_path):
-    """The example's model is far too small for overlap to pay (the emulator charges each kernel
-    launch; `kareus run` plans it sequentially), so its own plans carry no knobs. This plan is
-    plan.json with tuned comm knobs written into every instruction, so the serving path from the
-    plan file to the model's collective points is checked with knobs that differ per
-    instruction."""
+def tuned_plan(run_dir, tmp_path):
+    """plan.json with every instruction nanobatched and tuned knobs that differ per
+    instruction (the example's model is too small for the planner's emulated H100 to nanobatch
+    much of it), so the executor is checked on every partition type, many slots and SM counts."""
     plan = json.loads((run_dir / "plan.json").read_text())
-    types = {"forward": ["fwd_attn", "fwd_mlp"], "backward": ["bwd_attn", "bwd_mlp"]}
+    types = {"forward": {"fwd_attn": ["norm_0", "linear_0", "rope_0", "attn_0"],
+                         "fwd_mlp": ["norm_0", "linear_0", "activation_0"]},
+             "backward": {"bwd_attn": ["norm_0", "linear_0", "attn_0", "rope_0"],
+                          "bwd_mlp": ["norm_0", "linear_0", "activation_0"]}}
     for stage in plan["stages"]:
         for n, instruction in enumerate(stage["instructions"]):
             instruction["mode"] = "nanobatched"
             instruction["partitions"] = [
-                {"type": t, "sms": 1 + (n + k) % 7, "slot": ("norm_0", "linear_0")[(n + k) % 2]}
-                for k, t in enumerate(types[instruction["kind"]])]
-    tuned = tmp_path / "tuned.json"
-    tuned.write_text(json.dumps(plan))
+                {"type": t, "sms": 3 * (1 + (n + k) % 4), "slot": slots[(n + k) % len(slots)]}
+                for k, (t, slots) in enumerate(types[instruction["kind"]].items())]
+    path = tmp_path / "tuned.json"
+    path.write_text(json.dumps(plan))
+    return path
+
+
+def test_every_instruction_runs_with_the_plans_modes_slots_and_sms(run_dir, tmp_path, partitions):
+    tuned = tuned_plan(run_dir, tmp_path)
     job = Job(tmp_path, "--plan", str(tuned), "--steps", "2")
     assert job.finish() == 0, job.output
-    for rank in range(STAGES):
+    for rank in range(RANKS):
         records = job.records(rank, "step")
         assert len(records) == 2
         for record in records:
-            served = record["instructions"]
-            planned = stage_instructions(tuned, rank)
-            assert len(served) == len(planned)
-            for got, want in zip(served, planned):
-                knobs = {k["type"]: [k["sms"], k["slot"]] for k in want["partitions"]}
-                # The model asks for every collective point it has (the trailing one too,
-                # which the plan leaves at its fixed knobs: None).
-                assert {t: v for t, v in got["knobs"].items() if v is not None} == knobs, (got, want)
-                assert set(knobs) < set(got["knobs"])
+            check_ran_as_planned(record, tuned, stage_of(rank), partitions)
+            assert all(i["mode"] == "nanobatched" for i in record["instructions"])
+            assert all(i["partitions"] for i in record["instructions"])
+    assert "fwd_attn 6 SMs @ linear_0" in job.output, job.output  # printed as run
 
 
-@pytest.mark.parametrize("change,job_has,plan_has", [
-    (("pp: 2", "pp: 4"), "2 pipeline stages x 4 microbatches (1f1b)",
-     "4 pipeline stages x 4 microbatches (1f1b)"),
-    (("microbatches: 4", "microbatches: 8"), "2 pipeline stages x 4 microbatches (1f1b)",
-     "2 pipeline stages x 8 microbatches (1f1b)"),
+@pytest.mark.parametrize("change,differences", [
+    (("pp: 2", "pp: 4"), ["parallelism.pp: plan 4, job 2",
+                          "parallelism.layers_per_stage: plan [1, 1, 1, 1], job [2, 2]"]),
+    (("microbatches: 4", "microbatches: 8"), ["microbatches: plan 8, job 4"]),
 ])
-def test_a_plan_for_another_pipeline_is_refused_before_the_first_step(tmp_path, change, job_has,
-                                                                        plan_has):
+def test_a_plan_for_another_job_is_refused_before_the_first_step(tmp_path, change, differences):
     text = (EXAMPLE / "workload.yaml").read_text()
     assert change[0] in text
     workload = tmp_path / "other.yaml"
@@ -297,27 +348,47 @@ def test_a_plan_for_another_pipeline_is_refused_before_the_first_step(tmp_path, 
     plan = kareus_run(workload, tmp_path / "other", "--methods", "megatron") / "plan.json"
     job = Job(tmp_path, "--plan", str(plan), "--steps", "3")
     assert job.finish() == 2, job.output
-    for rank in range(STAGES):
-        message = (f"[stage {rank}] error: {plan}: the plan does not match this job: the plan "
-                   f"is for {plan_has}, the job runs {job_has}")
+    for rank in range(RANKS):
+        message = f"[stage {stage_of(rank)} tp {rank % TP}] error: {plan}: the plan was made for another job: "
         assert message in job.output, job.output
+        for difference in differences:
+            assert difference in job.output
         assert job.records(rank, "step") == []
         assert job.clock_calls(rank) == []  # no clock was touched
 
 
-def test_sigterm_to_one_stage_mid_iteration_resets_both(run_dir, tmp_path):
+def test_a_plan_with_partitions_the_model_lacks_is_refused(run_dir, tmp_path):
+    plan = json.loads((run_dir / "plan.json").read_text())
+    instruction = plan["stages"][1]["instructions"][0]
+    instruction.update(mode="nanobatched",
+                       partitions=[{"type": "fwd_qkv_ag", "sms": 4, "slot": "rope_0"}])
+    path = tmp_path / "cp.json"
+    path.write_text(json.dumps(plan))
+    job = Job(tmp_path, "--plan", str(path), "--steps", "1")
+    assert job.finish() == 2, job.output
+    assert "names partition type 'fwd_qkv_ag', which the job's model does not have (its " \
+           "types: bwd_attn, bwd_mlp, bwd_trail, fwd_attn, fwd_mlp, fwd_trail)" in job.output
+    instruction.update(partitions=[{"type": "fwd_mlp", "sms": 4, "slot": "attn_0"}])
+    path.write_text(json.dumps(plan))
+    job = Job(tmp_path, "--plan", str(path), "--steps", "1")
+    assert job.finish() == 2, job.output
+    assert "launches fwd_mlp's collective at slot 'attn_0'" in job.output
+    assert all(job.clock_calls(rank) == [] for rank in range(RANKS))
+
+
+def test_sigterm_to_one_rank_mid_iteration_resets_every_rank(run_dir, tmp_path):
     job = Job(tmp_path, "--plan", str(run_dir / "plan.json"), "--steps", "1000")
-    assert job.read_until("[stage 1] step 1 "), job.output
-    step_s = job.records(1, "step")[-1]["time_s"]
+    assert job.read_until("[stage 1 tp 0] step 1 "), job.output
+    step_s = job.records(RANKS - 1, "step")[-1]["time_s"]
     time.sleep(0.3 * step_s)  # well inside the next iteration
-    pids = {r["rank"]: r["pid"] for rank in range(STAGES) for r in job.records(rank, "start")}
-    os.kill(pids[1], signal.SIGTERM)
+    pids = {r["rank"]: r["pid"] for rank in range(RANKS) for r in job.records(rank, "start")}
+    os.kill(pids[RANKS - 2], signal.SIGTERM)
     code = job.finish()
-    # The launcher reports the signal (or stage 0's lost connection, if it exited first).
+    # The launcher reports the signal (or another rank's lost connection, if it exited first).
     assert code in (128 + signal.SIGTERM, 1), job.output
-    assert "error" not in [r["event"] for r in job.records(1)]
-    assert not job.records(1, "end") and not job.records(0, "end")
-    for rank in range(STAGES):
+    assert "error" not in [r["event"] for r in job.records(RANKS - 2)]
+    assert not any(job.records(rank, "end") for rank in range(RANKS))
+    for rank in range(RANKS):
         calls = job.clock_calls(rank)
         assert calls and isinstance(calls[0], int)
         assert calls[-1] == "reset" and calls.count("reset") == 1, (rank, calls)
