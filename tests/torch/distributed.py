@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """Runs a function on N local processes joined by gloo (forked, so torch is not imported
-again), and collects what each returns (JSON-serializable) by rank."""
+again) or NCCL (spawned), and collects what each returns (JSON-serializable) by rank."""
 import datetime
 import json
 import os
@@ -18,12 +18,14 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def _worker(rank, world, port, folder, fn, args):
+def _worker(rank, world, port, folder, backend, fn, args):
     import torch
     torch.set_num_threads(1)
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
     # A rank that fails leaves the others in a collective: they fail too, after the timeout.
-    dist.init_process_group("gloo", rank=rank, world_size=world,
+    if backend == "nccl":
+        torch.cuda.set_device(rank)
+    dist.init_process_group(backend, rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=120))
     try:
         result = {"ok": fn(rank, *args)}
@@ -37,13 +39,14 @@ def _worker(rank, world, port, folder, fn, args):
         pass
 
 
-def run(world, fn, *args, folder):
+def run(world, fn, *args, folder, backend="gloo"):
     """fn(rank, *args) on `world` ranks; returns their results in rank order. A rank that
-    raised fails the caller with its traceback."""
+    raised fails the caller with its traceback. NCCL ranks are spawned (CUDA cannot be used in
+    a forked child), one per GPU."""
     folder = pathlib.Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    mp.start_processes(_worker, args=(world, _free_port(), str(folder), fn, args), nprocs=world,
-                       start_method="fork")
+    mp.start_processes(_worker, args=(world, _free_port(), str(folder), backend, fn, args),
+                       nprocs=world, start_method="spawn" if backend == "nccl" else "fork")
     results = []
     for rank in range(world):
         result = json.loads((folder / f"rank{rank}.json").read_text())

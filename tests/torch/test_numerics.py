@@ -156,3 +156,51 @@ def test_a_wrong_collective_input_is_caught(tmp_path, monkeypatch):
     results = distributed.run(2, broken, folder=tmp_path)
     assert results[0]["TP 2"]["sequential vs reference"] <= TOLERANCE
     assert results[0]["TP 2"]["every slot, 2 SM counts"] > 1e-2
+
+
+def pipelined(rank):
+    """TP 2 x PP 2: the 1F1B and GPipe pipelines over send/recv, sequential, against the
+    reference; 1F1B nanobatched against sequential; per-partition timing."""
+    wl = workload(2, 1, "none", pp=2)
+    wl["model"]["layers"] = 3  # stages of 2 and 1 layers
+    program = kt.Program.of_workload(wl)
+    shape = kt.ModelShape.from_workload(program.workload)
+    groups = kt.Groups(kt.ParallelLayout(tp=2, pp=2), SMS)
+    full = kt.init_weights(shape, seed=4)
+    g = torch.Generator().manual_seed(12)
+    size = (shape.microbatches, shape.microbatch_size, shape.sequence_length)
+    tokens, targets = (torch.randint(0, shape.vocab, size, generator=g) for _ in range(2))
+    ref_loss, ref = reference.gradients(shape, full, tokens, targets)
+
+    def step(schedule, config, timing=False):
+        weights = kt.stage_weights(shape, groups.stage, groups.tp_rank, full=full)
+        stage = kt.StageExecutor(program, shape, weights, groups, timing=timing)
+        runner = kt.PipelineRunner(stage, configs=config, schedule=schedule)
+        loss, applied = runner.train_step(tokens, targets)
+        return loss, {n: p.grad.clone() for n, p in weights.named_weights().items()}, applied
+
+    out = {}
+    for schedule in ("1f1b", "gpipe"):
+        loss, grads, applied = step(schedule, None)
+        assert [(a.kind, a.microbatch) for a in applied] == (
+            kt.one_f_one_b(2, groups.stage, 4) if schedule == "1f1b" else kt.gpipe(4))
+        out[schedule] = max([relative(grads[n], kt.shard(n, ref[n], shape, groups.tp_rank))
+                             for n in grads] +
+                            ([abs(loss - float(ref_loss)) / float(ref_loss)] if loss else []))
+    sequential = step("1f1b", None)[1]
+    config = configurations(program)["every slot, 2 SM counts"]
+    _, grads, applied = step("1f1b", config, timing=True)
+    out["1f1b nanobatched"] = max(relative(grads[n], sequential[n]) for n in grads)
+    partitions = {kind: len(program.unit(groups.stage).instruction(kind).partitions)
+                  for kind in ("forward", "backward")}
+    out["timed"] = all(len(a.partition_times) == partitions[a.kind] and a.block_s > 0 and
+                       all(t > 0 for _, _, t in a.partition_times) and
+                       sum(t for _, _, t in a.partition_times) <= a.block_s * 1.01
+                       for a in applied)
+    return out
+
+
+def test_pipeline_schedules_and_timing(tmp_path):
+    for result in distributed.run(4, pipelined, folder=tmp_path):
+        assert result.pop("timed")
+        assert all(value <= TOLERANCE for value in result.values()), result

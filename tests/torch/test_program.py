@@ -150,6 +150,17 @@ def test_shards_reassemble_and_qkv_fuses_into_megatrons_layout():
     assert names[0] == "decoder.layers.2.input_layernorm.weight" and names[-1] == "output_layer.weight"
 
 
+def test_bound_weights_are_the_frameworks_own_parameters():
+    shape = kt.ModelShape.from_workload(kt.Program.of_workload(workload()).workload)
+    mine = kt.stage_weights(shape, 1, 0)
+    theirs = {"module." + n: torch.nn.Parameter(p.detach().clone()) for n, p in mine.named_weights().items()}
+    bound = kt.StageWeights(kt.bind_weights({n: "module." + n for n in mine.names}, theirs))
+    for name, p in bound.named_weights().items():
+        assert p is theirs["module." + name]  # the same Parameter: .grad lands in the framework's
+    with pytest.raises(errors.PlanMismatch, match="not in the state: decoder.layers.2"):
+        kt.bind_weights({n: n for n in mine.names}, theirs)
+
+
 def test_context_parallel_ranks_hold_every_position_once():
     positions = torch.cat([load_balanced_positions(32, 4, r) for r in range(4)])
     assert sorted(positions.tolist()) == list(range(32))

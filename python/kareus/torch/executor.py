@@ -57,6 +57,11 @@ class Applied:
     partitions: Dict[str, Dict[str, object]] = field(default_factory=dict)
     time_s: float = 0.0
     planned: Optional[dict] = None  # the plan's instruction (PlanExecutor.current), if any
+    # With timing: each partition occurrence's time, in execution order, as
+    # (type, nanobatch, seconds), and the block's (CUDA events on a GPU, the host clock on a CPU;
+    # a partition's time runs from its first kernel to the end of its collective's join).
+    partition_times: List[tuple] = field(default_factory=list)
+    block_s: float = 0.0
 
 
 class _StageFunction(torch.autograd.Function):
@@ -91,7 +96,8 @@ class StageExecutor:
     """
 
     def __init__(self, program: Program, shape: ModelShape, weights: StageWeights,
-                 groups: "comm.Groups", stage: Optional[int] = None, trace: Optional[Trace] = None):
+                 groups: "comm.Groups", stage: Optional[int] = None, trace: Optional[Trace] = None,
+                 timing: bool = False):
         self.program, self.shape, self.groups = program, shape, groups
         self.stage = groups.stage if stage is None else stage
         self.unit = program.unit(self.stage)
@@ -102,11 +108,14 @@ class StageExecutor:
         self._params = list(self._named.values())
         self._names = list(self._named)
         self.trace = trace
+        self.timing = timing
+        self._marks: List[tuple] = []
         self.applied: List[Applied] = []
         self._current: Optional[_Instruction] = None
         self._applied: Optional[Applied] = None
         self._check_program()
         device = self._params[0].device if self._params else torch.device("cpu")
+        self._cuda = device.type == "cuda"
         dtype = self._params[0].dtype if self._params else torch.float32
         positions = load_balanced_positions(shape.sequence_length, shape.cp, groups.cp_rank)
         gathered = torch.cat([load_balanced_positions(shape.sequence_length, shape.cp, r)
@@ -144,9 +153,11 @@ class StageExecutor:
         self._current = _Instruction(kind, microbatch, step, config)
         self._applied = Applied(kind=kind, microbatch=microbatch, mode=config.mode, planned=planned)
         started = time.perf_counter()
+        self._marks = []
         try:
             yield self._applied
         finally:
+            self._finish_timing()
             self._applied.time_s = time.perf_counter() - started
             self.applied.append(self._applied)
             self._current = None
@@ -211,7 +222,35 @@ class StageExecutor:
         self.kc.grads = {}
         return full.t.pop("dx", None), grads
 
+    def _mark(self):
+        if self._cuda:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            return event
+        return time.perf_counter()
+
+    def _finish_timing(self) -> None:
+        if not self._marks:
+            return
+        if self._cuda:
+            torch.cuda.synchronize()
+
+        def seconds(a, b):
+            return a.elapsed_time(b) / 1e3 if self._cuda else b - a
+        for label, start, end in self._marks:
+            if label is None:
+                self._applied.block_s += seconds(start, end)
+            else:
+                self._applied.partition_times.append(label + (seconds(start, end),))
+        self._marks = []
+
     def _run_block(self, ins, full: kernels.Piece, kind: str, carry: str) -> None:
+        start = self._mark() if self.timing else None
+        self._run_block_kernels(ins, full, kind, carry)
+        if self.timing:
+            self._marks.append((None, start, self._mark()))
+
+    def _run_block_kernels(self, ins, full: kernels.Piece, kind: str, carry: str) -> None:
         config = self._config()
         if not config.nanobatched:
             self._run_kernels(ins.sequential, full, kind)
@@ -240,6 +279,7 @@ class StageExecutor:
 
     def _run_partitions(self, partitions, pieces, config: InstructionConfig, kind: str) -> None:
         for p in partitions:
+            start = self._mark() if self.timing else None
             pc = pieces[p.nanobatch]
             pending, launch_at, choice = None, -1, None
             if p.collective is not None:
@@ -257,6 +297,8 @@ class StageExecutor:
                 self._compute(k, pc, p)
             if pending is not None:
                 self._wait(pending, p.collective, choice.sms, p)
+            if self.timing:
+                self._marks.append(((p.type, p.nanobatch), start, self._mark()))
 
     def _compute(self, k, pc: kernels.Piece, p) -> None:
         if self.trace is not None:

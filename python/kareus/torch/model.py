@@ -229,10 +229,13 @@ class StageWeights(torch.nn.Module):
     model-wide names (`named_weights()`); `nn.Module.parameters()` gives them to an optimizer."""
 
     def __init__(self, tensors: Mapping[str, torch.Tensor]):
+        # A framework's own Parameters (bind_weights) are kept, not wrapped: their .grad is
+        # where the executor's gradients arrive and where the framework's optimizer looks.
         super().__init__()
         self._names = list(tensors)
         self._params = torch.nn.ParameterList(
-            [torch.nn.Parameter(t) for t in tensors.values()])
+            [t if isinstance(t, torch.nn.Parameter) else torch.nn.Parameter(t)
+             for t in tensors.values()])
 
     def named_weights(self) -> Dict[str, torch.nn.Parameter]:
         return dict(zip(self._names, self._params))
