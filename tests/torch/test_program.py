@@ -177,7 +177,7 @@ def test_rope_backward_is_the_adjoint():
 
 def test_unknown_kernels_and_collectives_are_refused_by_name():
     with pytest.raises(errors.Unsupported, match="fancy_norm"):
-        kernels.check_kernels({"linear_qkv", "fancy_norm"}, set())
+        kernels.check_kernels({"linear_qkv", "fancy_norm"})
     with pytest.raises(errors.Unsupported, match="tp_all_reduce after 'rotary'"):
         comm.collective(Kernel(name="tp_all_reduce", module="tp_all_reduce", kind="collective",
                                layer=0, after="rotary"))

@@ -127,7 +127,8 @@ class StageExecutor:
             rope=(cos.to(device), sin.to(device)))
 
     def _check_program(self) -> None:
-        names, collectives = set(), set()
+        """Every kernel and collective of the stage's program has an implementation."""
+        names = set()
         for ins in (self.unit.forward, self.unit.backward):
             every = list(ins.before_block + ins.sequential + ins.after_block)
             for p in ins.partitions:
@@ -135,10 +136,9 @@ class StageExecutor:
             for k in every:
                 if k.is_collective:
                     comm.collective(k)  # raises naming an unknown one
-                    collectives.add((k.name, k.after))
                 else:
                     names.add(k.name)
-        kernels.check_kernels(names, collectives)
+        kernels.check_kernels(names)
         if self.unit.layers != self.shape.layers_per_stage[self.stage]:
             raise errors.PlanMismatch(
                 f"stage {self.stage}: the program has {self.unit.layers} layers, the model "
@@ -191,13 +191,13 @@ class StageExecutor:
         if self.last:
             full.t["targets"] = mb.targets
         self.kc.saving = mb.requires_grad
-        self._run_kernels(ins.before_block, full, "forward")
+        self._run_kernels(ins.before_block, full)
         if mb.requires_grad and self.shape.recompute == "full":
             mb.block_input = full.t["x"]
             self.kc.saving = False  # the backward re-runs the block's forward
-        self._run_block(ins, full, "forward", carry="x")
+        self._run_block(ins, full, carry="x")
         self.kc.saving = mb.requires_grad
-        self._run_kernels(ins.after_block, full, "forward")
+        self._run_kernels(ins.after_block, full)
         return full.t.pop("loss") if self.last else full.t.pop("x")
 
     def _backward(self, mb: _Microbatch, grad: torch.Tensor):
@@ -207,12 +207,12 @@ class StageExecutor:
         self.kc.saving = True  # a recomputed forward saves for the backward after it
         full = kernels.Piece(None, slice(0, mb.rows))
         full.t["dloss" if self.last else "dx"] = grad
-        self._run_kernels(ins.before_block, full, "backward")
+        self._run_kernels(ins.before_block, full)
         if mb.block_input is not None:
             full.t["x"] = mb.block_input
-        self._run_block(ins, full, "backward", carry="dx")
+        self._run_block(ins, full, carry="dx")
         full.t.pop("x", None)  # the recomputed block's output
-        self._run_kernels(ins.after_block, full, "backward")
+        self._run_kernels(ins.after_block, full)
         mb.saved, mb.block_input = None, None
         self.kc.saved = None
         grads = []
@@ -244,20 +244,20 @@ class StageExecutor:
                 self._applied.partition_times.append(label + (seconds(start, end),))
         self._marks = []
 
-    def _run_block(self, ins, full: kernels.Piece, kind: str, carry: str) -> None:
+    def _run_block(self, ins, full: kernels.Piece, carry: str) -> None:
         start = self._mark() if self.timing else None
-        self._run_block_kernels(ins, full, kind, carry)
+        self._run_block_kernels(ins, full, carry)
         if self.timing:
             self._marks.append((None, start, self._mark()))
 
-    def _run_block_kernels(self, ins, full: kernels.Piece, kind: str, carry: str) -> None:
+    def _run_block_kernels(self, ins, full: kernels.Piece, carry: str) -> None:
         config = self._config()
         if not config.nanobatched:
-            self._run_kernels(ins.sequential, full, kind)
+            self._run_kernels(ins.sequential, full)
             return
         if not ins.partitions:
-            raise errors.PlanMismatch(f"stage {self.stage}: the plan runs a {kind} nanobatched "
-                                      f"but the workload has no partitions")
+            raise errors.PlanMismatch(f"stage {self.stage}: the plan runs a {ins.kind} "
+                                      f"nanobatched but the workload has no partitions")
         half = full.size // 2
         pieces = [kernels.Piece(0, slice(0, half)), kernels.Piece(1, slice(half, full.size))]
         for name in (carry, "x") if carry == "dx" else (carry,):
@@ -265,19 +265,19 @@ class StageExecutor:
                 value = full.t.pop(name)
                 for pc in pieces:
                     pc.t[name] = value[pc.rows]
-        self._run_partitions(ins.partitions, pieces, config, kind)
+        self._run_partitions(ins.partitions, pieces, config)
         full.t[carry] = torch.cat([pc.t.pop(carry) for pc in pieces])
         for pc in pieces:
             pc.t.pop("x", None)
 
-    def _run_kernels(self, sequence, pc: kernels.Piece, kind: str) -> None:
+    def _run_kernels(self, sequence, pc: kernels.Piece) -> None:
         for k in sequence:
             if k.is_collective:
                 self._wait(self._launch(k, pc, None, None), k, None, None)
             else:
                 self._compute(k, pc, None)
 
-    def _run_partitions(self, partitions, pieces, config: InstructionConfig, kind: str) -> None:
+    def _run_partitions(self, partitions, pieces, config: InstructionConfig) -> None:
         for p in partitions:
             start = self._mark() if self.timing else None
             pc = pieces[p.nanobatch]

@@ -585,10 +585,10 @@ BACKWARD: Dict[str, Callable] = {
 COMPUTE: Dict[str, Callable] = {**FORWARD, **BACKWARD}
 
 
-def check_kernels(names, collectives) -> None:
-    """Refuses a program with a kernel or a collective this executor has no implementation
-    of (a planner that grew a kernel the executor has not): named, before anything runs."""
-    missing = sorted(n for n in names if n not in COMPUTE and n not in {c[0] for c in collectives})
+def check_kernels(names) -> None:
+    """Refuses a program with a compute kernel this executor has no implementation of (a
+    planner that grew a kernel the executor has not): named, before anything runs."""
+    missing = sorted(n for n in names if n not in COMPUTE)
     if missing:
         raise errors.Unsupported(
             f"the planner's program has kernels the executor does not implement: "
