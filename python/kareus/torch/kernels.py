@@ -225,18 +225,43 @@ def _wgrad(dy: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     return dy.reshape(-1, dy.shape[-1]).t() @ x.reshape(-1, x.shape[-1])
 
 
+# -- linears: y = x W^T, and its backward as two kernels: dgrad dx = dy W, wgrad dW = dy^T x ----
+
+def _linear(weight: str, source: str, target: str, key: str) -> Callable:
+    def kernel(c: KernelContext, pc: Piece, l: int) -> None:
+        x = pc.t.pop(source)
+        c.save(l, key, pc, x)
+        pc.t[target] = F.linear(x, c.w(l, weight))
+    return kernel
+
+
+def _dgrad(weight: str, grad: str, target: str) -> Callable:
+    def kernel(c: KernelContext, pc: Piece, l: int) -> None:
+        pc.t[target] = pc.t[grad] @ c.w(l, weight)  # the wgrad after it takes `grad`
+    return kernel
+
+
+def _wgrad_kernel(weight: str, grad: str, key: str) -> Callable:
+    def kernel(c: KernelContext, pc: Piece, l: int) -> None:
+        (x,) = c.load(l, key, pc)
+        c.add_layer_grad(l, weight, _wgrad(pc.t.pop(grad), x))
+    return kernel
+
+
+LINEARS = {  # module -> (weight, input, output, input gradient, output gradient)
+    "linear_qkv": ("self_attention.linear_qkv.weight", "a1", "qkv", "da1", "dqkv"),
+    "linear_proj": ("self_attention.linear_proj.weight", "o", "p", "do", "dp"),
+    "linear_fc1": ("mlp.linear_fc1.weight", "a2", "u", "da2", "du"),
+    "linear_fc2": ("mlp.linear_fc2.weight", "g", "m", "dg", "dm"),
+}
+
+
 # -- forward kernels ----------------------------------------------------------------------------
 
 def _input_layernorm(c: KernelContext, pc: Piece, l: int) -> None:
     x = pc.t["x"]
     c.save(l, "input_layernorm", pc, x)
     pc.t["a1"] = rms_norm(x, c.w(l, "input_layernorm.weight"), c.shape.norm_eps)
-
-
-def _linear_qkv(c: KernelContext, pc: Piece, l: int) -> None:
-    a1 = pc.t.pop("a1")
-    c.save(l, "linear_qkv", pc, a1)
-    pc.t["qkv"] = F.linear(a1, c.w(l, "self_attention.linear_qkv.weight"))
 
 
 def _split_qkv(c: KernelContext, qkv: torch.Tensor):
@@ -291,12 +316,6 @@ def _core_attention(c: KernelContext, pc: Piece, l: int) -> None:
     pc.t["o"] = o.transpose(1, 2).reshape(b, n, heads * d)
 
 
-def _linear_proj(c: KernelContext, pc: Piece, l: int) -> None:
-    o = pc.t.pop("o")
-    c.save(l, "linear_proj", pc, o)
-    pc.t["p"] = F.linear(o, c.w(l, "self_attention.linear_proj.weight"))
-
-
 def _dropout(c: KernelContext, l: int, site: str, pc: Piece, x: torch.Tensor) -> torch.Tensor:
     mask = c.dropout_mask(l, site, pc, x)
     return x if mask is None else x * mask
@@ -312,12 +331,6 @@ def _pre_mlp_layernorm(c: KernelContext, pc: Piece, l: int) -> None:
     pc.t["a2"] = rms_norm(h, c.w(l, "pre_mlp_layernorm.weight"), c.shape.norm_eps)
 
 
-def _linear_fc1(c: KernelContext, pc: Piece, l: int) -> None:
-    a2 = pc.t.pop("a2")
-    c.save(l, "linear_fc1", pc, a2)
-    pc.t["u"] = F.linear(a2, c.w(l, "mlp.linear_fc1.weight"))
-
-
 def swiglu(u: torch.Tensor) -> torch.Tensor:
     gate, up = u.chunk(2, dim=-1)
     return F.silu(gate) * up
@@ -327,12 +340,6 @@ def _activation(c: KernelContext, pc: Piece, l: int) -> None:
     u = pc.t.pop("u")
     c.save(l, "activation", pc, u)
     pc.t["g"] = swiglu(u)
-
-
-def _linear_fc2(c: KernelContext, pc: Piece, l: int) -> None:
-    g = pc.t.pop("g")
-    c.save(l, "linear_fc2", pc, g)
-    pc.t["m"] = F.linear(g, c.w(l, "mlp.linear_fc2.weight"))
 
 
 def _mlp_bda(c: KernelContext, pc: Piece, l: int) -> None:
@@ -347,27 +354,9 @@ def _mlp_bda_bwd(c: KernelContext, pc: Piece, l: int) -> None:
     pc.t["dh"] = dx
 
 
-def _linear_fc2_dgrad(c: KernelContext, pc: Piece, l: int) -> None:
-    pc.t["dg"] = pc.t["dm"] @ c.w(l, "mlp.linear_fc2.weight")
-
-
-def _linear_fc2_wgrad(c: KernelContext, pc: Piece, l: int) -> None:
-    (g,) = c.load(l, "linear_fc2", pc)
-    c.add_layer_grad(l, "mlp.linear_fc2.weight", _wgrad(pc.t.pop("dm"), g))
-
-
 def _activation_bwd(c: KernelContext, pc: Piece, l: int) -> None:
     (u,) = c.load(l, "activation", pc)
     (pc.t["du"],) = vjp(swiglu, (u,), pc.t.pop("dg"))
-
-
-def _linear_fc1_dgrad(c: KernelContext, pc: Piece, l: int) -> None:
-    pc.t["da2"] = pc.t["du"] @ c.w(l, "mlp.linear_fc1.weight")
-
-
-def _linear_fc1_wgrad(c: KernelContext, pc: Piece, l: int) -> None:
-    (a2,) = c.load(l, "linear_fc1", pc)
-    c.add_layer_grad(l, "mlp.linear_fc1.weight", _wgrad(pc.t.pop("du"), a2))
 
 
 def _norm_backward(c: KernelContext, pc: Piece, l: int, key: str, weight: str, grad: torch.Tensor):
@@ -391,15 +380,6 @@ def _self_attn_bda_bwd(c: KernelContext, pc: Piece, l: int) -> None:
     dh = pc.t.pop("dh")
     pc.t["dp"] = _dropout(c, l, "attn", pc, dh)
     pc.t["dx"] = dh
-
-
-def _linear_proj_dgrad(c: KernelContext, pc: Piece, l: int) -> None:
-    pc.t["do"] = pc.t["dp"] @ c.w(l, "self_attention.linear_proj.weight")
-
-
-def _linear_proj_wgrad(c: KernelContext, pc: Piece, l: int) -> None:
-    (o,) = c.load(l, "linear_proj", pc)
-    c.add_layer_grad(l, "self_attention.linear_proj.weight", _wgrad(pc.t.pop("dp"), o))
 
 
 def _core_attention_bwd(c: KernelContext, pc: Piece, l: int) -> None:
@@ -445,15 +425,6 @@ def _qkv_post_bwd(c: KernelContext, pc: Piece, l: int) -> None:
     dk = dk.transpose(1, 2).unsqueeze(3)
     dv = dv.transpose(1, 2).unsqueeze(3)
     pc.t["dqkv"] = torch.cat([dq, dk, dv], dim=3).reshape(b, n, -1)
-
-
-def _linear_qkv_dgrad(c: KernelContext, pc: Piece, l: int) -> None:
-    pc.t["da1"] = pc.t["dqkv"] @ c.w(l, "self_attention.linear_qkv.weight")
-
-
-def _linear_qkv_wgrad(c: KernelContext, pc: Piece, l: int) -> None:
-    (a1,) = c.load(l, "linear_qkv", pc)
-    c.add_layer_grad(l, "self_attention.linear_qkv.weight", _wgrad(pc.t.pop("dqkv"), a1))
 
 
 def _input_layernorm_bwd(c: KernelContext, pc: Piece, l: int) -> None:
@@ -559,29 +530,27 @@ def _loss_bwd(c: KernelContext, pc: Piece, l: int) -> None:
 
 
 FORWARD: Dict[str, Callable] = {
-    "input_layernorm": _input_layernorm, "linear_qkv": _linear_qkv, "qkv_post": _qkv_post,
-    "rotary": _rotary, "core_attention": _core_attention, "linear_proj": _linear_proj,
-    "self_attn_bda": _self_attn_bda, "pre_mlp_layernorm": _pre_mlp_layernorm,
-    "linear_fc1": _linear_fc1, "activation": _activation, "linear_fc2": _linear_fc2,
-    "mlp_bda": _mlp_bda,
+    "input_layernorm": _input_layernorm, "qkv_post": _qkv_post, "rotary": _rotary,
+    "core_attention": _core_attention, "self_attn_bda": _self_attn_bda,
+    "pre_mlp_layernorm": _pre_mlp_layernorm, "activation": _activation, "mlp_bda": _mlp_bda,
     "embedding": _embedding, "final_layernorm": _final_layernorm, "output_layer": _output_layer,
     "loss": _loss,
 }
 BACKWARD: Dict[str, Callable] = {
-    "mlp_bda.bwd": _mlp_bda_bwd, "linear_fc2.dgrad": _linear_fc2_dgrad,
-    "linear_fc2.wgrad": _linear_fc2_wgrad, "activation.bwd": _activation_bwd,
-    "linear_fc1.dgrad": _linear_fc1_dgrad, "linear_fc1.wgrad": _linear_fc1_wgrad,
+    "mlp_bda.bwd": _mlp_bda_bwd, "activation.bwd": _activation_bwd,
     "pre_mlp_layernorm.bwd": _pre_mlp_layernorm_bwd,
     "mlp_residual_fork.bwd": _mlp_residual_fork_bwd, "self_attn_bda.bwd": _self_attn_bda_bwd,
-    "linear_proj.dgrad": _linear_proj_dgrad, "linear_proj.wgrad": _linear_proj_wgrad,
     "core_attention.bwd": _core_attention_bwd, "rotary.bwd": _rotary_bwd,
-    "qkv_post.bwd": _qkv_post_bwd, "linear_qkv.dgrad": _linear_qkv_dgrad,
-    "linear_qkv.wgrad": _linear_qkv_wgrad, "input_layernorm.bwd": _input_layernorm_bwd,
+    "qkv_post.bwd": _qkv_post_bwd, "input_layernorm.bwd": _input_layernorm_bwd,
     "attn_residual_fork.bwd": _attn_residual_fork_bwd,
     "loss.bwd": _loss_bwd, "output_layer.dgrad": _output_layer_dgrad,
     "output_layer.wgrad": _output_layer_wgrad, "final_layernorm.bwd": _final_layernorm_bwd,
     "embedding.bwd": _embedding_bwd,
 }
+for _module, (_weight, _x, _y, _dx, _dy) in LINEARS.items():
+    FORWARD[_module] = _linear(_weight, _x, _y, _module)
+    BACKWARD[_module + ".dgrad"] = _dgrad(_weight, _dy, _dx)
+    BACKWARD[_module + ".wgrad"] = _wgrad_kernel(_weight, _dy, _module)
 COMPUTE: Dict[str, Callable] = {**FORWARD, **BACKWARD}
 
 

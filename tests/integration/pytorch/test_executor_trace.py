@@ -23,7 +23,7 @@ kareus = pytest.importorskip("kareus._kareus", reason="the kareus Python module 
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from test_pytorch_example import (EXAMPLE, RANKS, TP, expected_partitions, kareus_run,  # noqa: E402
-                                  stage_of, tuned_plan)
+                                  planned_partitions, stage_of, tuned_plan)
 
 if not os.environ.get("KAREUS_BIN") or not os.environ.get("KAREUS_NVML_LIBRARY"):
     pytest.skip("KAREUS_BIN and KAREUS_NVML_LIBRARY must be set; CTest sets them",
@@ -39,14 +39,7 @@ def program():
 
 @pytest.fixture(scope="module")
 def partitions(program):
-    types = {}
-    for stage in program["stages"]:
-        for instruction in stage["instructions"]:
-            for p in instruction["partitions"]:
-                types[p["type"]] = (p["tunable"], p["slots"], p["sm_choices"][0])
-    launching = {(u["stage"], kind): {p["type"] for p in u[kind]["partitions"] if p["collective"]}
-                 for u in program["program"] for kind in ("forward", "backward")}
-    return types, launching
+    return planned_partitions(program)
 
 
 def sequential_events(kernels, head):

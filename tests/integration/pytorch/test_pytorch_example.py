@@ -60,12 +60,10 @@ def run_dir(tmp_path_factory):
     return kareus_run(EXAMPLE / "workload.yaml", tmp_path_factory.mktemp("run") / "run")
 
 
-@pytest.fixture(scope="module")
-def partitions():
-    """The planner's partition types of the job (kareus partitions), read independently of
+def planned_partitions(document):
+    """The planner's partition types of a `kareus.partitions` document, read independently of
     kareus.torch: name -> (tunable, launch slots, fixed SMs), and per stage and instruction
     kind the types whose collectives run."""
-    document = kareus.partitions(str(EXAMPLE / "workload.yaml"), program=True)
     types = {}
     for stage in document["stages"]:
         for instruction in stage["instructions"]:
@@ -74,6 +72,11 @@ def partitions():
     launching = {(u["stage"], kind): {p["type"] for p in u[kind]["partitions"] if p["collective"]}
                  for u in document["program"] for kind in ("forward", "backward")}
     return types, launching
+
+
+@pytest.fixture(scope="module")
+def partitions():
+    return planned_partitions(kareus.partitions(str(EXAMPLE / "workload.yaml"), program=True))
 
 
 def expected_partitions(instruction, stage, partitions):
