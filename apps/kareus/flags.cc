@@ -8,6 +8,7 @@
 #include "kareus/common/json.h"
 #include "kareus/measure/cuda_backend.h"
 #include "kareus/measure/emulator_backend.h"
+#include "kareus/measure/torch_backend.h"
 #include "kareus/mobo/prior.h"
 
 namespace kareus::cli {
@@ -135,6 +136,7 @@ CLI::Option* AddSeedOption(CLI::App* cmd, uint64_t& seed, const std::string& hel
 std::vector<std::string> BackendNames() {
   std::vector<std::string> names = {"emulator"};
   if (measure::CudaBackendBuilt()) names.push_back("cuda");
+  names.push_back("torch");
   return names;
 }
 
@@ -142,12 +144,21 @@ void AddBackendFlags(CLI::App* cmd, BackendFlags& flags) {
   std::string names;
   for (const std::string& name : BackendNames()) names += (names.empty() ? "" : " | ") + name;
   cmd->add_option("--backend", flags.backend,
-                  "Where measurements come from: " + names +
-                      (measure::CudaBackendBuilt() ? " (this node's GPUs)" : ""))
+                  "Where measurements come from: " + names + " (" +
+                      (measure::CudaBackendBuilt() ? "cuda: this node's GPUs; " : "") +
+                      "torch: kareus.torch's own partitions in PyTorch, on this node's GPUs or "
+                      "its CPU)")
       ->capture_default_str();
   cmd->add_flag("--allow-clock-control", flags.allow_clock_control,
-                "cuda: lock the SM clock of every measurement (needs root; reset afterwards). "
-                "Without it the clock as found is measured and only that clock level profiled");
+                "cuda, torch: lock the SM clock of every measurement (needs root; reset "
+                "afterwards). Without it the clock as found is measured and only that clock "
+                "level profiled");
+  cmd->add_option("--window", flags.window_s,
+                  "cuda, torch: seconds of timed work (the energy window) per measurement; 0: the "
+                  "backend's default (cuda " + fmt::format("{}", measure::CudaBackendOptions{}.window_s) +
+                      ", torch " + fmt::format("{}", measure::TorchBackendOptions{}.window_s) + ")")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 3600.0));
   cmd->add_option("--devices", flags.devices,
                   "cuda: CUDA device ordinals of ranks 0, 1, ... (default 0, 1, ...); under "
                   "mpirun the node's GPUs, each MPI rank taking a group of its own")
@@ -158,8 +169,20 @@ void AddBackendFlags(CLI::App* cmd, BackendFlags& flags) {
 }
 
 measure::BackendFactory MakeBackendFactory(const BackendFlags& flags) {
+  if (flags.backend == "torch") {
+    if (!flags.devices.empty()) ThrowInput("--devices", Describe(flags.devices.front()), "applies to --backend cuda only");
+    if (!flags.measurement_log.empty()) {
+      ThrowInput("--measurement-log", flags.measurement_log, "applies to --backend cuda only");
+    }
+    measure::TorchBackendOptions options;
+    options.allow_clock_control = flags.allow_clock_control;
+    if (flags.window_s > 0.0) options.window_s = flags.window_s;
+    measure::CheckTorchBackendAvailable(options);  // EnvironmentError (exit 2) before anything runs
+    return measure::TorchBackendFactory(options);
+  }
   if (flags.backend == "emulator") {
-    if (flags.allow_clock_control) ThrowInput("--allow-clock-control", "true", "applies to --backend cuda only");
+    if (flags.allow_clock_control) ThrowInput("--allow-clock-control", "true", "applies to --backend cuda and torch only");
+    if (flags.window_s > 0.0) ThrowInput("--window", Describe(flags.window_s), "applies to --backend cuda and torch only");
     if (!flags.devices.empty()) ThrowInput("--devices", Describe(flags.devices.front()), "applies to --backend cuda only");
     if (!flags.measurement_log.empty()) {
       ThrowInput("--measurement-log", flags.measurement_log, "applies to --backend cuda only");
@@ -171,6 +194,7 @@ measure::BackendFactory MakeBackendFactory(const BackendFlags& flags) {
     options.allow_clock_control = flags.allow_clock_control;
     options.devices = flags.devices;
     options.log_path = flags.measurement_log;
+    if (flags.window_s > 0.0) options.window_s = flags.window_s;
     ThrowAsFlag(options.Validate(), {{"devices", "--devices"}});
     measure::CheckCudaBackendAvailable(options);  // EnvironmentError (exit 2) on a machine without
     return measure::CudaBackendFactory(options);  // a usable GPU, before anything is written

@@ -70,10 +70,13 @@ struct BackendFlags {
   bool allow_clock_control = false;  // cuda: lock the SM clock per measurement
   std::vector<int> devices;          // cuda: CUDA ordinals of the group's ranks
   std::string measurement_log;       // cuda: one JSON line per measurement
+  double window_s = 0.0;             // cuda, torch: the energy window per measurement, s; 0:
+                                     // the backend's default
 };
 
-// --backend NAME: where measurements come from (the emulator; a real GPU when built with it),
-// and the cuda backend's --allow-clock-control, --devices and --measurement-log.
+// --backend NAME: where measurements come from (the emulator; a real GPU when built with it;
+// kareus.torch's partitions), the cuda and torch backends' --allow-clock-control and --window,
+// the cuda backend's --devices and --measurement-log.
 void AddBackendFlags(CLI::App* cmd, BackendFlags& flags);
 // The factory --backend names; InputError for an unknown backend or cuda flags with another
 // backend, EnvironmentError when the cuda backend cannot run on this machine (no driver, GPU,

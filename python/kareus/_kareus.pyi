@@ -13,9 +13,11 @@ class EnvironmentError(OSError):
 def nvml_index_for_cuda_device(cuda_device: int) -> int: ...
 def partitions(workload: str | os.PathLike[str] | Dict[str, Any] | None = None, *,
                plan: str | os.PathLike[str] | None = None,
+               record: Dict[str, Any] | None = None, virtual_stages: int = 1,
                program: bool = True) -> Dict[str, Any]:
-    """`kareus partitions --json [--program]` of a workload file or dict, or of the workload a
-    plan.json records (plan=...)."""
+    """`kareus partitions --json [--program]` of a workload file or dict, of the workload a
+    plan.json records (plan=...), or of a plan's workload record (record=..., with the plan's
+    virtual_stages)."""
 def load_plan(plan_path: str | os.PathLike[str]) -> Dict[str, Any]:
     """A plan.json validated as the runtime reads it, in the current format."""
 def sequential_job_refusal(plan_path: str | os.PathLike[str]) -> Optional[str]:

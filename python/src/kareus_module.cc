@@ -197,14 +197,20 @@ PYBIND11_MODULE(_kareus, m) {
 
   m.def(
       "partitions",
-      [](py::object workload, py::object plan_path, bool program) {
+      [](py::object workload, py::object plan_path, py::object record, int virtual_stages,
+         bool program) {
         namespace kw = kareus::workload;
-        if (workload.is_none() == plan_path.is_none()) {
-          throw kareus::InputError("partitions: give either a workload (file or dict) or plan= "
-                                   "(a plan.json whose recorded workload is used), not both");
+        if (workload.is_none() + plan_path.is_none() + record.is_none() != 2) {
+          throw kareus::InputError("partitions: give one of a workload (file or dict), plan= "
+                                   "(a plan.json whose recorded workload is used) or record= (a "
+                                   "plan's workload record as a dict)");
         }
         kw::Workload loaded;
-        if (!plan_path.is_none()) {
+        if (!record.is_none()) {
+          const std::string text = py::str(py::module_::import("json").attr("dumps")(record));
+          loaded = kw::WorkloadFromRecord(kareus::ParseJson(text, "record"), virtual_stages,
+                                          "record");
+        } else if (!plan_path.is_none()) {
           const std::string path =
               py::str(py::module_::import("os").attr("fspath")(plan_path)).cast<std::string>();
           const plan::Plan plan = plan::ReadPlanFile(path);
@@ -220,12 +226,13 @@ PYBIND11_MODULE(_kareus, m) {
         return ToPython(json);
       },
       py::arg("workload") = py::none(), py::kw_only(), py::arg("plan") = py::none(),
-      py::arg("program") = true,
+      py::arg("record") = py::none(), py::arg("virtual_stages") = 1, py::arg("program") = true,
       "The partitions of a workload, as `kareus partitions --json --program` prints them: the "
       "partition types (kernels, collective, slots, SM choices) and, per pipeline unit and "
       "instruction, the kernels and partition occurrences in execution order (`program`). "
       "`workload`: a workload file or its mapping as a dict; `plan`: a plan.json, whose "
-      "recorded workload is used.");
+      "recorded workload is used; `record`: a plan's workload record (dict) with its "
+      "`virtual_stages`.");
 
   m.def(
       "load_plan",

@@ -801,6 +801,9 @@ RunResult RunWorkload(const workload::Workload& workload, const RunOptions& opti
   run.seed = context.seed;
   const std::unique_ptr<measure::Backend> backend = make_backend(run.model, context.seed);
   KAREUS_CHECK(backend != nullptr) << "the backend factory made no backend";
+  // The clocks a plan may use are those the backend measures: a real GPU without clock control
+  // offers only the clock as found (the emulator: the preset's grid, unchanged).
+  run.model.workload.gpu.clock = backend->Gpu().clock;
   const std::unique_ptr<Evaluator> evaluator = MakeEvaluator(*backend, options.evaluation);
   for (const MethodSpec& m : options.methods) {
     if (m.noise_free && !backend->NoiseFreeTwin()) {

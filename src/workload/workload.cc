@@ -139,26 +139,30 @@ std::string Workload::Signature() const {
 }
 
 Json Workload::ToJson() const {
-  return Json{{"name", name},
-              {"model", workload::ToJson(model)},
-              {"gpu", gpu.name},
-              {"power_limit_w", gpu.power.cap_w},
-              {"parallelism",
-               {{"tp", parallelism.tp},
-                {"cp", parallelism.cp},
-                {"pp", parallelism.pp},
-                {"dp", parallelism.dp},
-                {"layers_per_stage", parallelism.layers_per_stage}}},
-              {"microbatch_size", microbatch_size},
-              {"sequence_length", sequence_length},
-              {"microbatches", microbatches},
-              {"recompute", ToString(recompute)},
-              {"gradient_sync",
-               {{"distributed_optimizer", gradient_sync.distributed_optimizer},
-                {"overlap", gradient_sync.overlap},
-                {"bucket_parameters", gradient_sync.bucket_parameters},
-                {"reduce_dtype", gradient_sync.reduce_bytes == 2 ? "bf16" : "fp32"}}},
-              {"nanobatching_possible", CanNanobatch()}};
+  Json j{{"name", name},
+          {"model", workload::ToJson(model)},
+          {"gpu", gpu.name},
+          {"power_limit_w", gpu.power.cap_w},
+          {"parallelism",
+           {{"tp", parallelism.tp},
+            {"cp", parallelism.cp},
+            {"pp", parallelism.pp},
+            {"dp", parallelism.dp},
+            {"layers_per_stage", parallelism.layers_per_stage}}},
+          {"microbatch_size", microbatch_size},
+          {"sequence_length", sequence_length},
+          {"microbatches", microbatches},
+          {"recompute", ToString(recompute)},
+          {"gradient_sync",
+           {{"distributed_optimizer", gradient_sync.distributed_optimizer},
+            {"overlap", gradient_sync.overlap},
+            {"bucket_parameters", gradient_sync.bucket_parameters},
+            {"reduce_dtype", gradient_sync.reduce_bytes == 2 ? "bf16" : "fp32"}}},
+          {"nanobatching_possible", CanNanobatch()}};
+  // Interleaved 1F1B's model chunks (plans also carry them at their top level); absent for one
+  // chunk, so the record of every other workload reads as before.
+  if (parallelism.virtual_stages > 1) j["parallelism"]["virtual_stages"] = parallelism.virtual_stages;
+  return j;
 }
 
 Workload WorkloadFromYaml(const std::string& yaml_text, const std::string& source_name) {

@@ -62,6 +62,7 @@ class Applied:
     # a partition's time runs from its first kernel to the end of its collective's join).
     partition_times: List[tuple] = field(default_factory=list)
     block_s: float = 0.0
+    outside_block_s: float = 0.0  # the kernels before and after the block
 
 
 class _StageFunction(torch.autograd.Function):
@@ -113,6 +114,9 @@ class StageExecutor:
         self.applied: List[Applied] = []
         self._current: Optional[_Instruction] = None
         self._applied: Optional[Applied] = None
+        # A callable (partition, pieces, config) called before each partition occurrence runs
+        # (kareus.torch.measure takes a snapshot there); None: no hook.
+        self.before_partition = None
         self._check_program()
         device = self._params[0].device if self._params else torch.device("cpu")
         self._cuda = device.type == "cuda"
@@ -191,13 +195,13 @@ class StageExecutor:
         if self.last:
             full.t["targets"] = mb.targets
         self.kc.saving = mb.requires_grad
-        self._run_kernels(ins.before_block, full)
+        self._run_timed("before", ins.before_block, full)
         if mb.requires_grad and self.shape.recompute == "full":
             mb.block_input = full.t["x"]
             self.kc.saving = False  # the backward re-runs the block's forward
         self._run_block(ins, full, carry="x")
         self.kc.saving = mb.requires_grad
-        self._run_kernels(ins.after_block, full)
+        self._run_timed("after", ins.after_block, full)
         return full.t.pop("loss") if self.last else full.t.pop("x")
 
     def _backward(self, mb: _Microbatch, grad: torch.Tensor):
@@ -207,12 +211,12 @@ class StageExecutor:
         self.kc.saving = True  # a recomputed forward saves for the backward after it
         full = kernels.Piece(None, slice(0, mb.rows))
         full.t["dloss" if self.last else "dx"] = grad
-        self._run_kernels(ins.before_block, full)
+        self._run_timed("before", ins.before_block, full)
         if mb.block_input is not None:
             full.t["x"] = mb.block_input
         self._run_block(ins, full, carry="dx")
         full.t.pop("x", None)  # the recomputed block's output
-        self._run_kernels(ins.after_block, full)
+        self._run_timed("after", ins.after_block, full)
         mb.saved, mb.block_input = None, None
         self.kc.saved = None
         grads = []
@@ -238,17 +242,25 @@ class StageExecutor:
         def seconds(a, b):
             return a.elapsed_time(b) / 1e3 if self._cuda else b - a
         for label, start, end in self._marks:
-            if label is None:
+            if label == "block":
                 self._applied.block_s += seconds(start, end)
+            elif label in ("before", "after"):
+                self._applied.outside_block_s += seconds(start, end)
             else:
                 self._applied.partition_times.append(label + (seconds(start, end),))
         self._marks = []
+
+    def _run_timed(self, label: str, sequence, full: kernels.Piece) -> None:
+        start = self._mark() if self.timing and sequence else None
+        self._run_kernels(sequence, full)
+        if start is not None:
+            self._marks.append((label, start, self._mark()))
 
     def _run_block(self, ins, full: kernels.Piece, carry: str) -> None:
         start = self._mark() if self.timing else None
         self._run_block_kernels(ins, full, carry)
         if self.timing:
-            self._marks.append((None, start, self._mark()))
+            self._marks.append(("block", start, self._mark()))
 
     def _run_block_kernels(self, ins, full: kernels.Piece, carry: str) -> None:
         config = self._config()
@@ -270,6 +282,13 @@ class StageExecutor:
         for pc in pieces:
             pc.t.pop("x", None)
 
+    def replay_partition(self, p, pieces, config: InstructionConfig, saved: kernels.Saved) -> None:
+        """Runs one partition occurrence on `pieces` exactly as an instruction does (compute,
+        the other nanobatch's collective at the slot, the join), inside an instruction context,
+        with `saved` as the microbatch's saved tensors: what kareus.torch.measure times."""
+        self.kc.saved, self.kc.grads = saved, {}
+        self._run_partitions([p], pieces, config)
+
     def _run_kernels(self, sequence, pc: kernels.Piece) -> None:
         for k in sequence:
             if k.is_collective:
@@ -279,6 +298,8 @@ class StageExecutor:
 
     def _run_partitions(self, partitions, pieces, config: InstructionConfig) -> None:
         for p in partitions:
+            if self.before_partition is not None:
+                self.before_partition(p, pieces, config)
             start = self._mark() if self.timing else None
             pc = pieces[p.nanobatch]
             pending, launch_at, choice = None, -1, None

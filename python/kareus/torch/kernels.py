@@ -67,6 +67,12 @@ class Saved:
     def __init__(self):
         self._entries: Dict[Tuple[int, str], list] = {}
 
+    def copy(self) -> "Saved":
+        """Another store with the same entries (the tensors shared): what a replay starts from."""
+        other = Saved()
+        other._entries = {k: list(v) for k, v in self._entries.items()}
+        return other
+
     def put(self, layer: int, key: str, rows: slice, tensors: Tuple[torch.Tensor, ...],
             extra=None) -> None:
         self._entries.setdefault((layer, key), []).append((rows.start, rows.stop, tensors, extra))
@@ -124,6 +130,8 @@ class KernelContext:
         self.saved: Optional[Saved] = None
         self.saving = True
         self.grads: Dict[str, torch.Tensor] = {}
+        # Keep saved autograd graphs after their backward ran (a measurement replays it).
+        self.retain_graphs = False
         self.dropout_seed: Optional[int] = None
         self._masks: Dict[Tuple[int, str], torch.Tensor] = {}
 
@@ -390,7 +398,7 @@ def _core_attention_bwd(c: KernelContext, pc: Piece, l: int) -> None:
     graph = c.saved.extra(l, "core_attention", pc.rows) if s.cp == 1 else None
     if graph is not None:
         o, leaves = graph
-        dq, dk, dv = torch.autograd.grad(o, leaves, do)
+        dq, dk, dv = torch.autograd.grad(o, leaves, do, retain_graph=c.retain_graphs)
     else:
         q, k, v = c.load(l, "core_attention", pc)
         if s.cp > 1:
