@@ -109,6 +109,20 @@ def test_every_kind_is_measured_per_configuration(worker):
     assert readings[0]["time_s"] < instruction  # a part of the instruction
 
 
+def test_gradient_reductions_run_over_the_data_parallel_replicas():
+    record = kareus.partitions(str(WORKLOAD), program=False)["workload"]
+    record["parallelism"].update(tp=1, dp=2)
+    w = Worker(record=record)
+    assert w.hello["ready"], w.hello
+    readings, done = w.request({"id": 1, "kind": "reduction", "configurations": [
+        {"stage": 0, "freq_mhz": 1980, "sms": 4, "bytes": [400000, 800000], "element_bytes": 4},
+        {"stage": 0, "freq_mhz": 1980, "sms": 8, "bytes": [1200000], "element_bytes": 4}]})
+    assert done["done"], done
+    assert [r["gpus"] for r in readings] == [2, 2]  # DP x CP replicas
+    assert all(r["time_s"] > 0 for r in readings)
+    assert w.close() == 0
+
+
 def test_errors_name_the_request_and_the_rule(worker):
     _, reply = worker.request({"id": 4, "kind": "partition", "type": "fwd_mlp",
                                "configurations": [{"freq_mhz": 1980, "sms": 3, "slot": "rope_3"}]})
