@@ -78,7 +78,7 @@ Sample ToSample(const Json& reply, double static_power_w) {
   s.noise_free = false;
   if (!(std::isfinite(s.time_s) && s.time_s > 0.0 && std::isfinite(s.energy_j) && s.energy_j >= 0.0 &&
         std::isfinite(s.seconds) && s.seconds >= 0.0 && s.gpus >= 1)) {
-    throw EnvironmentError("the torch backend's worker replied an impossible reading: " + reply.dump());
+    throw EnvironmentError("it answered an impossible reading: " + reply.dump());
   }
   return s;
 }
@@ -120,7 +120,8 @@ class TorchBackend final : public Backend {
             fmt::format("partition {}, {} configuration(s)", partition.name, batch.size()), on_sample);
   }
 
-  void MeasureInstructions(const workload::WorkloadModel& model, const std::vector<InstructionRequest>& batch,
+  // The worker runs the workload it was started for (its program): `model` is that one.
+  void MeasureInstructions(const workload::WorkloadModel& /*model*/, const std::vector<InstructionRequest>& batch,
                            const SampleCallback& on_sample) override {
     if (batch.empty()) return;
     Json configurations = Json::array();
@@ -133,12 +134,11 @@ class TorchBackend final : public Backend {
                                 {"mode", schedule::ToString(r.knobs.mode)},
                                 {"partitions", KnobsJson(r.knobs.partitions)}});
     }
-    (void)model;
     Request(Json{{"kind", "instruction"}, {"configurations", configurations}},
             fmt::format("{} instruction(s)", batch.size()), on_sample);
   }
 
-  void MeasureFixedWork(const workload::WorkloadModel& model, const std::vector<FixedWorkRequest>& batch,
+  void MeasureFixedWork(const workload::WorkloadModel& /*model*/, const std::vector<FixedWorkRequest>& batch,
                         const SampleCallback& on_sample) override {
     if (batch.empty()) return;
     Json configurations = Json::array();
@@ -149,7 +149,6 @@ class TorchBackend final : public Backend {
                                 {"direction", schedule::ToString(r.direction)},
                                 {"freq_mhz", r.freq_mhz}});
     }
-    (void)model;
     Request(Json{{"kind", "fixed_work"}, {"configurations", configurations}},
             fmt::format("fixed work of {} instruction(s)", batch.size()), on_sample);
   }
@@ -265,10 +264,13 @@ class TorchBackend final : public Backend {
     return "";
   }
 
+  // A worker that broke the protocol is stopped: later requests fail at once.
   [[noreturn]] void Fail(const std::string& what, const std::string& why) {
     const std::string tail = worker_ ? worker_->StderrTail() : std::string();
-    throw EnvironmentError(fmt::format("torch backend worker (pid {}), {}: {}{}", worker_ ? worker_->pid() : -1,
-                                       what, why, tail.empty() ? "" : "; its last messages:\n" + tail));
+    const pid_t pid = worker_ ? worker_->pid() : -1;
+    worker_.reset();
+    throw EnvironmentError(fmt::format("torch backend worker (pid {}), {}: {}{}", pid, what, why,
+                                       tail.empty() ? "" : "; its last messages:\n" + tail));
   }
 
   void CheckClock(int freq_mhz) const {
@@ -299,13 +301,7 @@ class TorchBackend final : public Backend {
       std::string garbage;
       const auto outcome = worker_->Receive(options_.timeout_s, reply, garbage);
       if (outcome != internal::WorkerProcess::Outcome::kLine) {
-        const std::string why = Why(outcome, garbage);
-        const std::string tail = worker_->StderrTail();
-        const pid_t pid = worker_->pid();
-        worker_.reset();  // later requests fail at once
-        throw EnvironmentError(fmt::format(
-            "torch backend worker (pid {}), {} after {} of {} measurements: {}{}", pid, named, next,
-            expected, why, tail.empty() ? "" : "; its last messages:\n" + tail));
+        Fail(fmt::format("{} after {} of {} measurements", named, next, expected), Why(outcome, garbage));
       }
       if (reply.value("id", int64_t{-1}) != id) Fail(named, "it answered another request: " + reply.dump());
       if (reply.contains("error")) {
@@ -328,6 +324,8 @@ class TorchBackend final : public Backend {
         sample = ToSample(reply, StaticPowerW());
       } catch (const Json::exception&) {
         Fail(named, "it answered a reading without its fields: " + reply.dump());
+      } catch (const EnvironmentError& e) {
+        Fail(named, e.what());
       }
       last_gpus_ = sample.gpus;
       Account(sample.GpuSeconds(), 1);
