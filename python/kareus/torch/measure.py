@@ -54,7 +54,8 @@ import kareus
 from .comm import Groups, ParallelLayout
 from .executor import StageExecutor
 from .model import ModelShape, stage_weights
-from .program import CommChoice, InstructionConfig, Program
+from .kernels import Piece
+from .program import SEQUENTIAL, CommChoice, InstructionConfig, Program
 
 PROTOCOL = "kareus.measure/1"
 RANK_TIMEOUT_S = 600.0  # a rank that says nothing for this long has hung
@@ -145,8 +146,9 @@ class _Timer:
 
 
 class _Bench:
-    """prepare() before each run (not timed), run() the timed work, part(applied) the share of a
-    run that is the measured work (the fixed work is part of an instruction)."""
+    """configure(c) for each configuration, prepare() before each run (not timed), run() the
+    timed work, part(elapsed_s) the share of a run that is the measured work (the fixed work is
+    part of an instruction)."""
 
     def prepare(self):
         pass
@@ -264,7 +266,6 @@ class PartitionBench(_Bench):
         self.config = InstructionConfig("nanobatched", choices)
 
     def prepare(self):
-        from .kernels import Piece
         pieces = []
         for index, rows, tensors in self.snapshot["pieces"]:
             pc = Piece(index, rows)
@@ -302,11 +303,8 @@ class InstructionBench(_Bench):
         self.kind = c["direction"]
         self.config = _config(self.session.program, self.kind, c.get("mode", "sequential"),
                               c.get("partitions"))
-        if self.config.nanobatched:
-            self.forward_config = _config(self.session.program, "forward", "nanobatched", None)
-        else:
-            from .program import SEQUENTIAL
-            self.forward_config = SEQUENTIAL
+        self.forward_config = (_config(self.session.program, "forward", "nanobatched", None)
+                               if self.config.nanobatched else SEQUENTIAL)
 
     def prepare(self):
         if self.kind == "backward":
