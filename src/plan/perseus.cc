@@ -398,8 +398,8 @@ std::string ZeusFreqsText(const Plan& plan) {
   if (const int nanobatched = NanobatchedInstructions(plan); nanobatched > 0) {
     text += fmt::format(
         "# Clocks only: {} instructions were planned nanobatched (Kareus's execution, "
-        "kareus.torch); the iteration time and energy above assume that execution, and a job "
-        "that runs them sequentially with these clocks will be slower\n",
+        "kareus.torch); the iteration time and energy above assume that execution, not a job "
+        "that runs them sequentially with these clocks\n",
         nanobatched);
   }
   return text;
