@@ -19,7 +19,6 @@ import datetime
 import json
 import os
 import pathlib
-import socket
 import statistics
 import sys
 import time
@@ -121,9 +120,8 @@ def main():
     parser.add_argument("--threads", type=int, default=1, help="compute threads per rank")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    from kareus.torch.comm import free_port
+    port = free_port()
     out = pathlib.Path(os.environ.get("TMPDIR", "/tmp")) / f"kareus-overlap-{os.getpid()}.json"
     mp.start_processes(worker, args=(port, args, str(out)), nprocs=2, start_method="fork")
     result = json.loads(out.read_text())

@@ -26,7 +26,6 @@ import math
 import os
 import pathlib
 import signal
-import socket
 import sys
 import time
 
@@ -264,12 +263,6 @@ def worker(rank, world, args):
     dist.destroy_process_group()
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def main(argv=None):
     args = parse_args(argv)
     try:
@@ -292,6 +285,7 @@ def main(argv=None):
     for key in ("tp", "cp", "dp", "pp"):
         world *= int(parallelism.get(key, 1))
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    from kareus.torch.comm import free_port
     os.environ.setdefault("MASTER_PORT", str(free_port()))
     try:
         # fork: the ranks start without importing torch again; the parent has touched no

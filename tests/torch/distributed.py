@@ -5,17 +5,12 @@ import datetime
 import json
 import os
 import pathlib
-import socket
 import traceback
 
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from kareus.torch.comm import free_port
 
 
 def _worker(rank, world, port, folder, backend, fn, args):
@@ -45,7 +40,7 @@ def run(world, fn, *args, folder, backend="gloo"):
     a forked child), one per GPU."""
     folder = pathlib.Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    mp.start_processes(_worker, args=(world, _free_port(), str(folder), backend, fn, args),
+    mp.start_processes(_worker, args=(world, free_port(), str(folder), backend, fn, args),
                        nprocs=world, start_method="spawn" if backend == "nccl" else "fork")
     results = []
     for rank in range(world):

@@ -17,6 +17,7 @@ the compute stream wait for it: the launch slot and the join at the partition's 
 stream-ordered, not host-blocking. With gloo the collective runs on the group's thread while
 this thread computes, and `wait()` blocks.
 """
+import socket
 import warnings
 from dataclasses import dataclass
 from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
@@ -69,6 +70,13 @@ class ParallelLayout:
             if members not in out:
                 out.append(members)
         return out
+
+
+def free_port() -> int:
+    """A TCP port free on this host now (for a local process group's rendezvous)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 _warned_no_ctas = False

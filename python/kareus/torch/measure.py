@@ -40,7 +40,6 @@ import math
 import os
 import queue as queue_module
 import signal
-import socket
 import sys
 import time
 import traceback
@@ -51,7 +50,7 @@ import torch.multiprocessing as mp
 
 import kareus
 
-from .comm import Groups, ParallelLayout
+from .comm import Groups, ParallelLayout, free_port
 from .executor import StageExecutor
 from .model import ModelShape, stage_weights
 from .kernels import Piece
@@ -73,12 +72,6 @@ def _die_with_parent() -> None:
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # -- the session: the workload and what every rank builds from it -------------------------------
@@ -505,7 +498,7 @@ def run_batch(session, kind, configurations, reply):
     world = layout.world_size
     context = mp.get_context("spawn" if session.device == "cuda" else "fork")
     results = context.Queue()
-    port = _free_port()
+    port = free_port()
     ranks = [context.Process(target=_rank_main,
                              args=(r, world, port, session.hello, kind, configurations, results),
                              daemon=True)
