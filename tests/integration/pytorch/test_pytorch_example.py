@@ -394,6 +394,11 @@ def test_sigterm_to_one_rank_mid_iteration_resets_every_rank(run_dir, tmp_path):
     for rank in range(RANKS):
         calls = job.clock_calls(rank)
         assert calls and isinstance(calls[0], int)
-        assert calls[-1] == "reset" and calls.count("reset") == 1, (rank, calls)
+        # The clock ends reset and is never set again after its first reset. The launcher stops
+        # the other ranks with SIGTERM while they leave on the lost connection: a rank can die
+        # between its own reset and telling its clock watcher, which then resets once more.
+        assert calls[-1] == "reset", (rank, calls)
+        first_reset = calls.index("reset")
+        assert all(c == "reset" for c in calls[first_reset:]) and calls.count("reset") <= 2, (rank, calls)
         with pytest.raises(ProcessLookupError):
             os.kill(pids[rank], 0)

@@ -43,6 +43,14 @@ def rows(store):
         return sorted(db.execute("SELECT partition, freq_mhz, sms, slot FROM measurements"))
 
 
+def stored(store):
+    """How many measurements `store` holds, 0 while it is being created."""
+    try:
+        return len(rows(store))
+    except sqlite3.OperationalError:  # the file exists, its schema not yet
+        return 0
+
+
 def workers_of(pid):
     """The torch workers (and their ranks) started by process `pid`, from /proc."""
     found = []
@@ -108,13 +116,13 @@ def killed_mid_profile(tmp_path, victim):
                                 "--quiet", *FAST],
                                cwd=tmp_path, env=ENV, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
-    wait_for(lambda: store.exists() and len(rows(store)) >= 3 or process.poll() is not None,
+    wait_for(lambda: store.exists() and stored(store) >= 3 or process.poll() is not None,
              what="three stored measurements")
     assert process.poll() is None, process.communicate()
     workers = workers_of(process.pid)
     assert len(workers) == 1, workers
     os.kill(workers[0] if victim == "worker" else process.pid, signal.SIGKILL)
-    return process, workers[0], len(rows(store))
+    return process, workers[0], stored(store)
 
 
 def test_a_killed_worker_is_named_and_the_rerun_resumes(tmp_path):
