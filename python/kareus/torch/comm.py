@@ -279,8 +279,3 @@ def collective(kernel) -> Callable:
         raise errors.Unsupported(
             f"the planner's program has a collective the executor does not implement: "
             f"{kernel.name} after {kernel.after!r} (kareus/torch/comm.py)") from None
-
-
-def group_kind_of(kernel) -> str:
-    """The group a collective of the program runs on."""
-    return "cp" if kernel.name.startswith("cp_") else "tp"

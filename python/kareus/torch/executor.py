@@ -23,7 +23,7 @@ import torch
 
 from . import comm, errors, kernels
 from .model import ModelShape, StageWeights, load_balanced_positions, rotary_tables
-from .program import SEQUENTIAL, InstructionConfig, Program
+from .program import SEQUENTIAL, InstructionConfig, Program, group_kind
 from .trace import Trace
 
 
@@ -329,7 +329,7 @@ class StageExecutor:
             self._event("op_end", k, p, None)
 
     def _launch(self, k, pc: kernels.Piece, sms: Optional[int], p) -> "comm.Pending":
-        group = self.groups.group(comm.group_kind_of(k), sms)
+        group = self.groups.group(group_kind(k.collective), sms)
         if self.trace is not None:
             self._event("comm_launch", k, p, sms)
         return comm.collective(k)(self.kc, pc, group, k.layer)

@@ -54,7 +54,7 @@ from .comm import Groups, ParallelLayout, free_port
 from .executor import StageExecutor
 from .model import ModelShape, stage_weights
 from .kernels import Piece
-from .program import SEQUENTIAL, CommChoice, InstructionConfig, Program
+from .program import SEQUENTIAL, CommChoice, InstructionConfig, Program, group_kind
 
 PROTOCOL = "kareus.measure/1"
 RANK_TIMEOUT_S = 600.0  # a rank that says nothing for this long has hung
@@ -161,7 +161,7 @@ def _random_weights(session, program, stage, groups):
                                 dtype=dtype)
 
 
-def _inputs(session, shape, stage, device):
+def _inputs(session, shape, device):
     g = torch.Generator().manual_seed(session.seed + 7)
     b, n = shape.microbatch_size, shape.seq_local
     tokens = torch.randint(0, shape.vocab, (b, n), generator=g).to(device)
@@ -179,13 +179,12 @@ class _StageRun:
     """A stage of the program on this rank, with inputs, running its forward or backward."""
 
     def __init__(self, session, program, stage, groups, timing=False):
-        self.session, self.program = session, program
         self.shape, self.weights = _random_weights(session, program, stage, groups)
         self.executor = StageExecutor(program, self.shape, self.weights, groups, stage=stage,
                                       timing=timing)
         params = list(self.weights.parameters())
         self.device, self.dtype = params[0].device, params[0].dtype
-        self.tokens, self.targets = _inputs(session, self.shape, stage, self.device)
+        self.tokens, self.targets = _inputs(session, self.shape, self.device)
         shape = (self.shape.microbatch_size, self.shape.seq_local, self.shape.hidden)
         g = torch.Generator().manual_seed(session.seed + 11)
         self.activation = (torch.randn(shape, generator=g) * 0.1).to(self.device, self.dtype)
@@ -213,13 +212,10 @@ class PartitionBench(_Bench):
     executor's state right before it ran."""
 
     def __init__(self, session, type_name, groups):
-        program = session.bench_program
-        if type_name not in program.types:
-            raise RequestError(f"partition {type_name!r}: not a partition type of the workload "
-                               f"(its types: {', '.join(sorted(program.types))})")
+        program = session.bench_program  # main() checked that the type is one of its types
         self.info = program.types[type_name]
         self.stage = _StageRun(session, program, 0, groups)
-        self.session, self.program, self.type = session, program, type_name
+        self.type = type_name
         kind = self.info.direction
         unit = program.unit(0)
         steady = max(len(p.compute) for p in unit.instruction(kind).partitions if p.type == type_name)
@@ -365,22 +361,17 @@ def _sm_counts(kind, configurations, session):
         if kind == "reduction":
             counts["dp"].add(int(c["sms"]))
         elif kind == "partition":
-            counts[_group_kind(session, c)].add(int(c["sms"]))
+            counts[group_kind(session.bench_program.types[c["_type"]].collective)].add(int(c["sms"]))
         elif kind == "instruction":
             for t, k in (c.get("partitions") or {}).items():
                 info = session.program.types.get(t)
                 if info is not None:
-                    counts["tp" if info.collective == "all_reduce" else "cp"].add(int(k["sms"]))
+                    counts[group_kind(info.collective)].add(int(k["sms"]))
     # The trailing types' fixed knobs.
     for info in session.program.types.values():
         if not info.tunable:
-            counts["tp" if info.collective == "all_reduce" else "cp"].add(info.sm_choices[0])
+            counts[group_kind(info.collective)].add(info.sm_choices[0])
     return counts
-
-
-def _group_kind(session, c):
-    info = session.bench_program.types[c["_type"]]
-    return "tp" if info.collective == "all_reduce" else "cp"
 
 
 def _measure(bench, timer, monitor, options, freq_mhz):

@@ -264,6 +264,7 @@ def sm_counts(plans: Sequence[Mapping], program: Program) -> Dict[str, set]:
 
 
 def group_kind(collective: str) -> str:
-    """The process group a collective type runs on: all-reduces inside a layer are tensor
-    parallel, K/V all-gathers and reduce-scatters context parallel."""
+    """The process group a collective type of the program runs on: all-reduces (inside a layer
+    and around the embedding, output layer and loss) are tensor parallel, the K/V all-gathers
+    and reduce-scatters context parallel."""
     return "tp" if collective == "all_reduce" else "cp"
