@@ -77,6 +77,11 @@ void AddProfilerFlags(CLI::App* cmd, ProfilerFlags& flags, const std::string& st
                 "Select partition frontiers on the raw readings instead of the surrogate's "
                 "denoised means");
   cmd->add_option("--store", flags.store, store_help);
+  cmd->add_option("--damaged-rows", flags.damaged_rows,
+                  "A stored measurement that fails its checksum or value checks: remeasure (set "
+                  "it aside in the store's set_aside table, warn, measure it again) | fail (stop "
+                  "with exit 2 naming the rows; the store is left as it was)")
+      ->capture_default_str();
   cmd->add_option("--prior", flags.prior,
                   "Profiler prior mean: model (the emulator's noise-free prediction for the "
                   "workload's GPU preset; the surrogates learn the residual and drop the prior "
@@ -111,6 +116,10 @@ mobo::ProfileOptions ToProfileOptions(const ProfilerFlags& flags) {
   options.full_grid = flags.full_grid;
   options.denoise = !flags.raw_frontier;
   options.store = flags.store;
+  if (flags.damaged_rows != "remeasure" && flags.damaged_rows != "fail") {
+    ThrowInput("--damaged-rows", flags.damaged_rows, "must be remeasure or fail");
+  }
+  options.remeasure_damaged = flags.damaged_rows == "remeasure";
   if (flags.prior == "model") {
     options.prior = mobo::EmulatorPrior(mobo::ParsePerturbation(flags.prior_perturb));
   } else if (flags.prior != "none") {

@@ -41,6 +41,7 @@ struct ProfilerFlags {
   bool full_grid = mobo::ProfileOptions{}.full_grid;
   bool raw_frontier = !mobo::ProfileOptions{}.denoise;
   std::string store;
+  std::string damaged_rows = "remeasure";
   std::string prior = "model";
   std::string prior_perturb = "none";
   bool no_prior_front = !mobo::ProfileOptions{}.prior_front;
@@ -50,6 +51,7 @@ struct ProfilerFlags {
 // --budget, --budget-fraction, --min-budget, --surrogate, --strategy, --initial, --batch,
 // --unit-size, --full-grid,
 // --raw-frontier, --store (`store_help` says what the default store is for the command),
+// --damaged-rows,
 // --prior, --prior-perturb, --no-prior-front, --related.
 void AddProfilerFlags(CLI::App* cmd, ProfilerFlags& flags, const std::string& store_help);
 

@@ -69,6 +69,27 @@ std::string ShownValue(std::string_view text, std::size_t max_bytes) {
   return out;
 }
 
+std::string Utf8Escaped(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (std::size_t i = 0; i < text.size();) {
+    const std::size_t length = Utf8SequenceLength(text, i);
+    if (length == 0) {
+      char escaped[8];
+      std::snprintf(escaped, sizeof(escaped), "\\x%02X", static_cast<unsigned char>(text[i]));
+      out += escaped;
+      ++i;
+      continue;
+    }
+    out.append(text.substr(i, length));
+    i += length;
+  }
+  return out;
+}
+
+Error::Error(const std::string& message)
+    : std::runtime_error(IsValidUtf8(message) ? message : Utf8Escaped(message)) {}
+
 void ThrowInput(const std::string& field, const std::string& value, const std::string& rule) {
   throw InputError(ShownValue(field, 400) + " = " + ShownValue(value) + ": " + rule);
 }

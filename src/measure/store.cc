@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <ctime>
 #include <algorithm>
@@ -20,11 +21,14 @@
 
 #include "kareus/common/context.h"
 #include "kareus/common/error.h"
+#include "kareus/common/io.h"
 
 namespace kareus::measure {
 namespace internal {
 namespace {
 
+// Version 2's tables. A version 1 store gains the checksum column (ALTER TABLE appends it
+// last, as here) and the set_aside table when it is upgraded.
 constexpr const char* kCreateSchema = R"sql(
 CREATE TABLE meta(
   key   TEXT PRIMARY KEY,
@@ -45,9 +49,54 @@ CREATE TABLE measurements(
   gpu_seconds       REAL    NOT NULL,
   noise_free        INTEGER NOT NULL,
   measured_at       TEXT    NOT NULL,
+  checksum          INTEGER,
   PRIMARY KEY (gpu, workload, partition, freq_mhz, sms, slot)
 );
 )sql";
+
+// Rows that failed their checks, moved here as they were (no types, no constraints: whatever
+// the damaged row held fits), with when and why.
+constexpr const char* kCreateSetAside = R"sql(
+CREATE TABLE IF NOT EXISTS set_aside(
+  set_aside_at, reason, gpu, workload, partition, freq_mhz, sms, slot, time_s, energy_j,
+  static_energy_j, dynamic_energy_j, realized_freq_mhz, gpu_seconds, noise_free, measured_at,
+  checksum
+);
+)sql";
+
+constexpr const char* kColumns =
+    "gpu, workload, partition, freq_mhz, sms, slot, time_s, energy_j, static_energy_j, "
+    "dynamic_energy_j, realized_freq_mhz, gpu_seconds, noise_free, measured_at, checksum";
+// What is read: a version 1 store (read without upgrading it) has no checksum column.
+const char* ReadColumns(bool has_checksum) {
+  return has_checksum ? kColumns
+                      : "gpu, workload, partition, freq_mhz, sms, slot, time_s, energy_j, "
+                        "static_energy_j, dynamic_energy_j, realized_freq_mhz, gpu_seconds, "
+                        "noise_free, measured_at, NULL AS checksum";
+}
+
+// The measurements table as PRAGMA table_info must report it: name, declared type, NOT NULL,
+// position in the primary key.
+struct ColumnSpec {
+  const char* name;
+  const char* type;
+  int not_null;
+  int pk;
+};
+constexpr ColumnSpec kMeasurementColumns[] = {
+    {"gpu", "TEXT", 1, 1},          {"workload", "TEXT", 1, 2},
+    {"partition", "TEXT", 1, 3},    {"freq_mhz", "INTEGER", 1, 4},
+    {"sms", "INTEGER", 1, 5},       {"slot", "TEXT", 1, 6},
+    {"time_s", "REAL", 1, 0},       {"energy_j", "REAL", 1, 0},
+    {"static_energy_j", "REAL", 1, 0}, {"dynamic_energy_j", "REAL", 1, 0},
+    {"realized_freq_mhz", "REAL", 1, 0}, {"gpu_seconds", "REAL", 1, 0},
+    {"noise_free", "INTEGER", 1, 0}, {"measured_at", "TEXT", 1, 0},
+    {"checksum", "INTEGER", 0, 0},
+};
+constexpr int kV1Columns = 14;  // all but the checksum
+
+const char* const kValueNames[] = {"time_s",           "energy_j",          "static_energy_j",
+                                   "dynamic_energy_j", "realized_freq_mhz", "gpu_seconds"};
 
 std::string UtcNow() {
   const std::time_t now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
@@ -68,9 +117,15 @@ class Statement {
     }
   }
   ~Statement() { sqlite3_finalize(stmt_); }
+  Statement(const Statement&) = delete;
+  Statement& operator=(const Statement&) = delete;
   bool ok() const { return stmt_ != nullptr; }
   const std::string& error() const { return error_; }
   sqlite3_stmt* get() const { return stmt_; }
+  void Reset() {
+    sqlite3_reset(stmt_);
+    sqlite3_clear_bindings(stmt_);
+  }
   void Bind(int i, const std::string& v) {
     sqlite3_bind_text(stmt_, i, v.c_str(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
   }
@@ -78,9 +133,13 @@ class Statement {
   void Bind(int i, double v) { sqlite3_bind_double(stmt_, i, v); }
   int Step() { return sqlite3_step(stmt_); }
   int Type(int col) const { return sqlite3_column_type(stmt_, col); }
+  // The column's bytes exactly as stored (not cut at a NUL, not required to be UTF-8).
   std::string Text(int col) const {
     const unsigned char* text = sqlite3_column_text(stmt_, col);
-    return text == nullptr ? std::string() : reinterpret_cast<const char*>(text);
+    const int bytes = sqlite3_column_bytes(stmt_, col);
+    return text == nullptr ? std::string()
+                           : std::string(reinterpret_cast<const char*>(text),
+                                         static_cast<std::size_t>(bytes));
   }
   double Real(int col) const { return sqlite3_column_double(stmt_, col); }
   int64_t Int(int col) const { return sqlite3_column_int64(stmt_, col); }
@@ -92,16 +151,168 @@ class Statement {
   std::string error_;
 };
 
-// A store that cannot be opened: nothing was written to it.
-[[noreturn]] void Fail(const std::filesystem::path& path, const std::string& reason) {
-  throw EnvironmentError("measurement store " + path.string() + ": " + reason +
-                         " (the file was left unchanged; pass another --store path)");
+// Thrown inside Open: a store that cannot be opened. Open adds what was left behind.
+struct OpenFailure {
+  std::string reason;
+};
+
+[[noreturn]] void Fail(const std::filesystem::path&, const std::string& reason) {
+  throw OpenFailure{reason};
 }
 
 // A failure after the store was opened: what was committed before stays.
 [[noreturn]] void FailInUse(const std::filesystem::path& path, const std::string& reason) {
   throw EnvironmentError("measurement store " + path.string() + ": " + reason +
                          " (measurements committed before this are kept)");
+}
+
+// FNV-1a, 64 bits, over a typed, length-prefixed serialization: any change of one byte of the
+// serialized row changes the digest (each step is a bijection of the state), so a flipped bit
+// in a value, a key or the stored checksum is always caught.
+class Digest {
+ public:
+  void Text(std::string_view text) {
+    Mix('t');
+    Word(text.size());
+    for (const char c : text) Mix(static_cast<unsigned char>(c));
+  }
+  void Int(int64_t value) {
+    Mix('i');
+    Word(static_cast<uint64_t>(value));
+  }
+  void Real(double value) {
+    uint64_t bits = 0;
+    std::memcpy(&bits, &value, sizeof(bits));
+    Mix('r');
+    Word(bits);
+  }
+  int64_t value() const { return static_cast<int64_t>(state_); }
+
+ private:
+  void Mix(unsigned char byte) {
+    state_ ^= byte;
+    state_ *= 0x100000001b3ULL;
+  }
+  void Word(uint64_t word) {
+    for (int k = 0; k < 8; ++k) Mix(static_cast<unsigned char>(word >> (8 * k)));
+  }
+  uint64_t state_ = 0xcbf29ce484222325ULL;
+};
+
+// One row of the measurements table as stored.
+struct Row {
+  int64_t rowid = 0;
+  std::string gpu, workload, partition, slot, measured_at;
+  int64_t freq_mhz = 0, sms = 0;
+  double values[6] = {};  // time_s .. gpu_seconds
+  int64_t noise_free = 0;
+  std::optional<int64_t> checksum;
+
+  int64_t Checksum() const {
+    Digest d;
+    d.Text(gpu);
+    d.Text(workload);
+    d.Text(partition);
+    d.Int(freq_mhz);
+    d.Int(sms);
+    d.Text(slot);
+    for (const double v : values) d.Real(v);
+    d.Int(noise_free);
+    d.Text(measured_at);
+    return d.value();
+  }
+  Sample ToSample() const {
+    return Sample{.time_s = values[0],
+                  .energy_j = values[1],
+                  .static_energy_j = values[2],
+                  .dynamic_energy_j = values[3],
+                  .realized_freq_mhz = values[4],
+                  .seconds = values[5],
+                  .noise_free = noise_free != 0};
+  }
+  PartitionKnobs Knobs() const {
+    return {.freq_mhz = static_cast<int>(std::clamp<int64_t>(freq_mhz, INT32_MIN, INT32_MAX)),
+            .sms = static_cast<int>(std::clamp<int64_t>(sms, INT32_MIN, INT32_MAX)),
+            .slot = slot};
+  }
+};
+
+std::string RowName(const std::string& partition, const PartitionKnobs& knobs) {
+  return fmt::format("row ({}, {} MHz, {} SMs, {})", ShownValue(partition, 60), knobs.freq_mhz,
+                     knobs.sms, ShownValue(knobs.slot, 60));
+}
+
+std::string RowName(const Row& row) { return RowName(row.partition, row.Knobs()); }
+
+// Reads the row whose rowid is column `first` and whose columns (kColumns) follow. Returns why
+// the row cannot be trusted, or nullopt: a text that is not UTF-8 text, knobs out of range, a
+// value that is not a measurement (a time that is not positive, a negative or non-finite
+// energy, energies that do not add up, a text where a number belongs) or, with `verify`, a
+// checksum that does not match.
+std::optional<std::string> ReadRow(const Statement& st, int first, bool verify, Row* row) {
+  row->rowid = st.Int(first);
+  const int c = first + 1;
+  std::string* const texts[] = {&row->gpu, &row->workload, &row->partition};
+  static const char* const kTextNames[] = {"gpu", "workload", "partition"};
+  for (int k = 0; k < 3; ++k) *texts[k] = st.Text(c + k);
+  row->slot = st.Text(c + 5);
+  row->measured_at = st.Text(c + 13);
+  row->freq_mhz = st.Int(c + 3);
+  row->sms = st.Int(c + 4);
+  for (int k = 0; k < 3; ++k) {
+    if (st.Type(c + k) != SQLITE_TEXT || !IsValidUtf8(*texts[k])) {
+      return std::string(kTextNames[k]) + " is not UTF-8 text";
+    }
+  }
+  if (st.Type(c + 5) != SQLITE_TEXT || !IsValidUtf8(row->slot)) return "slot is not UTF-8 text";
+  if (st.Type(c + 3) != SQLITE_INTEGER || row->freq_mhz <= 0 || row->freq_mhz > INT32_MAX) {
+    return "freq_mhz is not a clock in MHz";
+  }
+  if (st.Type(c + 4) != SQLITE_INTEGER || row->sms <= 0 || row->sms > INT32_MAX) {
+    return "sms is not a count of SMs";
+  }
+  for (int k = 0; k < 6; ++k) {
+    const int type = st.Type(c + 6 + k);
+    if (type != SQLITE_FLOAT && type != SQLITE_INTEGER) {
+      return std::string(kValueNames[k]) + " is not a number";
+    }
+    const double v = st.Real(c + 6 + k);
+    row->values[k] = v;
+    if (!std::isfinite(v) || (k != 3 && v < 0.0) || (k == 0 && v <= 0)) {
+      return fmt::format("{} = {}: must be {}", kValueNames[k], v,
+                         k == 0 ? "a finite time > 0" : k == 3 ? "finite" : "finite and >= 0");
+    }
+  }
+  const double sum = row->values[2] + row->values[3];
+  if (std::abs(row->values[1] - sum) > 1e-6 * std::max(1.0, std::abs(row->values[1]))) {
+    return fmt::format("energy_j = {} but static_energy_j + dynamic_energy_j = {}",
+                       row->values[1], sum);
+  }
+  row->noise_free = st.Int(c + 12);
+  if (st.Type(c + 12) != SQLITE_INTEGER || (row->noise_free != 0 && row->noise_free != 1)) {
+    return "noise_free must be 0 or 1";
+  }
+  if (st.Type(c + 13) != SQLITE_TEXT || !IsValidUtf8(row->measured_at)) {
+    return "measured_at is not UTF-8 text";
+  }
+  row->checksum.reset();
+  if (st.Type(c + 14) == SQLITE_INTEGER) row->checksum = st.Int(c + 14);
+  if (verify && row->checksum != row->Checksum()) {
+    return row->checksum ? "its checksum does not match its key and values"
+                         : "its checksum is missing";
+  }
+  return std::nullopt;
+}
+
+// The meta table's checksum: over every (key, value) but its own row, in key order.
+std::string MetaChecksum(const std::map<std::string, std::string>& meta) {
+  Digest d;
+  for (const auto& [key, value] : meta) {
+    if (key == "checksum") continue;
+    d.Text(key);
+    d.Text(value);
+  }
+  return fmt::format("{:016x}", static_cast<uint64_t>(d.value()));
 }
 
 // Claims live on bytes [2^62, 2^62 + 2^61) of the store file: far above SQLite's lock bytes
@@ -113,50 +324,56 @@ off_t ClaimOffset(const std::string& partition, const PartitionKnobs& knobs) {
   return static_cast<off_t>((uint64_t{1} << 62) + (hash & ((uint64_t{1} << 61) - 1)));
 }
 
-std::string RowName(const std::string& partition, const PartitionKnobs& knobs) {
-  return fmt::format("row ({}, {} MHz, {} SMs, {})", ShownValue(partition, 60), knobs.freq_mhz,
-                     knobs.sms, ShownValue(knobs.slot, 60));
+// Why the existing store at `path` cannot be written by this process, or "" when it can.
+// SQLite writes its -wal and -shm files beside the store, so the folder counts too (unless
+// both exist and can be written).
+std::string WhyNotWritable(const std::filesystem::path& path) {
+  const auto why = [](int error) {
+    return error == EROFS ? std::string("on a read-only file system")
+                          : std::string("not writable by this user (") + std::strerror(error) + ")";
+  };
+  if (::access(path.c_str(), W_OK) != 0) return why(errno);
+  const std::string wal = path.string() + "-wal", shm = path.string() + "-shm";
+  if (::access(wal.c_str(), W_OK) == 0 && ::access(shm.c_str(), W_OK) == 0) return "";
+  const std::filesystem::path folder = path.has_parent_path() ? path.parent_path() : ".";
+  if (::access(folder.c_str(), W_OK) != 0) {
+    return "in a folder this process cannot write (" + std::string(std::strerror(errno)) +
+           "; SQLite's -wal and -shm files go beside the store)";
+  }
+  return "";
 }
 
-// A stored measurement as read, checked: hand-edited or damaged rows are refused, not trusted.
-Sample ReadSample(const Statement& row, int first, const std::filesystem::path& path,
-                  const std::string& row_name) {
-  static const char* const kNames[] = {"time_s", "energy_j", "static_energy_j",
-                                       "dynamic_energy_j", "realized_freq_mhz", "gpu_seconds"};
-  double values[6];
-  for (int k = 0; k < 6; ++k) {
-    const int type = row.Type(first + k);
-    if (type != SQLITE_FLOAT && type != SQLITE_INTEGER) {
-      FailInUse(path, row_name + ": " + kNames[k] + " is not a number (a hand-edited or damaged "
-                                                    "store; delete the row or the file)");
-    }
-    values[k] = row.Real(first + k);
-    if (!std::isfinite(values[k]) || (k != 3 && values[k] < 0.0) || (k == 0 && values[k] <= 0)) {
-      FailInUse(path, fmt::format("{}: {} = {}: must be {} (a hand-edited or damaged store; "
-                                  "delete the row or the file)",
-                                  row_name, kNames[k], values[k],
-                                  k == 0 ? "a finite time > 0" : k == 3 ? "finite"
-                                                                        : "finite and >= 0"));
+// A read-only URI for `path`: mode=ro, and immutable when there is no WAL beside it to read (a
+// WAL-mode store opened read-only otherwise creates -wal and -shm files, or cannot be opened
+// at all on a read-only mount).
+std::string ReadOnlyUri(const std::filesystem::path& path, bool immutable) {
+  std::string uri = "file:";
+  for (const unsigned char c : std::filesystem::absolute(path).string()) {
+    if (c == '%' || c == '?' || c == '#' || c <= 0x20 || c >= 0x7F) {
+      uri += fmt::format("%{:02X}", c);
+    } else {
+      uri += static_cast<char>(c);
     }
   }
-  const double sum = values[2] + values[3];
-  if (std::abs(values[1] - sum) > 1e-6 * std::max(1.0, std::abs(values[1]))) {
-    FailInUse(path, fmt::format("{}: energy_j = {} but static_energy_j + dynamic_energy_j = {} "
-                                "(a hand-edited or damaged store; delete the row or the file)",
-                                row_name, values[1], sum));
-  }
-  const int flag_type = row.Type(first + 6);
-  const int64_t flag = row.Int(first + 6);
-  if (flag_type != SQLITE_INTEGER || (flag != 0 && flag != 1)) {
-    FailInUse(path, row_name + ": noise_free must be 0 or 1 (a hand-edited or damaged store)");
-  }
-  return Sample{.time_s = values[0],
-                .energy_j = values[1],
-                .static_energy_j = values[2],
-                .dynamic_energy_j = values[3],
-                .realized_freq_mhz = values[4],
-                .seconds = values[5],
-                .noise_free = flag != 0};
+  return uri + (immutable ? "?mode=ro&immutable=1" : "?mode=ro");
+}
+
+// True when another process has the SQLite store at `path` open: its connection holds a read
+// lock on the -shm file's DMS byte (WAL mode) or a lock on the main file's lock bytes.
+bool InUseByAnotherProcess(const std::filesystem::path& path) {
+  const auto locked = [](const std::string& file, off_t start, off_t length) {
+    const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    struct flock probe {};
+    probe.l_type = F_WRLCK;
+    probe.l_whence = SEEK_SET;
+    probe.l_start = start;
+    probe.l_len = length;
+    const bool held = fcntl(fd, F_GETLK, &probe) == 0 && probe.l_type != F_UNLCK;
+    close(fd);
+    return held;
+  };
+  return locked(path.string() + "-shm", 120, 16) || locked(path.string(), 0x40000000, 512 + 2);
 }
 
 // Locks one byte with an OFD lock; false when another open file (process) holds it and
@@ -190,7 +407,8 @@ void UnlockByte(int fd, off_t offset) {
 struct MeasurementStore::Handle {
   sqlite3* db = nullptr;
   // Our own descriptor of the store file for the claims. Closed only after SQLite: closing any
-  // descriptor of a file drops the process's POSIX locks on it, SQLite's included.
+  // descriptor of a file drops the process's POSIX locks on it, SQLite's included. -1 when the
+  // store is read-only (nothing is measured into it, so nothing is claimed).
   int claim_fd = -1;
   ~Handle() {
     if (db != nullptr) sqlite3_close_v2(db);
@@ -204,22 +422,111 @@ MeasurementStore::MeasurementStore(std::filesystem::path path, StoreIdentity ide
 
 MeasurementStore::~MeasurementStore() = default;
 
+namespace internal {
+namespace {
+
+// Which of a store's files exist.
+struct Files {
+  bool main = false, wal = false, shm = false, journal = false;
+  static Files Of(const std::filesystem::path& path) {
+    std::error_code ec;
+    const auto exists = [&](const char* suffix) {
+      return std::filesystem::exists(path.string() + suffix, ec);
+    };
+    return {exists(""), exists("-wal"), exists("-shm"), exists("-journal")};
+  }
+};
+
+// What a failed Open left behind, in words; removes a store it created that holds nothing.
+std::string WhatWasLeft(const std::filesystem::path& path, const Files& before) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const Files now = Files::Of(path);
+  std::vector<std::string> created;
+  if (now.wal && !before.wal) created.push_back(path.filename().string() + "-wal");
+  if (now.shm && !before.shm) created.push_back(path.filename().string() + "-shm");
+  if (now.journal && !before.journal) created.push_back(path.filename().string() + "-journal");
+  if (!before.main) {
+    if (!now.main) return "nothing was created";
+    // Created here and holding nothing that another process could be using: removed.
+    const auto size = fs::file_size(path, ec);
+    const auto wal_size = now.wal ? fs::file_size(path.string() + "-wal", ec) : 0;
+    if (!ec && size == 0 && wal_size == 0 && !InUseByAnotherProcess(path)) {
+      for (const char* suffix : {"-wal", "-shm", "-journal", ""}) {
+        fs::remove(path.string() + suffix, ec);
+      }
+      if (!Files::Of(path).main) {
+        return "the new, empty store this run created was removed: nothing was left behind";
+      }
+    }
+    created.insert(created.begin(), path.filename().string());
+    return "left behind: " + JoinNames(created) +
+           ", created by this run and holding no measurements; delete them";
+  }
+  if (created.empty()) return "the file was left unchanged";
+  return "the store was left unchanged; SQLite's " + JoinNames(created) +
+         " were created beside it (they hold nothing of this run; SQLite removes them when the "
+         "store is next closed, or delete them when no process uses the store)";
+}
+
+}  // namespace
+}  // namespace internal
+
 std::unique_ptr<MeasurementStore> MeasurementStore::Open(const std::filesystem::path& path,
-                                                         const StoreIdentity& identity) {
+                                                         const StoreIdentity& identity,
+                                                         const StoreOptions& options) {
+  const internal::Files before = internal::Files::Of(path);
+  try {
+    return OpenChecked(path, identity, options);
+  } catch (const internal::OpenFailure& failure) {
+    // The handle is closed by now: what is on disk is what this run leaves.
+    throw EnvironmentError("measurement store " + path.string() + ": " + failure.reason + " (" +
+                           internal::WhatWasLeft(path, before) + ")");
+  }
+}
+
+std::unique_ptr<MeasurementStore> MeasurementStore::OpenChecked(const std::filesystem::path& path,
+                                                                const StoreIdentity& identity,
+                                                                const StoreOptions& options) {
   using internal::Fail;
   using internal::Statement;
+  using Access = StoreOptions::Access;
+  using DamagedRows = StoreOptions::DamagedRows;
   std::error_code ec;
   const bool exists = std::filesystem::exists(path, ec);
   if (exists && !std::filesystem::is_regular_file(path, ec)) Fail(path, "not a regular file");
+  std::string read_only;  // why the store is opened read-only; empty: read-write
+  if (options.access == Access::kReadOnly) {
+    if (!exists) Fail(path, "no such store");
+    read_only = "opened read-only";
+  } else if (exists) {
+    const std::string why = internal::WhyNotWritable(path);
+    if (!why.empty() && options.access == Access::kReadWrite) {
+      Fail(path, "read-only: " + why + "; this run needs to write to it");
+    }
+    if (!why.empty()) read_only = why;
+  }
+  const bool writable = read_only.empty();
+  const bool empty_file = exists && std::filesystem::file_size(path, ec) == 0;
+  if (!writable && empty_file) Fail(path, "an empty file that cannot be written (" + read_only + ")");
   if (!exists && path.has_parent_path()) {
     std::filesystem::create_directories(path.parent_path(), ec);
   }
 
   auto handle = std::make_unique<Handle>();
   // An existing file is opened without SQLITE_OPEN_CREATE and nothing is written to it until
-  // it has been recognized as a store of this identity.
-  const int flags = SQLITE_OPEN_READWRITE | (exists ? 0 : SQLITE_OPEN_CREATE);
-  if (sqlite3_open_v2(path.c_str(), &handle->db, flags, nullptr) != SQLITE_OK) {
+  // it has been recognized as a store of this identity. A read-only store is opened so that
+  // SQLite writes nothing at all, not even its -wal and -shm files.
+  int rc;
+  if (writable) {
+    rc = sqlite3_open_v2(path.c_str(), &handle->db,
+                         SQLITE_OPEN_READWRITE | (exists ? 0 : SQLITE_OPEN_CREATE), nullptr);
+  } else {
+    const internal::Files files = internal::Files::Of(path);
+    rc = sqlite3_open_v2(internal::ReadOnlyUri(path, !(files.wal && files.shm)).c_str(),
+                         &handle->db, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, nullptr);
+  }
+  if (rc != SQLITE_OK) {
     Fail(path, std::string("cannot open: ") +
                    (handle->db ? sqlite3_errmsg(handle->db) : "out of memory"));
   }
@@ -234,50 +541,100 @@ std::unique_ptr<MeasurementStore> MeasurementStore::Open(const std::filesystem::
     std::map<std::string, std::string> tables;
     Statement list(db, "SELECT type, name, sql FROM sqlite_master");
     if (!list.ok()) Fail(path, "not a SQLite database, or corrupted: " + list.error());
-    int rc;
+    int step;
     schema_empty = true;
-    while ((rc = list.Step()) == SQLITE_ROW) {
+    while ((step = list.Step()) == SQLITE_ROW) {
       schema_empty = false;
       if (list.Text(0) == "table") tables[list.Text(1)] = list.Text(2);
     }
-    if (rc != SQLITE_DONE) Fail(path, "not a SQLite database, or corrupted: " + list.LastError());
+    if (step != SQLITE_DONE) {
+      Fail(path, "not a SQLite database, or corrupted: " + list.LastError());
+    }
     return tables;
   };
-  const auto quick_check = [&] {
-    Statement check(db, "PRAGMA quick_check");
-    if (!check.ok() || check.Step() != SQLITE_ROW || check.Text(0) != "ok") {
-      Fail(path, "integrity check failed (corrupted)");
+  // SQLite's own check of the file's structure: pages, records and indexes (an index entry
+  // that does not match its row would hide a measurement from a lookup).
+  const auto integrity_check = [&] {
+    Statement check(db, "PRAGMA integrity_check(3)");
+    if (!check.ok()) Fail(path, "integrity check failed (corrupted): " + check.error());
+    std::vector<std::string> problems;
+    int step;
+    while ((step = check.Step()) == SQLITE_ROW) {
+      if (check.Text(0) != "ok") problems.push_back(ShownValue(check.Text(0), 200));
+    }
+    if (step != SQLITE_DONE) Fail(path, "integrity check failed (corrupted): " + check.LastError());
+    if (!problems.empty()) Fail(path, "integrity check failed (corrupted): " + JoinNames(problems));
+  };
+  const auto check_columns = [&](int schema_version) {
+    Statement info(db, "PRAGMA table_info(measurements)");
+    if (!info.ok()) Fail(path, "unreadable measurements table: " + info.error());
+    const int expected = schema_version == 1 ? internal::kV1Columns
+                                             : static_cast<int>(std::size(internal::kMeasurementColumns));
+    int n = 0;
+    while (info.Step() == SQLITE_ROW) {
+      const internal::ColumnSpec* spec = n < expected ? &internal::kMeasurementColumns[n] : nullptr;
+      if (spec == nullptr || info.Text(1) != spec->name || info.Text(2) != spec->type ||
+          info.Int(3) != spec->not_null || info.Int(5) != spec->pk) {
+        Fail(path, fmt::format("the measurements table's column {} ({} {}) is not this "
+                               "schema's (another schema, or a damaged one)",
+                               n, ShownValue(info.Text(1), 40), ShownValue(info.Text(2), 20)));
+      }
+      ++n;
+    }
+    if (n != expected) {
+      Fail(path, fmt::format("the measurements table has {} columns, schema {} has {}", n,
+                             schema_version, expected));
     }
   };
+  const auto read_meta = [&] {
+    std::map<std::string, std::string> meta;
+    Statement read(db, "SELECT key, value FROM meta");
+    if (!read.ok()) Fail(path, "unreadable meta table: " + read.error());
+    int step;
+    while ((step = read.Step()) == SQLITE_ROW) meta[read.Text(0)] = read.Text(1);
+    if (step != SQLITE_DONE) Fail(path, "corrupted meta table: " + read.LastError());
+    return meta;
+  };
+  int schema_version = kSchemaVersion;
   const auto validate = [&](const std::map<std::string, std::string>& tables) {
     if (!tables.contains("meta") || !tables.contains("measurements")) {
       Fail(path, "a SQLite database with another schema (no meta/measurements tables)");
     }
-    std::map<std::string, std::string> meta;
-    {
-      Statement read(db, "SELECT key, value FROM meta");
-      if (!read.ok()) Fail(path, "unreadable meta table: " + read.error());
-      int rc;
-      while ((rc = read.Step()) == SQLITE_ROW) meta[read.Text(0)] = read.Text(1);
-      if (rc != SQLITE_DONE) Fail(path, "corrupted meta table: " + read.LastError());
-    }
+    std::map<std::string, std::string> meta = read_meta();
     if (meta["format"] != kFormat) {
       Fail(path, "meta.format = '" + ShownValue(meta["format"]) + "', expected '" + kFormat + "'");
     }
-    if (meta["schema_version"] != std::to_string(kSchemaVersion)) {
+    if (meta["schema_version"] == "1") {
+      schema_version = 1;
+    } else if (meta["schema_version"] != std::to_string(kSchemaVersion)) {
       Fail(path, "schema_version = " + ShownValue(meta["schema_version"]) +
-                     ", this build reads " + std::to_string(kSchemaVersion));
+                     ", this build reads " + std::to_string(kSchemaVersion) + " (and 1)");
     }
-    quick_check();
-    const auto mismatch = [&](const char* key, const std::string& expected) {
-      if (meta[key] != expected) {
-        Fail(path, std::string("belongs to another ") + key + ": store has '" +
-                       ShownValue(meta[key]) + "', this run needs '" + ShownValue(expected) + "'");
+    integrity_check();
+    if (schema_version >= 2) {
+      if (!meta.contains("checksum") || meta["checksum"] != internal::MetaChecksum(meta)) {
+        Fail(path, "the meta table fails its checksum (damaged or hand-edited: which GPU, "
+                   "workload and backend the store belongs to cannot be trusted)");
       }
-    };
-    mismatch("gpu", identity.gpu);
-    mismatch("workload_signature", identity.workload_signature);
-    mismatch("backend", identity.backend);
+      if (!tables.contains("set_aside")) Fail(path, "the set_aside table is missing (damaged)");
+    }
+    check_columns(schema_version);
+    StoreIdentity stored{.gpu = meta["gpu"],
+                         .workload_signature = meta["workload_signature"],
+                         .backend = meta["backend"]};
+    if (options.check_identity) {
+      const auto mismatch = [&](const char* key, const std::string& have,
+                                const std::string& expected) {
+        if (have != expected) {
+          Fail(path, std::string("belongs to another ") + key + ": store has '" +
+                         ShownValue(have) + "', this run needs '" + ShownValue(expected) + "'");
+        }
+      };
+      mismatch("gpu", stored.gpu, identity.gpu);
+      mismatch("workload_signature", stored.workload_signature, identity.workload_signature);
+      mismatch("backend", stored.backend, identity.backend);
+    }
+    return stored;
   };
   const auto exec = [&](const char* sql, const char* what) {
     char* message = nullptr;
@@ -286,6 +643,19 @@ std::unique_ptr<MeasurementStore> MeasurementStore::Open(const std::filesystem::
       sqlite3_free(message);
       sqlite3_exec(db, "ROLLBACK;", nullptr, nullptr, nullptr);
       Fail(path, std::string(what) + ": " + reason);
+    }
+  };
+  const auto put_meta = [&](const std::map<std::string, std::string>& rows) {
+    Statement put(db, "INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)");
+    for (const auto& [key, value] : rows) {
+      put.Reset();
+      put.Bind(1, key);
+      put.Bind(2, value);
+      if (put.Step() != SQLITE_DONE) {
+        const std::string reason = put.LastError();
+        exec("ROLLBACK;", "cannot unlock the store");
+        Fail(path, "cannot write meta: " + reason);
+      }
     }
   };
 
@@ -301,27 +671,30 @@ std::unique_ptr<MeasurementStore> MeasurementStore::Open(const std::filesystem::
     std::string reason;
     for (int attempt = 0;; ++attempt) {
       Statement pragma(db, "PRAGMA journal_mode=WAL");
-      const int rc = pragma.ok() ? pragma.Step() : SQLITE_ERROR;
-      if (rc == SQLITE_ROW && pragma.Text(0) == "wal") return;
-      reason = rc == SQLITE_ROW ? "the journal stayed '" + pragma.Text(0) + "'"
-                                : (pragma.ok() ? pragma.LastError() : pragma.error());
+      const int step = pragma.ok() ? pragma.Step() : SQLITE_ERROR;
+      if (step == SQLITE_ROW && pragma.Text(0) == "wal") return;
+      reason = step == SQLITE_ROW ? "the journal stayed '" + pragma.Text(0) + "'"
+                                  : (pragma.ok() ? pragma.LastError() : pragma.error());
       const int code = sqlite3_errcode(db) & 0xff;
-      const bool busy = rc != SQLITE_ROW && (code == SQLITE_BUSY || code == SQLITE_LOCKED);
+      const bool busy = step != SQLITE_ROW && (code == SQLITE_BUSY || code == SQLITE_LOCKED);
       const auto limit = busy ? std::chrono::seconds(60) : std::chrono::seconds(5);
-      if ((!busy && rc != SQLITE_ROW) || std::chrono::steady_clock::now() - start >= limit) break;
+      if ((!busy && step != SQLITE_ROW) || std::chrono::steady_clock::now() - start >= limit) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(std::min(5 * (attempt + 1), 100)));
     }
     Fail(path, "cannot enable the WAL journal: " + reason);
   };
 
+  StoreIdentity stored = identity;
   std::map<std::string, std::string> tables = read_tables();
   if (!schema_empty) {
-    validate(tables);  // nothing is written before the file is recognized
+    stored = validate(tables);  // nothing is written before the file is recognized
+  } else if (!writable) {
+    Fail(path, "holds no measurement store (" + read_only + ")");
   } else {
     // A file with bytes but no schema (another process is creating the store, or a damaged
     // file): checked before the first write, so a damaged one is refused untouched (the store
     // fuzzer's find: a corrupt page 1 with no tables had its header switched to WAL first).
-    if (exists) quick_check();
+    if (exists) integrity_check();
     // An empty or new file is ours. WAL first (a journal-mode change cannot happen inside a
     // transaction), then create under a write lock, looking again inside it: when two
     // processes start on one new store, the second finds the first one's schema and checks it.
@@ -330,11 +703,11 @@ std::unique_ptr<MeasurementStore> MeasurementStore::Open(const std::filesystem::
     tables = read_tables();
     if (!schema_empty) {
       exec("ROLLBACK;", "cannot unlock the store");
-      validate(tables);
+      stored = validate(tables);
     } else {
       exec(internal::kCreateSchema, "cannot create the schema");
-      Statement put(db, "INSERT INTO meta(key, value) VALUES (?, ?)");
-      const std::pair<std::string, std::string> rows[] = {
+      exec(internal::kCreateSetAside, "cannot create the schema");
+      std::map<std::string, std::string> meta = {
           {"format", kFormat},
           {"schema_version", std::to_string(kSchemaVersion)},
           {"gpu", identity.gpu},
@@ -342,38 +715,146 @@ std::unique_ptr<MeasurementStore> MeasurementStore::Open(const std::filesystem::
           {"backend", identity.backend},
           {"created_at", internal::UtcNow()},
       };
-      for (const auto& [key, value] : rows) {
-        sqlite3_reset(put.get());
-        put.Bind(1, key);
-        put.Bind(2, value);
-        if (put.Step() != SQLITE_DONE) {
-          const std::string reason = put.LastError();
-          exec("ROLLBACK;", "cannot unlock the store");
-          Fail(path, "cannot write meta: " + reason);
-        }
-      }
+      meta["checksum"] = internal::MetaChecksum(meta);
+      put_meta(meta);
       exec("COMMIT;", "cannot commit the schema");
     }
   }
-  // Recognized (or new): WAL journal so that each committed measurement survives a SIGKILL
-  // and readers never block the writer; FULL sync so it also survives a power cut.
-  enable_wal();
-  exec("PRAGMA synchronous=FULL;", "cannot set full synchronous writes");
-  handle->claim_fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
-  if (handle->claim_fd < 0) {
-    Fail(path, std::string("cannot open for claims: ") + std::strerror(errno));
+  if (writable) {
+    // Recognized (or new): WAL journal so that each committed measurement survives a SIGKILL
+    // and readers never block the writer; FULL sync so it also survives a power cut.
+    enable_wal();
+    exec("PRAGMA synchronous=FULL;", "cannot set full synchronous writes");
   }
-  return std::unique_ptr<MeasurementStore>(
-      new MeasurementStore(path, identity, std::move(handle)));
+
+  // Version 1 (no checksums): upgraded in place when it can be written, each row's checksum
+  // taken from the row as it is (a row that fails the value checks gets none, and is set aside
+  // below). Another process may upgrade it at the same moment: looked at again under the lock.
+  if (schema_version == 1 && writable) {
+    exec("BEGIN IMMEDIATE;", "cannot lock the store to upgrade it");
+    std::map<std::string, std::string> meta = read_meta();
+    if (meta["schema_version"] == "1") {
+      exec("ALTER TABLE measurements ADD COLUMN checksum INTEGER;", "cannot upgrade the store");
+      exec(internal::kCreateSetAside, "cannot upgrade the store");
+      Statement all(db, fmt::format("SELECT rowid, {} FROM measurements",
+                                    internal::ReadColumns(false)).c_str());
+      Statement update(db, "UPDATE measurements SET checksum = ? WHERE rowid = ?");
+      std::vector<std::pair<int64_t, int64_t>> checksums;
+      while (all.ok() && all.Step() == SQLITE_ROW) {
+        internal::Row row;
+        if (!internal::ReadRow(all, 0, /*verify=*/false, &row)) {
+          checksums.emplace_back(row.rowid, row.Checksum());
+        }
+      }
+      for (const auto& [rowid, checksum] : checksums) {
+        update.Reset();
+        update.Bind(1, checksum);
+        update.Bind(2, rowid);
+        if (update.Step() != SQLITE_DONE) {
+          const std::string reason = update.LastError();
+          exec("ROLLBACK;", "cannot unlock the store");
+          Fail(path, "cannot upgrade the store: " + reason);
+        }
+      }
+      meta["schema_version"] = std::to_string(kSchemaVersion);
+      meta["upgraded_at"] = internal::UtcNow();
+      meta["checksum"] = internal::MetaChecksum(meta);
+      put_meta(meta);
+    }
+    exec("COMMIT;", "cannot commit the upgrade");
+    schema_version = kSchemaVersion;
+  }
+
+  // Every row checked; the damaged ones set aside (or the open refused, or skipped).
+  const bool verify = schema_version >= 2;
+  const auto damaged_rows = [&] {
+    std::vector<std::pair<int64_t, std::string>> damaged;
+    Statement all(db, fmt::format("SELECT rowid, {} FROM measurements ORDER BY rowid",
+                                  internal::ReadColumns(verify)).c_str());
+    if (!all.ok()) Fail(path, "unreadable measurements table: " + all.error());
+    int step;
+    while ((step = all.Step()) == SQLITE_ROW) {
+      internal::Row row;
+      if (auto why = internal::ReadRow(all, 0, verify, &row)) {
+        damaged.emplace_back(row.rowid, internal::RowName(row) + ": " + *why);
+      }
+    }
+    if (step != SQLITE_DONE) Fail(path, "unreadable measurements table: " + all.LastError());
+    return damaged;
+  };
+  std::vector<std::pair<int64_t, std::string>> damaged = damaged_rows();
+  DamagedRows policy = options.damaged;
+  if (!writable && policy == DamagedRows::kSetAside) policy = DamagedRows::kSkip;
+  if (!damaged.empty() && policy == DamagedRows::kFail) {
+    std::vector<std::string> names;
+    for (std::size_t i = 0; i < damaged.size() && i < 3; ++i) names.push_back(damaged[i].second);
+    Fail(path, fmt::format("{} (a damaged or hand-edited store): {}{}; told not to measure "
+                           "them again",
+                           damaged.size() == 1 ? std::string("1 row fails its checks")
+                                               : fmt::format("{} rows fail their checks",
+                                                             damaged.size()),
+                           JoinNames(names),
+                           damaged.size() > 3 ? ", ..." : ""));
+  }
+  if (!damaged.empty() && policy == DamagedRows::kSetAside) {
+    // Under the write lock, looked at again: another process may have set them aside already.
+    exec("BEGIN IMMEDIATE;", "cannot lock the store to set damaged rows aside");
+    damaged = damaged_rows();
+    Statement move(db, fmt::format("INSERT INTO set_aside SELECT ?, ?, {} FROM measurements "
+                                   "WHERE rowid = ?", internal::kColumns).c_str());
+    Statement remove(db, "DELETE FROM measurements WHERE rowid = ?");
+    const std::string now = internal::UtcNow();
+    for (const auto& [rowid, why] : damaged) {
+      move.Reset();
+      move.Bind(1, now);
+      move.Bind(2, why);
+      move.Bind(3, rowid);
+      remove.Reset();
+      remove.Bind(1, rowid);
+      if (!move.ok() || !remove.ok() || move.Step() != SQLITE_DONE ||
+          remove.Step() != SQLITE_DONE) {
+        const std::string reason = sqlite3_errmsg(db);
+        exec("ROLLBACK;", "cannot unlock the store");
+        Fail(path, "cannot set a damaged row aside: " + reason);
+      }
+    }
+    exec("COMMIT;", "cannot commit the rows set aside");
+  }
+  if (writable) {
+    handle->claim_fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+    if (handle->claim_fd < 0) {
+      Fail(path, std::string("cannot open for claims: ") + std::strerror(errno));
+    }
+  }
+  auto store = std::unique_ptr<MeasurementStore>(
+      new MeasurementStore(path, options.check_identity ? identity : stored, std::move(handle)));
+  store->read_only_reason_ = read_only;
+  store->verify_checksums_ = verify;
+  const auto warn = options.warn ? options.warn : [](const std::string& message) {
+    std::fprintf(stderr, "kareus: warning: %s\n", message.c_str());
+  };
+  for (const auto& [rowid, why] : damaged) {
+    store->damaged_rows_.push_back(why);
+    if (policy == DamagedRows::kSkip) store->skipped_rowids_.push_back(rowid);
+    warn("measurement store " + path.string() + ": " + why + ": " +
+         (policy == DamagedRows::kSkip ? "not used"
+                                       : "set aside (table set_aside) and measured again"));
+  }
+  std::sort(store->skipped_rowids_.begin(), store->skipped_rowids_.end());
+  return store;
+}
+
+bool MeasurementStore::Skipped(int64_t rowid) const {
+  return std::binary_search(skipped_rowids_.begin(), skipped_rowids_.end(), rowid);
 }
 
 std::optional<Sample> MeasurementStore::Find(const std::string& partition,
                                              const PartitionKnobs& knobs) const {
   internal::Statement find(
       handle_->db,
-      "SELECT time_s, energy_j, static_energy_j, dynamic_energy_j, realized_freq_mhz, "
-      "gpu_seconds, noise_free FROM measurements WHERE gpu = ? AND workload = ? AND "
-      "partition = ? AND freq_mhz = ? AND sms = ? AND slot = ?");
+      fmt::format("SELECT rowid, {} FROM measurements WHERE gpu = ? AND workload = ? AND "
+                  "partition = ? AND freq_mhz = ? AND sms = ? AND slot = ?",
+                  internal::ReadColumns(verify_checksums_)).c_str());
   if (!find.ok()) internal::FailInUse(path_, "query failed: " + find.error());
   find.Bind(1, identity_.gpu);
   find.Bind(2, identity_.workload_signature);
@@ -384,33 +865,52 @@ std::optional<Sample> MeasurementStore::Find(const std::string& partition,
   const int rc = find.Step();
   if (rc == SQLITE_DONE) return std::nullopt;
   if (rc != SQLITE_ROW) internal::FailInUse(path_, "query failed: " + find.LastError());
-  return internal::ReadSample(find, 0, path_, internal::RowName(partition, knobs));
+  internal::Row row;
+  if (auto why = internal::ReadRow(find, 0, verify_checksums_, &row)) {
+    if (Skipped(row.rowid)) return std::nullopt;  // reported at open
+    // Damaged since the store was opened (another process, a hand edit): refused, not trusted.
+    internal::FailInUse(path_, internal::RowName(partition, knobs) + ": " + *why +
+                                   " (a hand-edited or damaged store; reopen it to set the row "
+                                   "aside)");
+  }
+  return row.ToSample();
 }
 
 bool MeasurementStore::Insert(const std::string& partition, const PartitionKnobs& knobs,
                               const Sample& sample) {
+  if (read_only()) {
+    internal::FailInUse(path_, "is read-only (" + read_only_reason_ + "): cannot store " +
+                                   internal::RowName(partition, knobs));
+  }
+  internal::Row row{.rowid = 0,
+                    .gpu = identity_.gpu,
+                    .workload = identity_.workload_signature,
+                    .partition = partition,
+                    .slot = knobs.slot,
+                    .measured_at = internal::UtcNow(),
+                    .freq_mhz = knobs.freq_mhz,
+                    .sms = knobs.sms,
+                    .values = {sample.time_s, sample.energy_j, sample.static_energy_j,
+                               sample.dynamic_energy_j, sample.realized_freq_mhz, sample.seconds},
+                    .noise_free = sample.noise_free ? 1 : 0,
+                    .checksum = std::nullopt};
   // Another process may have stored the configuration since we looked: its row stays.
   internal::Statement insert(
       handle_->db,
-      "INSERT INTO measurements(gpu, workload, partition, freq_mhz, sms, slot, time_s, "
-      "energy_j, static_energy_j, dynamic_energy_j, realized_freq_mhz, gpu_seconds, "
-      "noise_free, measured_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
-      "ON CONFLICT DO NOTHING");
+      fmt::format("INSERT INTO measurements({}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
+                  "?, ?) ON CONFLICT DO NOTHING",
+                  internal::kColumns).c_str());
   if (!insert.ok()) internal::FailInUse(path_, "insert failed: " + insert.error());
-  insert.Bind(1, identity_.gpu);
-  insert.Bind(2, identity_.workload_signature);
-  insert.Bind(3, partition);
-  insert.Bind(4, static_cast<int64_t>(knobs.freq_mhz));
-  insert.Bind(5, static_cast<int64_t>(knobs.sms));
-  insert.Bind(6, knobs.slot);
-  insert.Bind(7, sample.time_s);
-  insert.Bind(8, sample.energy_j);
-  insert.Bind(9, sample.static_energy_j);
-  insert.Bind(10, sample.dynamic_energy_j);
-  insert.Bind(11, sample.realized_freq_mhz);
-  insert.Bind(12, sample.seconds);
-  insert.Bind(13, static_cast<int64_t>(sample.noise_free ? 1 : 0));
-  insert.Bind(14, internal::UtcNow());
+  insert.Bind(1, row.gpu);
+  insert.Bind(2, row.workload);
+  insert.Bind(3, row.partition);
+  insert.Bind(4, row.freq_mhz);
+  insert.Bind(5, row.sms);
+  insert.Bind(6, row.slot);
+  for (int k = 0; k < 6; ++k) insert.Bind(7 + k, row.values[k]);
+  insert.Bind(13, row.noise_free);
+  insert.Bind(14, row.measured_at);
+  insert.Bind(15, row.Checksum());
   // Autocommit: the row is durable when the statement completes.
   if (insert.Step() != SQLITE_DONE) {
     internal::FailInUse(path_, "insert failed: " + insert.LastError());
@@ -437,6 +937,30 @@ void MeasurementStore::Release(const std::string& partition, const PartitionKnob
 void MeasurementStore::FindOrMeasure(const std::string& partition,
                                      const std::vector<PartitionKnobs>& batch, const MeasureFn& measure,
                                      const ReadyFn& on_ready) {
+  if (read_only()) {
+    // Nothing can be stored: everything must be there already, which is known before anything
+    // is measured.
+    std::vector<std::optional<Sample>> found;
+    std::size_t missing = 0;
+    std::optional<std::size_t> first_missing;
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      found.push_back(Find(partition, batch[i]));
+      if (!found.back()) {
+        ++missing;
+        if (!first_missing) first_missing = i;
+      }
+    }
+    if (missing > 0) {
+      throw EnvironmentError(fmt::format(
+          "measurement store {} is read-only ({}) and lacks {} of the {} configurations to "
+          "measure now (first: {}); nothing was measured: pass a writable --store (e.g. a copy "
+          "of this one in a writable folder)",
+          path_.string(), read_only_reason_, missing, batch.size(),
+          internal::RowName(partition, batch[*first_missing])));
+    }
+    for (std::size_t i = 0; i < batch.size(); ++i) on_ready(i, *found[i], true);
+    return;
+  }
   // Claims held while measuring; released when stored, or here if measuring fails.
   std::vector<std::size_t> claimed;
   struct ReleaseLeft {
@@ -494,43 +1018,33 @@ void MeasurementStore::FindOrMeasure(const std::string& partition,
 int64_t MeasurementStore::Count() const {
   internal::Statement count(handle_->db, "SELECT COUNT(*) FROM measurements");
   if (!count.ok() || count.Step() != SQLITE_ROW) internal::FailInUse(path_, "count failed");
-  return count.Int(0);
+  return count.Int(0) - static_cast<int64_t>(skipped_rowids_.size());
 }
 
 int64_t MeasurementStore::Count(const std::string& partition) const {
-  internal::Statement count(handle_->db,
-                            "SELECT COUNT(*) FROM measurements WHERE partition = ?");
-  if (!count.ok()) internal::FailInUse(path_, "count failed: " + count.error());
-  count.Bind(1, partition);
-  if (count.Step() != SQLITE_ROW) internal::FailInUse(path_, "count failed");
-  return count.Int(0);
+  int64_t n = 0;
+  for (const StoredMeasurement& row : All()) n += row.partition == partition ? 1 : 0;
+  return n;
 }
 
 std::vector<StoredMeasurement> MeasurementStore::All() const {
-  internal::Statement all(
-      handle_->db,
-      "SELECT partition, freq_mhz, sms, slot, time_s, energy_j, static_energy_j, "
-      "dynamic_energy_j, realized_freq_mhz, gpu_seconds, noise_free FROM measurements "
-      "ORDER BY rowid");
+  internal::Statement all(handle_->db,
+                          fmt::format("SELECT rowid, {} FROM measurements ORDER BY rowid",
+                                      internal::ReadColumns(verify_checksums_)).c_str());
   if (!all.ok()) internal::FailInUse(path_, "query failed: " + all.error());
   std::vector<StoredMeasurement> rows;
   int rc;
   while ((rc = all.Step()) == SQLITE_ROW) {
-    StoredMeasurement row{.partition = all.Text(0),
-                          .knobs = {.freq_mhz = 0, .sms = 0, .slot = all.Text(3)},
-                          .sample = {}};
-    const int64_t freq = all.Int(1);
-    const int64_t sms = all.Int(2);
-    if (all.Type(1) != SQLITE_INTEGER || all.Type(2) != SQLITE_INTEGER || freq <= 0 ||
-        freq > INT32_MAX || sms <= 0 || sms > INT32_MAX || !IsValidUtf8(row.partition) ||
-        !IsValidUtf8(row.knobs.slot)) {
-      internal::FailInUse(path_, "a row of partition '" + ShownValue(row.partition, 60) +
-                                     "' has invalid knobs (a hand-edited or damaged store)");
+    internal::Row row;
+    if (auto why = internal::ReadRow(all, 0, verify_checksums_, &row)) {
+      if (Skipped(row.rowid)) continue;
+      internal::FailInUse(path_, internal::RowName(row) + ": " + *why +
+                                     " (a hand-edited or damaged store; reopen it to set the "
+                                     "row aside)");
     }
-    row.knobs.freq_mhz = static_cast<int>(freq);
-    row.knobs.sms = static_cast<int>(sms);
-    row.sample = internal::ReadSample(all, 4, path_, internal::RowName(row.partition, row.knobs));
-    rows.push_back(std::move(row));
+    rows.push_back(StoredMeasurement{.partition = row.partition,
+                                     .knobs = row.Knobs(),
+                                     .sample = row.ToSample()});
   }
   if (rc != SQLITE_DONE) internal::FailInUse(path_, "query failed: " + all.LastError());
   return rows;

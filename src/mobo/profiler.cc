@@ -11,6 +11,8 @@
 #include <optional>
 #include <set>
 
+#include <fmt/format.h>
+
 #include "kareus/common/error.h"
 #include "kareus/common/io.h"
 #include "kareus/common/progress.h"
@@ -610,6 +612,17 @@ class TypeState {
       if (!e.from_store) missing_.push_back(first + i);
       result_.evaluations.push_back(std::move(e));
     }
+    if (store_ != nullptr && store_->read_only() && !missing_.empty()) {
+      // Nothing could be kept: refused before anything is measured.
+      const Evaluation& e = result_.evaluations[missing_.front()];
+      throw EnvironmentError(fmt::format(
+          "measurement store {} is read-only ({}) and lacks {} configuration{} of {} this "
+          "profile needs (first: {} MHz, {} SMs, {}); nothing was measured: pass a writable "
+          "--store (e.g. a copy of this one in a writable folder)",
+          store_->path().string(), store_->read_only_reason(), missing_.size(),
+          missing_.size() == 1 ? "" : "s", plan_.type->name, e.knobs.freq_mhz, e.knobs.sms,
+          ShownValue(e.knobs.slot)));
+    }
     pending_ = missing_.size();
     recorded_.assign(missing_.size(), false);
     return pending_ > 0;
@@ -872,9 +885,12 @@ WorkloadProfiler::WorkloadProfiler(const workload::WorkloadModel& model,
   }
   if (!options.store.empty()) {
     s.store = measure::MeasurementStore::Open(
-        options.store, {.gpu = backend.Gpu().name,
-                        .workload_signature = model.workload.Signature(),
-                        .backend = backend.Description()});
+        options.store,
+        {.gpu = backend.Gpu().name,
+         .workload_signature = model.workload.Signature(),
+         .backend = backend.Description()},
+        {.damaged = options.remeasure_damaged ? measure::StoreOptions::DamagedRows::kSetAside
+                                              : measure::StoreOptions::DamagedRows::kFail});
   }
   for (std::size_t i = 0; i < s.plans.size(); ++i) {
     const uint64_t seed = DeriveSeed(context.seed, HashString(s.plans[i].type->name.c_str()));

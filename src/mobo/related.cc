@@ -1,8 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // Transfer between workloads: reading a related workload's measurement store (read-only) and
 // turning its rows of a partition type into extra surrogate rows.
-#include <sqlite3.h>
-
 #include <algorithm>
 #include <map>
 #include <numeric>
@@ -37,32 +35,6 @@ std::map<std::string, std::string> SignatureFields(const std::string& signature)
   return fields;
 }
 
-struct Db {
-  sqlite3* db = nullptr;
-  ~Db() {
-    if (db != nullptr) sqlite3_close_v2(db);
-  }
-};
-
-// Runs `sql`, calling `row` per result row.
-template <typename Row>
-void Query(sqlite3* db, const std::filesystem::path& path, const char* sql, Row row) {
-  sqlite3_stmt* stmt = nullptr;
-  if (sqlite3_prepare_v2(db, sql, -1, &stmt, nullptr) != SQLITE_OK) {
-    Unreadable(path, std::string("not a measurement store: ") + sqlite3_errmsg(db));
-  }
-  int rc;
-  while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) row(stmt);
-  const std::string error = sqlite3_errmsg(db);
-  sqlite3_finalize(stmt);
-  if (rc != SQLITE_DONE) Unreadable(path, "read failed: " + error);
-}
-
-std::string Text(sqlite3_stmt* stmt, int col) {
-  const unsigned char* text = sqlite3_column_text(stmt, col);
-  return text == nullptr ? std::string() : reinterpret_cast<const char*>(text);
-}
-
 }  // namespace
 }  // namespace internal
 
@@ -75,25 +47,22 @@ RelatedWorkload LoadRelatedWorkload(const std::filesystem::path& path,
   if (!std::filesystem::is_regular_file(path, ec) || std::filesystem::file_size(path, ec) == 0) {
     Unreadable(path, "no such store");
   }
-  internal::Db handle;
-  // Read-only: nothing is created or written, not even a journal switch.
-  if (sqlite3_open_v2(path.c_str(), &handle.db, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) {
-    Unreadable(path, std::string("cannot open: ") +
-                         (handle.db ? sqlite3_errmsg(handle.db) : "out of memory"));
+  // Read-only: nothing is created or written, not even a journal switch or a -wal file. A
+  // damaged row is named and left out (transfer data is extra, and this store is not ours to
+  // repair); a damaged meta table or file is an error.
+  std::unique_ptr<measure::MeasurementStore> store;
+  try {
+    store = measure::MeasurementStore::Open(
+        path, {}, {.access = measure::StoreOptions::Access::kReadOnly,
+                   .damaged = measure::StoreOptions::DamagedRows::kSkip,
+                   .check_identity = false});
+  } catch (const EnvironmentError& e) {
+    throw EnvironmentError(std::string("--related: ") + e.what());
   }
-  sqlite3_busy_timeout(handle.db, 10000);
-  std::map<std::string, std::string> meta;
-  internal::Query(handle.db, path, "SELECT key, value FROM meta", [&](sqlite3_stmt* stmt) {
-    meta[internal::Text(stmt, 0)] = internal::Text(stmt, 1);
-  });
-  if (meta["format"] != measure::MeasurementStore::kFormat) {
-    Unreadable(path, "meta.format = '" + meta["format"] + "', expected '" +
-                         measure::MeasurementStore::kFormat + "'");
-  }
-  if (meta["schema_version"] != std::to_string(measure::MeasurementStore::kSchemaVersion)) {
-    Unreadable(path, "schema_version = " + meta["schema_version"] + ", this build reads " +
-                         std::to_string(measure::MeasurementStore::kSchemaVersion));
-  }
+  std::map<std::string, std::string> meta = {{"gpu", store->identity().gpu},
+                                             {"backend", store->identity().backend},
+                                             {"workload_signature",
+                                              store->identity().workload_signature}};
   const workload::Workload& t = target.workload;
   if (meta["gpu"] != t.gpu.name) {
     Unrelated(path, "another GPU (" + meta["gpu"] + ", this workload runs on " + t.gpu.name + ")");
@@ -137,26 +106,7 @@ RelatedWorkload LoadRelatedWorkload(const std::filesystem::path& path,
     Unreadable(path, "cannot rebuild the workload of signature '" + signature + "'");
   }
   out.model = workload::BuildWorkloadModel(w);
-  internal::Query(
-      handle.db, path,
-      "SELECT partition, freq_mhz, sms, slot, time_s, energy_j, static_energy_j, "
-      "dynamic_energy_j, realized_freq_mhz, gpu_seconds, noise_free FROM measurements "
-      "ORDER BY rowid",
-      [&](sqlite3_stmt* stmt) {
-        out.measurements.push_back(measure::StoredMeasurement{
-            .partition = internal::Text(stmt, 0),
-            .knobs = {.freq_mhz = sqlite3_column_int(stmt, 1),
-                      .sms = sqlite3_column_int(stmt, 2),
-                      .slot = internal::Text(stmt, 3)},
-            .sample = {.time_s = sqlite3_column_double(stmt, 4),
-                       .energy_j = sqlite3_column_double(stmt, 5),
-                       .static_energy_j = sqlite3_column_double(stmt, 6),
-                       .dynamic_energy_j = sqlite3_column_double(stmt, 7),
-                       .realized_freq_mhz = sqlite3_column_double(stmt, 8),
-                       .seconds = sqlite3_column_double(stmt, 9),
-                       .noise_free = sqlite3_column_int(stmt, 10) != 0},
-        });
-      });
+  out.measurements = store->All();
   return out;
 }
 

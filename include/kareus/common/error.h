@@ -8,10 +8,13 @@
 
 namespace kareus {
 
-// The base of every error Kareus raises on purpose.
+// The base of every error Kareus raises on purpose. The message is kept as UTF-8: bytes that
+// are not (a damaged file's text that SQLite or a parser quotes) are written as \xNN, so a
+// message can always be printed, logged or carried in JSON and Python strings.
 class Error : public std::runtime_error {
  public:
-  using std::runtime_error::runtime_error;
+  explicit Error(const std::string& message);
+  explicit Error(const char* message) : Error(std::string(message)) {}
 };
 
 // Expected failure caused by the user's input (a workload file, a flag, a CSV row, a plan file).
@@ -45,6 +48,10 @@ bool IsValidUtf8(std::string_view text);
 // \xNN, and when longer than `max_bytes` cut there with its length appended
 // ("aaaa... (102400 bytes)"), so a 100 KB value never floods a terminal or a log.
 std::string ShownValue(std::string_view text, std::size_t max_bytes = 120);
+
+// `text` with every byte that is not part of well-formed UTF-8 written as \xNN; everything
+// else (newlines included) kept as it is.
+std::string Utf8Escaped(std::string_view text);
 
 // Throws InputError "field = value: rule"; the value (and the field, which may hold a key the
 // user wrote) go through ShownValue.

@@ -6,6 +6,14 @@
 // reported and never modified. Several processes may use one store at once: each ends with
 // the union of all measurements, and a configuration one process is measuring is waited for, not
 // measured again, by the others (FindOrMeasure).
+//
+// Damage is detected, not trusted: every row carries a checksum of its key and values and the
+// meta table one of its own; at open SQLite's integrity check runs and every row is verified. A
+// row that fails is named and, by default, set aside (moved to the table `set_aside`, so nothing
+// is deleted) and measured again; told not to re-measure, the open fails naming the rows and
+// the file is left as it was. A store that cannot be written (a read-only mount, a file without
+// write permission) is opened read-only, creating no side files; it answers what it holds, and
+// a configuration it lacks is an error naming the file before anything is measured.
 #pragma once
 
 #include <cstdint>
@@ -34,16 +42,42 @@ struct StoredMeasurement {
   Sample sample;
 };
 
+// How a store is opened.
+struct StoreOptions {
+  enum class Access {
+    kAuto,       // read-write, or read-only when the file exists and cannot be written
+    kReadWrite,  // a store that cannot be written is an error
+    kReadOnly,   // never writes, never creates a file or a side file (-wal, -shm)
+  };
+  // What to do with a row that fails its checks at open.
+  enum class DamagedRows {
+    kSetAside,  // move it to the table set_aside and warn; it is measured again (read-only
+                // stores: kSkip)
+    kFail,      // EnvironmentError naming the rows; the file is left as it was
+    kSkip,      // leave it in the file, warn, and answer as if it were not there
+  };
+  Access access = Access::kAuto;
+  DamagedRows damaged = DamagedRows::kSetAside;
+  // False: any identity is accepted and identity() reports the store's own (a related
+  // workload's store, read for transfer).
+  bool check_identity = true;
+  // Where warnings (rows set aside or skipped) go; default: stderr, "kareus: warning: ...".
+  std::function<void(const std::string&)> warn = {};
+};
+
 class MeasurementStore {
  public:
   static constexpr const char* kFormat = "kareus-measurement-store";
-  static constexpr int kSchemaVersion = 1;
+  // 2 added the rows' and the meta table's checksums and the set_aside table; a version 1
+  // store is upgraded when it is opened for writing (its rows checked by value as before).
+  static constexpr int kSchemaVersion = 2;
 
   // Opens `path`, creating a new store when the file does not exist (or is empty). Throws
-  // EnvironmentError naming the path and the reason when the file cannot be used; the file is
-  // then left exactly as it was.
+  // EnvironmentError naming the path, the reason and what was left: an existing file is left
+  // exactly as it was; a store this call created is removed again when it holds nothing.
   static std::unique_ptr<MeasurementStore> Open(const std::filesystem::path& path,
-                                                const StoreIdentity& identity);
+                                                const StoreIdentity& identity,
+                                                const StoreOptions& options = {});
   ~MeasurementStore();
   MeasurementStore(const MeasurementStore&) = delete;
   MeasurementStore& operator=(const MeasurementStore&) = delete;
@@ -76,11 +110,21 @@ class MeasurementStore {
   std::vector<StoredMeasurement> All() const;         // in insertion order, checked as Find
   const StoreIdentity& identity() const { return identity_; }
   const std::filesystem::path& path() const { return path_; }
+  // Opened read-only (StoreOptions::Access, or a file that cannot be written), and why.
+  bool read_only() const { return !read_only_reason_.empty(); }
+  const std::string& read_only_reason() const { return read_only_reason_; }
+  // The rows that failed their checks at open ("row (...): reason"), set aside or skipped.
+  const std::vector<std::string>& damaged_rows() const { return damaged_rows_; }
 
  private:
   struct Handle;
   MeasurementStore(std::filesystem::path path, StoreIdentity identity,
                    std::unique_ptr<Handle> handle);
+  static std::unique_ptr<MeasurementStore> OpenChecked(const std::filesystem::path& path,
+                                                       const StoreIdentity& identity,
+                                                       const StoreOptions& options);
+  // The row of `rowid` failed its checks at open and stays in the file (kSkip).
+  bool Skipped(int64_t rowid) const;
   // Claims on configurations being measured (OFD write locks on one byte of the store file
   // each, far above SQLite's own lock bytes). TryClaim does not wait; Claim waits.
   bool TryClaim(const std::string& partition, const PartitionKnobs& knobs);
@@ -89,6 +133,10 @@ class MeasurementStore {
   std::filesystem::path path_;
   StoreIdentity identity_;
   std::unique_ptr<Handle> handle_;
+  std::string read_only_reason_;
+  bool verify_checksums_ = true;  // false: a version 1 store read without upgrading it
+  std::vector<std::string> damaged_rows_;
+  std::vector<int64_t> skipped_rowids_;  // sorted
 };
 
 }  // namespace kareus::measure

@@ -62,6 +62,10 @@ struct ProfileOptions {
                                    // measured configurations instead of the raw readings
   std::vector<std::string> partitions;  // types to profile (names); empty: all
   std::filesystem::path store;     // SQLite measurement store; empty: measurements not kept
+  // A stored row that fails its checks (checksum, values) is set aside and measured again;
+  // false: the run stops (EnvironmentError naming the rows) and the store is left as it was.
+  // A store that cannot be written is read: everything the profile needs must be in it.
+  bool remeasure_damaged = true;
   // Model-informed prior (kareus/mobo/prior.h): the surrogates learn the residual between the
   // measurements and this model's predictions. Empty: no prior (the library default; the CLI
   // sets the emulator's model of the workload's GPU preset).
