@@ -172,6 +172,9 @@ void AddEvaluateCommand(CLI::App& app) {
     // Under mpirun every rank runs this command: rank 0 profiles the workloads' partition types
     // on every rank together, then each workload's remaining flow runs on a rank; rank 0 writes
     // every store and file.
+    // The library evaluates without writing when given no folder; on the command line an
+    // empty --out is a mistake, refused before anything runs.
+    if (args->out.empty()) ThrowInput("--out", "\"\"", "an output folder is required");
     const std::unique_ptr<distributed::Session> session = distributed::Session::Open();
     const std::vector<std::filesystem::path> paths(args->workloads.begin(), args->workloads.end());
     const Context context{.seed = args->seed, .quiet = args->quiet};

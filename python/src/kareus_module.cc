@@ -17,6 +17,7 @@
 #include "kareus/common/io.h"
 #include "kareus/measure/emulator_backend.h"
 #include "kareus/methods/run.h"
+#include "kareus/plan/check.h"
 #include "kareus/plan/plan_file.h"
 #include "kareus/runtime/energy_monitor.h"
 #include "kareus/runtime/frequency_controller.h"
@@ -236,10 +237,13 @@ PYBIND11_MODULE(_kareus, m) {
 
   m.def(
       "load_plan",
-      [](const std::filesystem::path& path) { return ToPython(plan::ToJson(plan::ReadPlanFile(path))); },
+      [](const std::filesystem::path& path) {
+        return ToPython(plan::ToJson(plan::ReadCheckedPlanFile(path)));
+      },
       py::arg("plan_path"),
-      "A plan.json, validated as the runtime reads it (InputError naming the field and the "
-      "rule), as a dict in the current format.");
+      "A plan.json, validated as export and the runtime read it (its shape, and that it fits "
+      "the workload it records: stages, clocks, partition types, slots, SM counts; InputError "
+      "naming the field and the rule), as a dict in the current format.");
 
   m.def(
       "sequential_job_refusal",

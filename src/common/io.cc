@@ -8,15 +8,18 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <atomic>
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <mutex>
 #include <random>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include "kareus/common/error.h"
@@ -232,6 +235,35 @@ void ValidatePathComponent(const std::string& field, const std::string& name) {
   }
 }
 
+bool IsMountPoint(const fs::path& path) {
+  std::error_code ec;
+  const fs::path resolved = fs::weakly_canonical(fs::absolute(path, ec), ec);
+  if (ec) return false;
+  if (resolved == resolved.root_path()) return true;
+  // /proc/self/mountinfo's fifth field is the mount point, with ' ', '\t', '\n' and '\\'
+  // written as octal escapes; it lists bind mounts that st_dev cannot tell apart.
+  std::ifstream mounts("/proc/self/mountinfo");
+  for (std::string line; std::getline(mounts, line);) {
+    std::istringstream fields(line);
+    std::string field, mount_point;
+    for (int k = 0; k < 5 && (fields >> field); ++k) mount_point = field;
+    std::string decoded;
+    for (std::size_t i = 0; i < mount_point.size(); ++i) {
+      if (mount_point[i] == '\\' && i + 3 < mount_point.size() &&
+          std::isdigit(static_cast<unsigned char>(mount_point[i + 1]))) {
+        decoded += static_cast<char>(std::stoi(mount_point.substr(i + 1, 3), nullptr, 8));
+        i += 3;
+      } else {
+        decoded += mount_point[i];
+      }
+    }
+    if (!decoded.empty() && fs::path(decoded) == resolved) return true;
+  }
+  struct stat self {}, parent {};
+  return ::stat(resolved.c_str(), &self) == 0 &&
+         ::stat(resolved.parent_path().c_str(), &parent) == 0 && self.st_dev != parent.st_dev;
+}
+
 OutputFolder::OutputFolder(const fs::path& target) {
   if (target.empty()) ThrowInput("out", "\"\"", "an output folder is required");
   std::error_code ec;
@@ -255,6 +287,14 @@ OutputFolder::OutputFolder(const fs::path& target) {
   if (fs::exists(resolved, ec)) {
     if (!fs::is_directory(resolved, ec)) {
       ThrowInput("out", target.string(), "exists and is not a folder");
+    }
+    if (IsMountPoint(resolved)) {
+      // The outputs are swapped in as a whole (a rename), which a mount point refuses: checked
+      // here, before any work, not after it.
+      ThrowInput("out", target.string(),
+                 "is a mount point, and an output folder is replaced as a whole (renamed into "
+                 "place), which a mount point cannot be; name a folder inside it, e.g. " +
+                     (resolved / "kareus-out").string());
     }
     const std::string foreign = FirstForeignEntry(resolved, 0);
     if (!foreign.empty()) {

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "kareus/plan/perseus.h"
 
+#include "kareus/plan/check.h"
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -437,7 +439,7 @@ ExportSummary ExportPlans(const ExportOptions& options) {
   const std::regex numbered(R"(plan_(\d+)\.json)");
   std::vector<std::pair<fs::path, std::string>> outputs;
   for (const fs::path& input : inputs) {
-    const Plan plan = ReadPlanFile(input);
+    const Plan plan = ReadCheckedPlanFile(input);
     if (options.format == ExportFormat::kZeus && !options.clocks_only) {
       if (const auto refusal = SequentialJobRefusal(plan, input.string())) throw InputError(*refusal);
     }

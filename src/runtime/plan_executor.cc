@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "kareus/runtime/plan_executor.h"
 
+#include "kareus/plan/check.h"
+
 #include <limits>
 
 #include <fmt/format.h>
@@ -86,8 +88,10 @@ PlanExecutor::PlanExecutor(const std::filesystem::path& plan_path, PlanExecutorO
   throw InputError(plan_path.string() + ": " + message);
 }
 
-// What the runtime adds to plan_file's validation: the clocks must be ones this GPU can run.
+// The plan check every reader applies (plan/check.h; without presets on this machine, what
+// needs them is skipped), then what the runtime adds: the clocks must be ones this GPU can run.
 void PlanExecutor::Validate(const plan::Plan& plan) const {
+  plan::CheckPlan(plan, {.require_presets = false});
   if (controller_ == nullptr || !options_.check_supported_clocks) return;
   const std::vector<int>& supported = controller_->supported_clocks_mhz();
   if (supported.empty()) return;

@@ -28,6 +28,10 @@ void WriteFileAtomic(const std::filesystem::path& path, std::string_view content
 // not starting with '.' or '-' (no ".", "..", hidden or option-like names).
 void ValidatePathComponent(const std::string& field, const std::string& name);
 
+// True when `path` is a mount point (listed in /proc/self/mountinfo, bind mounts included, or on
+// another device than its parent), "/" included.
+bool IsMountPoint(const std::filesystem::path& path);
+
 // An output folder written as a whole (a folder transaction). Files go into a fresh staging
 // folder beside the target (".NAME.kareus-staging-PID-N"); Commit() swaps it in place of the
 // target in one step (renameat2 RENAME_EXCHANGE, or two renames on a filesystem without it) and
@@ -45,7 +49,7 @@ void ValidatePathComponent(const std::string& field, const std::string& name);
 class OutputFolder {
  public:
   // Throws InputError for an empty path, "/", the current folder or one of its parents, an
-  // existing file, or a folder of other things; EnvironmentError when the staging folder
+  // existing file, a mount point, or a folder of other things; EnvironmentError when the staging folder
   // cannot be created.
   explicit OutputFolder(const std::filesystem::path& target);
   ~OutputFolder();  // without Commit(): removes the staging folder, the target is untouched
