@@ -437,6 +437,22 @@ struct Files {
   }
 };
 
+// True when the SQLite file at `path` is empty or a database without any schema (read without
+// locks or side files).
+bool HoldsNoSchema(const std::filesystem::path& path) {
+  std::error_code ec;
+  if (std::filesystem::file_size(path, ec) == 0 && !ec) return true;
+  sqlite3* db = nullptr;
+  bool empty = false;
+  if (sqlite3_open_v2(ReadOnlyUri(path, /*immutable=*/true).c_str(), &db,
+                      SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, nullptr) == SQLITE_OK) {
+    Statement count(db, "SELECT COUNT(*) FROM sqlite_master");
+    empty = count.ok() && count.Step() == SQLITE_ROW && count.Int(0) == 0;
+  }
+  sqlite3_close_v2(db);
+  return empty;
+}
+
 // What a failed Open left behind, in words; removes a store it created that holds nothing.
 std::string WhatWasLeft(const std::filesystem::path& path, const Files& before) {
   namespace fs = std::filesystem;
@@ -448,10 +464,10 @@ std::string WhatWasLeft(const std::filesystem::path& path, const Files& before) 
   if (now.journal && !before.journal) created.push_back(path.filename().string() + "-journal");
   if (!before.main) {
     if (!now.main) return "nothing was created";
-    // Created here and holding nothing that another process could be using: removed.
-    const auto size = fs::file_size(path, ec);
+    // Created here, holding no table (an empty file, or one whose header was switched to WAL)
+    // and no journal, and not opened by another process: removed.
     const auto wal_size = now.wal ? fs::file_size(path.string() + "-wal", ec) : 0;
-    if (!ec && size == 0 && wal_size == 0 && !InUseByAnotherProcess(path)) {
+    if (!ec && wal_size == 0 && HoldsNoSchema(path) && !InUseByAnotherProcess(path)) {
       for (const char* suffix : {"-wal", "-shm", "-journal", ""}) {
         fs::remove(path.string() + suffix, ec);
       }

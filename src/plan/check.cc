@@ -111,18 +111,13 @@ void CheckAgainstPresets(const Plan& plan, const workload::WorkloadModel& model)
           ThrowInput(field + ".slot", knobs.slot,
                      fmt::format("not a slot of {} (valid: {})", type.name, JoinNames(slots)));
         }
-        const bool known_sms =
-            type.tunable ? std::find(type.sm_choices.begin(), type.sm_choices.end(), knobs.sms) !=
-                               type.sm_choices.end()
-                         : knobs.sms == type.fixed_sms;
-        if (!known_sms) {
-          std::vector<std::string> counts;
-          for (int n : type.tunable ? type.sm_choices : std::vector<int>{type.fixed_sms}) {
-            counts.push_back(std::to_string(n));
-          }
+        // Any count a collective can run on (the planner searches type.sm_choices; a plan
+        // edited to another count still runs, and the executor keeps a trailing type's
+        // fixed count whatever the plan says).
+        if (knobs.sms < 1 || knobs.sms > gpu.sm_count) {
           ThrowInput(field + ".sms", std::to_string(knobs.sms),
-                     fmt::format("not an SM count {}'s collective runs with (valid: {})",
-                                 type.name, JoinNames(counts)));
+                     fmt::format("must be 1..{} (the SMs of the {}) for {}'s collective",
+                                 gpu.sm_count, gpu.name, type.name));
         }
       }
     }

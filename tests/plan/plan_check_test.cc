@@ -11,47 +11,12 @@
 #include <functional>
 
 #include "kareus/common/error.h"
-#include "kareus/workload/ops.h"
-#include "kareus/workload/workload.h"
+#include "plan/plan_for.h"
 
 namespace kareus::plan {
 namespace {
 
-// A plan for `file` as `kareus run` writes one: its workload record, every instruction at the
-// GPU's fastest clock, nanobatched with each partition type's first SM count and launch slot.
-Plan PlanFor(const std::string& file) {
-  const char* source = std::getenv("KAREUS_SOURCE_DIR");
-  const workload::Workload w = workload::LoadWorkloadFile(
-      std::filesystem::path(source ? source : ".") / "examples/paper" / file);
-  const workload::WorkloadModel model = workload::BuildWorkloadModel(w);
-  Plan plan{.method = "kareus",
-            .workload = w.ToJson(),
-            .schedule = ScheduleKind::k1F1B,
-            .num_microbatches = w.microbatches,
-            .virtual_stages = 1,
-            .iteration = {},
-            .stages = {}};
-  for (int s = 0; s < w.parallelism.pp; ++s) {
-    PlannedStage stage{.stage = s, .gpus = w.parallelism.tp * w.parallelism.cp * w.parallelism.dp,
-                       .instructions = {}, .gradient_sync = std::nullopt};
-    for (const schedule::Instruction& i :
-         schedule::StageOrder(ScheduleKind::k1F1B, w.parallelism.pp, s, w.microbatches)) {
-      PlannedInstruction inst{.kind = i.kind, .chunk = i.chunk, .microbatch = i.microbatch,
-                              .freq_mhz = w.gpu.clock.max_mhz,
-                              .mode = ExecutionMode::kNanobatched, .partitions = {}};
-      for (const workload::PartitionType& type : model.partition_types) {
-        if (type.direction != i.kind) continue;
-        inst.partitions.push_back(
-            {.type = type.name,
-             .sms = type.tunable ? type.sm_choices.front() : type.fixed_sms,
-             .slot = type.tunable ? type.launch_slots.front() : type.fixed_slot});
-      }
-      stage.instructions.push_back(std::move(inst));
-    }
-    plan.stages.push_back(std::move(stage));
-  }
-  return plan;
-}
+using testing::PlanFor;
 
 // The message of the InputError CheckPlan throws after `edit`, or "" when it accepts.
 std::string Refusal(Plan plan, const std::function<void(Plan&)>& edit) {
@@ -114,7 +79,9 @@ TEST(PlanCheck, PartitionsMustBeTheWorkloads) {
   EXPECT_THAT(Refusal(plan, [](Plan& p) { p.stages[0].instructions[0].partitions[0].slot = "x\"y"; }),
               ::testing::HasSubstr(".partitions[0].slot = x\"y: not a slot of fwd_"));
   EXPECT_THAT(Refusal(plan, [](Plan& p) { p.stages[0].instructions[0].partitions[0].sms = 7777; }),
-              ::testing::HasSubstr(".partitions[0].sms = 7777: not an SM count"));
+              ::testing::HasSubstr(".partitions[0].sms = 7777: must be 1..108"));
+  EXPECT_THAT(Refusal(plan, [](Plan& p) { p.stages[0].instructions[0].partitions[0].sms = 0; }),
+              ::testing::HasSubstr(".partitions[0].sms = 0: must be >= 1"));  // the file format
   EXPECT_THAT(Refusal(plan,
                       [](Plan& p) { p.stages[0].instructions[0].partitions[0].type = "fwd_nothing"; }),
               ::testing::HasSubstr("type = fwd_nothing: not a forward partition type"));

@@ -91,6 +91,37 @@ def test_check_plan_names_the_slot_and_the_partitions_slots(program):
         program.check_plan(bad)
 
 
+def test_load_plan_applies_the_plan_check(program, tmp_path):
+    """The executor reads plans through kareus.load_plan, which applies the plan check export
+    and the runtime apply (issue 31): clocks the GPU has, the recorded stage list, known
+    partitions."""
+    import json
+    good = plan(program, lambda k, m: {"mode": "nanobatched", "partitions": [
+        {"type": "fwd_attn" if k == "forward" else "bwd_attn", "sms": 3 + m, "slot": "attn_0"}]})
+    path = tmp_path / "plan.json"
+
+    def load(document):
+        path.write_text(json.dumps(document))
+        return kareus.load_plan(path)
+
+    assert load(good)["stages"][1]["gpus"] == 2
+    for freq in (1, 5000, 2147483647):
+        bad = json.loads(json.dumps(good))
+        bad["stages"][1]["instructions"][3]["freq_mhz"] = freq
+        with pytest.raises(kareus.InputError,
+                           match=rf"stages\[1\]\.instructions\[3\]\.freq_mhz = {freq}: not a "
+                                 "clock the H100"):
+            load(bad)
+    bad = json.loads(json.dumps(good))
+    bad["workload"]["parallelism"]["pp"] = 4
+    with pytest.raises(kareus.InputError, match=r"workload.parallelism.pp = 4: the plan lists 2"):
+        load(bad)
+    bad = json.loads(json.dumps(good))
+    bad["stages"][0]["instructions"][0]["partitions"][0]["sms"] = 999
+    with pytest.raises(kareus.InputError, match=r"partitions\[0\]\.sms = 999"):
+        load(bad)
+
+
 def test_workload_differences_name_both_sides(program):
     other = workload(microbatches=8)
     other["parallelism"] = {"tp": 2, "cp": 1, "pp": 4}

@@ -26,8 +26,7 @@ struct PlanCheckOptions {
 //   microbatches, each stage's GPUs = TP x CP x DP;
 // - every clock (instructions and gradient syncs) in the GPU preset's supported set;
 // - every partition a known partition type of the workload of the instruction's direction, its
-//   slot one of that type's slots, its SM count one the type allows (the published trailing
-//   partitions: their fixed count); gradient-sync SM counts within the GPU's SMs.
+//   slot one of that type's slots, its SM count and every gradient sync's within the GPU's SMs.
 // A plan without a workload record (`kareus solve` on a Perseus profile) has nothing to be
 // checked against and passes.
 void CheckPlan(const Plan& plan, const PlanCheckOptions& options = {});
