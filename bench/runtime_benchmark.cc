@@ -5,7 +5,14 @@
 // thread, which is the point.
 #include <benchmark/benchmark.h>
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
 #include <memory>
+#include <vector>
 
 #include "kareus/plan/plan_file.h"
 #include "kareus/runtime/energy_monitor.h"
@@ -74,6 +81,76 @@ void BM_EnergyWindow(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_EnergyWindow);
+
+// Resident memory of this process, KiB (/proc/self/statm's second field).
+double ResidentKib() {
+  std::ifstream statm("/proc/self/statm");
+  long pages_total = 0, pages_resident = 0;
+  statm >> pages_total >> pages_resident;
+  return static_cast<double>(pages_resident) * static_cast<double>(sysconf(_SC_PAGESIZE)) / 1024.0;
+}
+
+// The soak (issue 31): the instruction hooks called 10^6 times, the clock changing every other
+// instruction (four clocks in turn), against the fake NVML. Reports each hook's latency (p50,
+// p99, max) and resident memory at the start and the end: the hooks allocate nothing per call
+// and nothing grows. One iteration; its time is the soak's, not a figure to compare.
+void BM_SoakInstructionHooks(benchmark::State& state) {
+  constexpr std::size_t kHookCalls = 1'000'000;
+  auto nvml = OpenFake();
+  FrequencyController controller(nvml, {.gpu = 0, .install_signal_handlers = false});
+  PlanExecutor executor(BenchPlan(4, 16), {.stage = 0}, &controller);
+  const auto order = schedule::StageOrder(schedule::ScheduleKind::k1F1B, 4, 0, 16);
+  std::vector<float> latency_ns(kHookCalls);
+  using Clock = std::chrono::steady_clock;
+  const auto step = [&](std::size_t* calls, bool record) {
+    executor.OnStepBegin();
+    for (const auto& slot : order) {
+      for (const bool begin : {true, false}) {
+        const auto t0 = Clock::now();
+        if (begin) {
+          executor.OnInstructionBegin(schedule::ToString(slot.kind));
+        } else {
+          executor.OnInstructionEnd(schedule::ToString(slot.kind));
+        }
+        const auto t1 = Clock::now();
+        if (record && *calls < kHookCalls) {
+          latency_ns[*calls] = static_cast<float>(std::chrono::duration<double, std::nano>(t1 - t0).count());
+        }
+        ++*calls;
+      }
+    }
+    executor.OnStepEnd();
+  };
+  std::size_t warm = 0;
+  for (int i = 0; i < 100; ++i) step(&warm, false);  // warm-up: first allocations, threads
+  controller.WaitIdle();
+  const double rss_start = ResidentKib();
+  std::size_t calls = 0;
+  double rss_tenth = 0.0;  // after 10^5 calls: what the first steps settled at
+  for (auto _ : state) {
+    while (calls < kHookCalls) {
+      step(&calls, true);
+      if (rss_tenth == 0.0 && calls >= kHookCalls / 10) rss_tenth = ResidentKib();
+    }
+  }
+  controller.WaitIdle();
+  const double rss_end = ResidentKib();
+  std::sort(latency_ns.begin(), latency_ns.end());
+  const auto at = [&](double q) { return latency_ns[static_cast<std::size_t>(q * (kHookCalls - 1))]; };
+  state.counters["hook_calls"] = static_cast<double>(calls);
+  state.counters["p50_ns"] = at(0.50);
+  state.counters["p99_ns"] = at(0.99);
+  state.counters["max_ns"] = latency_ns.back();
+  state.counters["rss_start_kib"] = rss_start;
+  state.counters["rss_tenth_kib"] = rss_tenth;
+  state.counters["rss_end_kib"] = rss_end;
+  std::printf("soak: %zu hook calls, latency p50 %.0f ns, p99 %.0f ns, max %.0f ns; resident "
+              "memory %.0f KiB at the start, %.0f KiB after 10^5 calls, %.0f KiB at the end "
+              "(%+.0f KiB over the last 9 x 10^5)\n",
+              calls, at(0.50), at(0.99), static_cast<double>(latency_ns.back()), rss_start,
+              rss_tenth, rss_end, rss_end - rss_tenth);
+}
+BENCHMARK(BM_SoakInstructionHooks)->Iterations(1)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace kareus::runtime

@@ -129,11 +129,23 @@ void CheckAgainstPresets(const Plan& plan, const workload::WorkloadModel& model)
   }
 }
 
+// Whether this machine has Kareus's data folder (GPU and model presets).
+bool PresetsAvailable() {
+  try {
+    std::error_code ec;
+    return std::filesystem::is_directory(DataDir() / "gpus", ec) &&
+           std::filesystem::is_directory(DataDir() / "models", ec);
+  } catch (const EnvironmentError&) {
+    return false;
+  }
+}
+
 }  // namespace
 
 void CheckPlan(const Plan& plan, const PlanCheckOptions& options) {
   if (!IsWorkloadRecord(plan.workload)) return;
   CheckStageList(plan);
+  if (!options.require_presets && !PresetsAvailable()) return;  // the runtime checks NVML's clocks
   std::optional<workload::WorkloadModel> model;
   try {
     model = workload::BuildWorkloadModel(

@@ -20,6 +20,7 @@
 #include "kareus/runtime/frequency_controller.h"
 #include "kareus/runtime/nvml.h"
 #include "kareus/runtime/plan_executor.h"
+#include "plan/plan_for.h"
 #include "runtime/runtime_test_util.h"
 
 namespace kareus::runtime {
@@ -81,6 +82,40 @@ class RuntimeTest : public ::testing::Test {
   std::filesystem::path dir_;
   std::filesystem::path log_;
 };
+
+// Issue 31: the runtime applies the plan check export and the executor apply; on a machine
+// without Kareus's data folder it still checks the stage list against the recorded workload.
+TEST_F(RuntimeTest, PlansThatDoNotFitTheirWorkloadAreRefused) {
+  const plan::Plan good = plan::testing::PlanFor("01-llama3.2-3b-tp8-mbs8-seq4096.yaml");
+  EXPECT_NO_THROW(PlanExecutor(good, {.stage = 1}, nullptr));
+  const auto refusal = [](const plan::Plan& plan) {
+    try {
+      PlanExecutor executor(plan, {.stage = 0}, nullptr);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  plan::Plan pp = good;
+  pp.workload["parallelism"]["pp"] = 4;
+  EXPECT_THAT(refusal(pp), HasSubstr("workload.parallelism.pp = 4: the plan lists 2 stages"));
+  plan::Plan clock = good;
+  clock.stages[1].instructions[2].freq_mhz = 5000;
+  EXPECT_THAT(refusal(clock), HasSubstr("stages[1].instructions[2].freq_mhz = 5000: not a clock"));
+  plan::Plan slot = good;
+  slot.stages[0].instructions[0].partitions[0].slot = "nowhere";
+  EXPECT_THAT(refusal(slot), HasSubstr("slot = nowhere: not a slot of"));
+  const char* data = std::getenv("KAREUS_DATA_DIR");
+  const std::string saved = data ? data : "";
+  setenv("KAREUS_DATA_DIR", (dir_ / "no-data").c_str(), 1);
+  EXPECT_THAT(refusal(pp), HasSubstr("workload.parallelism.pp = 4"));
+  EXPECT_EQ(refusal(clock), "");  // NVML's range is the check there (none without a controller)
+  if (data) {
+    setenv("KAREUS_DATA_DIR", saved.c_str(), 1);
+  } else {
+    unsetenv("KAREUS_DATA_DIR");
+  }
+}
 
 TEST_F(RuntimeTest, MissingLibraryOrDeviceIsAnEnvironmentError) {
   try {
