@@ -241,8 +241,14 @@ bool IsMountPoint(const fs::path& path) {
   if (ec) return false;
   if (resolved == resolved.root_path()) return true;
   // /proc/self/mountinfo's fifth field is the mount point, with ' ', '\t', '\n' and '\\'
-  // written as octal escapes; it lists bind mounts that st_dev cannot tell apart.
+  // written as octal escapes; it lists bind mounts that st_dev cannot tell apart (and st_dev
+  // alone would take a btrfs subvolume, which can be renamed, for one).
   std::ifstream mounts("/proc/self/mountinfo");
+  if (!mounts) {
+    struct stat self {}, parent {};
+    return ::stat(resolved.c_str(), &self) == 0 &&
+           ::stat(resolved.parent_path().c_str(), &parent) == 0 && self.st_dev != parent.st_dev;
+  }
   for (std::string line; std::getline(mounts, line);) {
     std::istringstream fields(line);
     std::string field, mount_point;
@@ -259,9 +265,7 @@ bool IsMountPoint(const fs::path& path) {
     }
     if (!decoded.empty() && fs::path(decoded) == resolved) return true;
   }
-  struct stat self {}, parent {};
-  return ::stat(resolved.c_str(), &self) == 0 &&
-         ::stat(resolved.parent_path().c_str(), &parent) == 0 && self.st_dev != parent.st_dev;
+  return false;
 }
 
 OutputFolder::OutputFolder(const fs::path& target) {

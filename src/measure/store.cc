@@ -181,6 +181,7 @@ class Digest {
     Word(static_cast<uint64_t>(value));
   }
   void Real(double value) {
+    if (value == 0.0) value = 0.0;  // -0.0 comes back from SQLite as +0.0
     uint64_t bits = 0;
     std::memcpy(&bits, &value, sizeof(bits));
     Mix('r');
@@ -454,15 +455,19 @@ bool HoldsNoSchema(const std::filesystem::path& path) {
 }
 
 // What a failed Open left behind, in words; removes a store it created that holds nothing.
-std::string WhatWasLeft(const std::filesystem::path& path, const Files& before) {
+std::string WhatWasLeft(const std::filesystem::path& path, const Files& before, bool created) {
   namespace fs = std::filesystem;
   std::error_code ec;
   const Files now = Files::Of(path);
-  std::vector<std::string> created;
-  if (now.wal && !before.wal) created.push_back(path.filename().string() + "-wal");
-  if (now.shm && !before.shm) created.push_back(path.filename().string() + "-shm");
-  if (now.journal && !before.journal) created.push_back(path.filename().string() + "-journal");
-  if (!before.main) {
+  std::vector<std::string> side_files;
+  if (now.wal && !before.wal) side_files.push_back(path.filename().string() + "-wal");
+  if (now.shm && !before.shm) side_files.push_back(path.filename().string() + "-shm");
+  if (now.journal && !before.journal) side_files.push_back(path.filename().string() + "-journal");
+  if (!created) {
+    // Another process may have created the file meanwhile: not ours to judge or remove.
+    if (!before.main && !now.main) return "nothing was created";
+    if (!before.main) return "the file, created meanwhile by another process, was not touched";
+  } else {
     if (!now.main) return "nothing was created";
     // Created here, holding no table (an empty file, or one whose header was switched to WAL)
     // and no journal, and not opened by another process: removed.
@@ -475,12 +480,12 @@ std::string WhatWasLeft(const std::filesystem::path& path, const Files& before) 
         return "the new, empty store this run created was removed: nothing was left behind";
       }
     }
-    created.insert(created.begin(), path.filename().string());
-    return "left behind: " + JoinNames(created) +
+    side_files.insert(side_files.begin(), path.filename().string());
+    return "left behind: " + JoinNames(side_files) +
            ", created by this run and holding no measurements; delete them";
   }
-  if (created.empty()) return "the file was left unchanged";
-  return "the store was left unchanged; SQLite's " + JoinNames(created) +
+  if (side_files.empty()) return "the file was left unchanged";
+  return "the store was left unchanged; SQLite's " + JoinNames(side_files) +
          " were created beside it (they hold nothing of this run; SQLite removes them when the "
          "store is next closed, or delete them when no process uses the store)";
 }
@@ -492,18 +497,20 @@ std::unique_ptr<MeasurementStore> MeasurementStore::Open(const std::filesystem::
                                                          const StoreIdentity& identity,
                                                          const StoreOptions& options) {
   const internal::Files before = internal::Files::Of(path);
+  bool created = false;  // set by OpenChecked when it creates the file
   try {
-    return OpenChecked(path, identity, options);
+    return OpenChecked(path, identity, options, &created);
   } catch (const internal::OpenFailure& failure) {
     // The handle is closed by now: what is on disk is what this run leaves.
     throw EnvironmentError("measurement store " + path.string() + ": " + failure.reason + " (" +
-                           internal::WhatWasLeft(path, before) + ")");
+                           internal::WhatWasLeft(path, before, created) + ")");
   }
 }
 
 std::unique_ptr<MeasurementStore> MeasurementStore::OpenChecked(const std::filesystem::path& path,
                                                                 const StoreIdentity& identity,
-                                                                const StoreOptions& options) {
+                                                                const StoreOptions& options,
+                                                                bool* created) {
   using internal::Fail;
   using internal::Statement;
   using Access = StoreOptions::Access;
@@ -530,6 +537,7 @@ std::unique_ptr<MeasurementStore> MeasurementStore::OpenChecked(const std::files
   }
 
   auto handle = std::make_unique<Handle>();
+  std::string journal_ignored;  // a read-only store's WAL that cannot be read
   // An existing file is opened without SQLITE_OPEN_CREATE and nothing is written to it until
   // it has been recognized as a store of this identity. A read-only store is opened so that
   // SQLite writes nothing at all, not even its -wal and -shm files.
@@ -538,10 +546,19 @@ std::unique_ptr<MeasurementStore> MeasurementStore::OpenChecked(const std::files
     rc = sqlite3_open_v2(path.c_str(), &handle->db,
                          SQLITE_OPEN_READWRITE | (exists ? 0 : SQLITE_OPEN_CREATE), nullptr);
   } else {
+    // Immutable (no locks, no -shm) unless a WAL and its index are there to be read; a WAL
+    // without its index cannot be read without writing one, and is said to be ignored. A
+    // process that starts writing the store later is not seen (a store this process cannot
+    // write is, in practice, one nobody writes: a read-only mount, another user's finished run).
     const internal::Files files = internal::Files::Of(path);
-    rc = sqlite3_open_v2(internal::ReadOnlyUri(path, !(files.wal && files.shm)).c_str(),
-                         &handle->db, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, nullptr);
+    const bool immutable = !(files.wal && files.shm);
+    if (immutable && files.wal && std::filesystem::file_size(path.string() + "-wal", ec) > 0) {
+      journal_ignored = path.string() + "-wal";
+    }
+    rc = sqlite3_open_v2(internal::ReadOnlyUri(path, immutable).c_str(), &handle->db,
+                         SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, nullptr);
   }
+  *created = !exists && std::filesystem::exists(path, ec);
   if (rc != SQLITE_OK) {
     Fail(path, std::string("cannot open: ") +
                    (handle->db ? sqlite3_errmsg(handle->db) : "out of memory"));
@@ -584,10 +601,13 @@ std::unique_ptr<MeasurementStore> MeasurementStore::OpenChecked(const std::files
   const auto check_columns = [&](int schema_version) {
     Statement info(db, "PRAGMA table_info(measurements)");
     if (!info.ok()) Fail(path, "unreadable measurements table: " + info.error());
-    const int expected = schema_version == 1 ? internal::kV1Columns
-                                             : static_cast<int>(std::size(internal::kMeasurementColumns));
+    const int all_columns = static_cast<int>(std::size(internal::kMeasurementColumns));
+    // A version 1 store may be upgraded by another process between our reads: its checksum
+    // column is then there too.
+    int expected = schema_version == 1 ? internal::kV1Columns : all_columns;
     int n = 0;
     while (info.Step() == SQLITE_ROW) {
+      if (schema_version == 1 && n == internal::kV1Columns) expected = all_columns;
       const internal::ColumnSpec* spec = n < expected ? &internal::kMeasurementColumns[n] : nullptr;
       if (spec == nullptr || info.Text(1) != spec->name || info.Text(2) != spec->type ||
           info.Int(3) != spec->not_null || info.Int(5) != spec->pk) {
@@ -700,6 +720,36 @@ std::unique_ptr<MeasurementStore> MeasurementStore::OpenChecked(const std::files
     Fail(path, "cannot enable the WAL journal: " + reason);
   };
 
+  // Every row checked (read, values, and the checksum when the store has them); the damaged
+  // ones set aside, or the open refused, or skipped.
+  const auto damaged_rows = [&](bool with_checksums) {
+    std::vector<std::pair<int64_t, std::string>> damaged;
+    Statement all(db, fmt::format("SELECT rowid, {} FROM measurements ORDER BY rowid",
+                                  internal::ReadColumns(with_checksums)).c_str());
+    if (!all.ok()) Fail(path, "unreadable measurements table: " + all.error());
+    int step;
+    while ((step = all.Step()) == SQLITE_ROW) {
+      internal::Row row;
+      if (auto why = internal::ReadRow(all, 0, with_checksums, &row)) {
+        damaged.emplace_back(row.rowid, internal::RowName(row) + ": " + *why);
+      }
+    }
+    if (step != SQLITE_DONE) Fail(path, "unreadable measurements table: " + all.LastError());
+    return damaged;
+  };
+  DamagedRows policy = options.damaged;
+  if (!writable && policy == DamagedRows::kSetAside) policy = DamagedRows::kSkip;
+  const auto refuse_damaged = [&](const std::vector<std::pair<int64_t, std::string>>& damaged) {
+    std::vector<std::string> names;
+    for (std::size_t i = 0; i < damaged.size() && i < 3; ++i) names.push_back(damaged[i].second);
+    Fail(path, fmt::format("{} (a damaged or hand-edited store): {}{}; told not to measure "
+                           "them again",
+                           damaged.size() == 1 ? std::string("1 row fails its checks")
+                                               : fmt::format("{} rows fail their checks",
+                                                             damaged.size()),
+                           JoinNames(names), damaged.size() > 3 ? ", ..." : ""));
+  };
+
   StoreIdentity stored = identity;
   std::map<std::string, std::string> tables = read_tables();
   if (!schema_empty) {
@@ -736,6 +786,13 @@ std::unique_ptr<MeasurementStore> MeasurementStore::OpenChecked(const std::files
       exec("COMMIT;", "cannot commit the schema");
     }
   }
+  // Told not to re-measure, a damaged row refuses the store before anything is written to it
+  // (not even the WAL switch or the version 1 upgrade).
+  if (policy == DamagedRows::kFail) {
+    if (const auto damaged = damaged_rows(schema_version >= 2); !damaged.empty()) {
+      refuse_damaged(damaged);
+    }
+  }
   if (writable) {
     // Recognized (or new): WAL journal so that each committed measurement survives a SIGKILL
     // and readers never block the writer; FULL sync so it also survives a power cut.
@@ -749,18 +806,30 @@ std::unique_ptr<MeasurementStore> MeasurementStore::OpenChecked(const std::files
   if (schema_version == 1 && writable) {
     exec("BEGIN IMMEDIATE;", "cannot lock the store to upgrade it");
     std::map<std::string, std::string> meta = read_meta();
-    if (meta["schema_version"] == "1") {
+    const bool upgrade_here = meta["schema_version"] == "1";
+    if (upgrade_here) {
       exec("ALTER TABLE measurements ADD COLUMN checksum INTEGER;", "cannot upgrade the store");
       exec(internal::kCreateSetAside, "cannot upgrade the store");
       Statement all(db, fmt::format("SELECT rowid, {} FROM measurements",
                                     internal::ReadColumns(false)).c_str());
       Statement update(db, "UPDATE measurements SET checksum = ? WHERE rowid = ?");
+      if (!all.ok() || !update.ok()) {
+        const std::string reason = all.ok() ? update.error() : all.error();
+        exec("ROLLBACK;", "cannot unlock the store");
+        Fail(path, "cannot upgrade the store: " + reason);
+      }
       std::vector<std::pair<int64_t, int64_t>> checksums;
-      while (all.ok() && all.Step() == SQLITE_ROW) {
+      int step;
+      while ((step = all.Step()) == SQLITE_ROW) {
         internal::Row row;
         if (!internal::ReadRow(all, 0, /*verify=*/false, &row)) {
           checksums.emplace_back(row.rowid, row.Checksum());
         }
+      }
+      if (step != SQLITE_DONE) {
+        const std::string reason = all.LastError();
+        exec("ROLLBACK;", "cannot unlock the store");
+        Fail(path, "cannot upgrade the store: " + reason);
       }
       for (const auto& [rowid, checksum] : checksums) {
         update.Reset();
@@ -779,43 +848,17 @@ std::unique_ptr<MeasurementStore> MeasurementStore::OpenChecked(const std::files
     }
     exec("COMMIT;", "cannot commit the upgrade");
     schema_version = kSchemaVersion;
+    // Upgraded by another process meanwhile: its version 2 is checked as any other.
+    if (!upgrade_here) stored = validate(read_tables());
   }
 
-  // Every row checked; the damaged ones set aside (or the open refused, or skipped).
   const bool verify = schema_version >= 2;
-  const auto damaged_rows = [&] {
-    std::vector<std::pair<int64_t, std::string>> damaged;
-    Statement all(db, fmt::format("SELECT rowid, {} FROM measurements ORDER BY rowid",
-                                  internal::ReadColumns(verify)).c_str());
-    if (!all.ok()) Fail(path, "unreadable measurements table: " + all.error());
-    int step;
-    while ((step = all.Step()) == SQLITE_ROW) {
-      internal::Row row;
-      if (auto why = internal::ReadRow(all, 0, verify, &row)) {
-        damaged.emplace_back(row.rowid, internal::RowName(row) + ": " + *why);
-      }
-    }
-    if (step != SQLITE_DONE) Fail(path, "unreadable measurements table: " + all.LastError());
-    return damaged;
-  };
-  std::vector<std::pair<int64_t, std::string>> damaged = damaged_rows();
-  DamagedRows policy = options.damaged;
-  if (!writable && policy == DamagedRows::kSetAside) policy = DamagedRows::kSkip;
-  if (!damaged.empty() && policy == DamagedRows::kFail) {
-    std::vector<std::string> names;
-    for (std::size_t i = 0; i < damaged.size() && i < 3; ++i) names.push_back(damaged[i].second);
-    Fail(path, fmt::format("{} (a damaged or hand-edited store): {}{}; told not to measure "
-                           "them again",
-                           damaged.size() == 1 ? std::string("1 row fails its checks")
-                                               : fmt::format("{} rows fail their checks",
-                                                             damaged.size()),
-                           JoinNames(names),
-                           damaged.size() > 3 ? ", ..." : ""));
-  }
+  std::vector<std::pair<int64_t, std::string>> damaged = damaged_rows(verify);
+  if (!damaged.empty() && policy == DamagedRows::kFail) refuse_damaged(damaged);
   if (!damaged.empty() && policy == DamagedRows::kSetAside) {
     // Under the write lock, looked at again: another process may have set them aside already.
     exec("BEGIN IMMEDIATE;", "cannot lock the store to set damaged rows aside");
-    damaged = damaged_rows();
+    damaged = damaged_rows(verify);
     Statement move(db, fmt::format("INSERT INTO set_aside SELECT ?, ?, {} FROM measurements "
                                    "WHERE rowid = ?", internal::kColumns).c_str());
     Statement remove(db, "DELETE FROM measurements WHERE rowid = ?");
@@ -827,9 +870,11 @@ std::unique_ptr<MeasurementStore> MeasurementStore::OpenChecked(const std::files
       move.Bind(3, rowid);
       remove.Reset();
       remove.Bind(1, rowid);
-      if (!move.ok() || !remove.ok() || move.Step() != SQLITE_DONE ||
-          remove.Step() != SQLITE_DONE) {
-        const std::string reason = sqlite3_errmsg(db);
+      const bool moved = move.ok() && move.Step() == SQLITE_DONE;
+      const std::string move_error = move.ok() ? move.LastError() : move.error();
+      if (!moved || !remove.ok() || remove.Step() != SQLITE_DONE) {
+        const std::string reason =
+            !moved ? move_error : (remove.ok() ? remove.LastError() : remove.error());
         exec("ROLLBACK;", "cannot unlock the store");
         Fail(path, "cannot set a damaged row aside: " + reason);
       }
@@ -849,6 +894,10 @@ std::unique_ptr<MeasurementStore> MeasurementStore::OpenChecked(const std::files
   const auto warn = options.warn ? options.warn : [](const std::string& message) {
     std::fprintf(stderr, "kareus: warning: %s\n", message.c_str());
   };
+  if (!journal_ignored.empty()) {
+    warn("measurement store " + path.string() + ": read-only, and its journal " + journal_ignored +
+         " has no -shm index beside it: the measurements committed only there are not read");
+  }
   for (const auto& [rowid, why] : damaged) {
     store->damaged_rows_.push_back(why);
     if (policy == DamagedRows::kSkip) store->skipped_rowids_.push_back(rowid);

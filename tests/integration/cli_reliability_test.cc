@@ -7,9 +7,9 @@
 // machine does not allow one, those parts are skipped and say so.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sqlite3.h>
 
 #include <array>
-#include <chrono>
 #include <climits>
 #include <cstdio>
 #include <filesystem>
@@ -127,10 +127,14 @@ TEST_F(ReliabilityCli, ABitFlippedStoreNeverChangesAProfileSilently) {
   EXPECT_EQ(silent, 0);
   // Told not to re-measure, a store with a damaged row stops the run naming it.
   WriteBytes(store, bytes);
-  Shell edit = Sh("/usr/bin/python3 -c \"import sqlite3; c = sqlite3.connect('" + store.string() +
-                  "'); c.execute('UPDATE measurements SET time_s = time_s * 1.01 WHERE rowid = 3'); "
-                  "c.commit()\"");
-  ASSERT_EQ(edit.exit_code, 0) << edit.out;
+  {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(store.c_str(), &db), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(db, "UPDATE measurements SET time_s = time_s * 1.01 WHERE rowid = 3",
+                           nullptr, nullptr, nullptr),
+              SQLITE_OK);
+    sqlite3_close(db);
+  }
   const auto strict = RunKareus("profile " + workload_ + kProfile + " --damaged-rows fail --store " +
                                 store.string());
   EXPECT_EQ(strict.exit_code, 2);
@@ -233,14 +237,11 @@ TEST_F(ReliabilityCli, OutputFoldersAreCheckedBeforeTheWork) {
   // An empty mount point (the reproducer): refused at once, not after the whole job.
   const fs::path mount_point = dir_ / "mnt";
   fs::create_directories(mount_point);
-  const auto start = std::chrono::steady_clock::now();
   Shell mounted = InNamespace("mount -t tmpfs none " + mount_point.string() + " && " + Kareus() +
                               " run " + workload_ + " --quiet --out " + mount_point.string());
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_EQ(mounted.exit_code, 2) << mounted.out;
+  // Not the swap's EBUSY after the whole job ("cannot swap in the new outputs"): the check.
   EXPECT_THAT(mounted.out, ::testing::HasSubstr("is a mount point"));
-  EXPECT_LT(seconds, 5.0) << "the job ran before the output folder was checked";
 }
 
 // Reproducer 4: export validates what it exports (the same check as the runtime's).

@@ -379,6 +379,12 @@ TEST_F(StoreTest, VersionOneStoreIsUpgraded) {
     ASSERT_EQ(sqlite3_exec(db, v1, nullptr, nullptr, nullptr), SQLITE_OK);
     sqlite3_close(db);
   }
+  // Told not to re-measure, the damaged row refuses it before anything is upgraded.
+  const std::string v1_bytes = Snapshot(path);
+  EXPECT_THROW(MeasurementStore::Open(path, identity_,
+                                      {.damaged = StoreOptions::DamagedRows::kFail}),
+               EnvironmentError);
+  EXPECT_EQ(Snapshot(path), v1_bytes);
   // Read-only, it is read as it is: the good row served, the bad one skipped.
   {
     auto store = MeasurementStore::Open(path, identity_,

@@ -89,9 +89,12 @@ def test_every_kind_is_measured_per_configuration(worker):
         assert len(readings) == count
         for r in readings:
             assert r["time_s"] > 0 and r["gpus"] == gpus and r["runs"] >= 3
-            # The fake's constant power over the timed work: energy = power x time, per GPU (within
-            # one 10 ms period of the monitor's power poller over the 0.2 s energy window).
-            assert r["energy_j"] == pytest.approx(FAKE_POWER_W * r["time_s"], rel=0.1)
+            # The fake's constant power over the timed work: energy = power x time, per GPU. The
+            # fake has no energy counter, so the monitor integrates a 10 ms power poller over the
+            # 0.2 s window; on a loaded 2-core machine (the suite runs two tests at once) that
+            # thread misses periods: 0.84 x was seen, so 25 %, which still catches a reading
+            # that is not this configuration's (another GPU count, a window not shared out).
+            assert r["energy_j"] == pytest.approx(FAKE_POWER_W * r["time_s"], rel=0.25)
             assert r["seconds"] >= r["time_s"] * r["runs"]
     readings, done = worker.request({"id": 1, "kind": "partition", "type": "bwd_attn", "configurations": [
         {"freq_mhz": 1980, "sms": 3, "slot": "norm_0"}, {"freq_mhz": 1980, "sms": 9, "slot": "rope_0"}]})

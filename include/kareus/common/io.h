@@ -28,8 +28,8 @@ void WriteFileAtomic(const std::filesystem::path& path, std::string_view content
 // not starting with '.' or '-' (no ".", "..", hidden or option-like names).
 void ValidatePathComponent(const std::string& field, const std::string& name);
 
-// True when `path` is a mount point (listed in /proc/self/mountinfo, bind mounts included, or on
-// another device than its parent), "/" included.
+// True when `path` is a mount point (listed in /proc/self/mountinfo, bind mounts included; where
+// that cannot be read, on another device than its parent), "/" included.
 bool IsMountPoint(const std::filesystem::path& path);
 
 // An output folder written as a whole (a folder transaction). Files go into a fresh staging

@@ -122,7 +122,8 @@ class MeasurementStore {
                    std::unique_ptr<Handle> handle);
   static std::unique_ptr<MeasurementStore> OpenChecked(const std::filesystem::path& path,
                                                        const StoreIdentity& identity,
-                                                       const StoreOptions& options);
+                                                       const StoreOptions& options,
+                                                       bool* created);
   // The row of `rowid` failed its checks at open and stays in the file (kSkip).
   bool Skipped(int64_t rowid) const;
   // Claims on configurations being measured (OFD write locks on one byte of the store file
