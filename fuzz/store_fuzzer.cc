@@ -50,7 +50,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       .backend = "emulator(time_noise=0.003,energy_noise=0.01)"};
   std::unique_ptr<kareus::measure::MeasurementStore> store;
   try {
-    store = kareus::measure::MeasurementStore::Open(StorePath(), identity);
+    store = kareus::measure::MeasurementStore::Open(StorePath(), identity,
+                                                    {.warn = [](const std::string&) {}});
   } catch (const kareus::EnvironmentError&) {
     // Refused: the file must be exactly as it was (size 0 is the "new store" case).
     if (size > 0 && kareus::ReadTextFile(StorePath()) != bytes) __builtin_trap();
