@@ -507,12 +507,322 @@ std::unique_ptr<MeasurementStore> MeasurementStore::Open(const std::filesystem::
   }
 }
 
+namespace internal {
+namespace {
+
+using DamagedList = std::vector<std::pair<int64_t, std::string>>;  // rowid, "row (...): why"
+
+// One open of a store file: the SQLite connection and what has been learned of the file, with
+// the steps MeasurementStore::OpenChecked takes. Every failure is an OpenFailure (Fail).
+class Opening {
+ public:
+  Opening(sqlite3* db, const std::filesystem::path& path) : db_(db), path_(path) {}
+
+  int schema_version() const { return schema_version_; }
+  // The last ReadTables found nothing at all in the schema (an index, view or trigger without
+  // tables is someone else's database, not an empty one).
+  bool schema_empty() const { return schema_empty_; }
+
+  std::map<std::string, std::string> ReadTables() {
+    std::map<std::string, std::string> tables;
+    Statement list(db_, "SELECT type, name, sql FROM sqlite_master");
+    if (!list.ok()) Fail(path_, "not a SQLite database, or corrupted: " + list.error());
+    int step;
+    schema_empty_ = true;
+    while ((step = list.Step()) == SQLITE_ROW) {
+      schema_empty_ = false;
+      if (list.Text(0) == "table") tables[list.Text(1)] = list.Text(2);
+    }
+    if (step != SQLITE_DONE) {
+      Fail(path_, "not a SQLite database, or corrupted: " + list.LastError());
+    }
+    return tables;
+  }
+
+  // SQLite's own check of the file's structure: pages, records and indexes (an index entry
+  // that does not match its row would hide a measurement from a lookup).
+  void IntegrityCheck() {
+    Statement check(db_, "PRAGMA integrity_check(3)");
+    if (!check.ok()) Fail(path_, "integrity check failed (corrupted): " + check.error());
+    std::vector<std::string> problems;
+    int step;
+    while ((step = check.Step()) == SQLITE_ROW) {
+      if (check.Text(0) != "ok") problems.push_back(ShownValue(check.Text(0), 200));
+    }
+    if (step != SQLITE_DONE) {
+      Fail(path_, "integrity check failed (corrupted): " + check.LastError());
+    }
+    if (!problems.empty()) {
+      Fail(path_, "integrity check failed (corrupted): " + JoinNames(problems));
+    }
+  }
+
+  std::map<std::string, std::string> ReadMeta() {
+    std::map<std::string, std::string> meta;
+    Statement read(db_, "SELECT key, value FROM meta");
+    if (!read.ok()) Fail(path_, "unreadable meta table: " + read.error());
+    int step;
+    while ((step = read.Step()) == SQLITE_ROW) meta[read.Text(0)] = read.Text(1);
+    if (step != SQLITE_DONE) Fail(path_, "corrupted meta table: " + read.LastError());
+    return meta;
+  }
+
+  // Recognizes the file as a store (tables, format, version, integrity, meta checksum,
+  // columns) and returns whose it is; with `expected`, it must be that identity. Reads only.
+  StoreIdentity Validate(const std::map<std::string, std::string>& tables,
+                         const StoreIdentity* expected) {
+    if (!tables.contains("meta") || !tables.contains("measurements")) {
+      Fail(path_, "a SQLite database with another schema (no meta/measurements tables)");
+    }
+    std::map<std::string, std::string> meta = ReadMeta();
+    const char* format = MeasurementStore::kFormat;
+    if (meta["format"] != format) {
+      Fail(path_, "meta.format = '" + ShownValue(meta["format"]) + "', expected '" + format + "'");
+    }
+    const std::string current = std::to_string(MeasurementStore::kSchemaVersion);
+    if (meta["schema_version"] == "1") {
+      schema_version_ = 1;
+    } else if (meta["schema_version"] == current) {
+      schema_version_ = MeasurementStore::kSchemaVersion;
+    } else {
+      Fail(path_, "schema_version = " + ShownValue(meta["schema_version"]) +
+                      ", this build reads " + current + " (and 1)");
+    }
+    IntegrityCheck();
+    if (schema_version_ >= 2) {
+      if (!meta.contains("checksum") || meta["checksum"] != MetaChecksum(meta)) {
+        Fail(path_, "the meta table fails its checksum (damaged or hand-edited: which GPU, "
+                    "workload and backend the store belongs to cannot be trusted)");
+      }
+      if (!tables.contains("set_aside")) Fail(path_, "the set_aside table is missing (damaged)");
+    }
+    CheckColumns();
+    StoreIdentity stored{.gpu = meta["gpu"],
+                         .workload_signature = meta["workload_signature"],
+                         .backend = meta["backend"]};
+    if (expected != nullptr) {
+      const auto mismatch = [&](const char* key, const std::string& have,
+                                const std::string& needed) {
+        if (have != needed) {
+          Fail(path_, std::string("belongs to another ") + key + ": store has '" +
+                          ShownValue(have) + "', this run needs '" + ShownValue(needed) + "'");
+        }
+      };
+      mismatch("gpu", stored.gpu, expected->gpu);
+      mismatch("workload_signature", stored.workload_signature, expected->workload_signature);
+      mismatch("backend", stored.backend, expected->backend);
+    }
+    return stored;
+  }
+
+  // Runs `sql`; on failure rolls back any transaction and fails with `what`.
+  void Exec(const char* sql, const char* what) {
+    char* message = nullptr;
+    if (sqlite3_exec(db_, sql, nullptr, nullptr, &message) != SQLITE_OK) {
+      const std::string reason = message ? message : sqlite3_errmsg(db_);
+      sqlite3_free(message);
+      sqlite3_exec(db_, "ROLLBACK;", nullptr, nullptr, nullptr);
+      Fail(path_, std::string(what) + ": " + reason);
+    }
+  }
+
+  // PRAGMA journal_mode=WAL needs the database to itself for a moment, and SQLite answers
+  // SQLITE_BUSY at once (its busy handler is not consulted: waiting could deadlock) or leaves
+  // the old mode when another connection is inside a transaction, e.g. a second process that
+  // opens the same new store at the same time (seen 6 times in 40 runs of the two-process
+  // store test under CPU load). Retried for as long as the busy timeout, checking the mode
+  // SQLite reports; an answer other than "wal" is retried for 5 s only (a file system without
+  // WAL support answers so every time).
+  void EnableWal() {
+    const auto start = std::chrono::steady_clock::now();
+    std::string reason;
+    for (int attempt = 0;; ++attempt) {
+      Statement pragma(db_, "PRAGMA journal_mode=WAL");
+      const int step = pragma.ok() ? pragma.Step() : SQLITE_ERROR;
+      if (step == SQLITE_ROW && pragma.Text(0) == "wal") return;
+      reason = step == SQLITE_ROW ? "the journal stayed '" + pragma.Text(0) + "'"
+                                  : (pragma.ok() ? pragma.LastError() : pragma.error());
+      const int code = sqlite3_errcode(db_) & 0xff;
+      const bool busy = step != SQLITE_ROW && (code == SQLITE_BUSY || code == SQLITE_LOCKED);
+      const auto limit = busy ? std::chrono::seconds(60) : std::chrono::seconds(5);
+      if ((!busy && step != SQLITE_ROW) || std::chrono::steady_clock::now() - start >= limit) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(std::min(5 * (attempt + 1), 100)));
+    }
+    Fail(path_, "cannot enable the WAL journal: " + reason);
+  }
+
+  // The tables and meta rows of a new store, inside the caller's write transaction, committed.
+  void Create(const StoreIdentity& identity) {
+    Exec(kCreateSchema, "cannot create the schema");
+    Exec(kCreateSetAside, "cannot create the schema");
+    std::map<std::string, std::string> meta = {
+        {"format", MeasurementStore::kFormat},
+        {"schema_version", std::to_string(MeasurementStore::kSchemaVersion)},
+        {"gpu", identity.gpu},
+        {"workload_signature", identity.workload_signature},
+        {"backend", identity.backend},
+        {"created_at", UtcNow()},
+    };
+    meta["checksum"] = MetaChecksum(meta);
+    PutMeta(meta);
+    Exec("COMMIT;", "cannot commit the schema");
+    schema_version_ = MeasurementStore::kSchemaVersion;
+  }
+
+  // Version 1 (no checksums) upgraded in place, in one transaction: the column, the table, each
+  // row's checksum from the row as it is (a row that fails the value checks gets none, and is
+  // set aside afterwards). False when another process upgraded it meanwhile (looked at again
+  // under the lock): the caller checks that version 2 as any other.
+  bool UpgradeFromVersion1() {
+    Exec("BEGIN IMMEDIATE;", "cannot lock the store to upgrade it");
+    std::map<std::string, std::string> meta = ReadMeta();
+    const bool upgrade_here = meta["schema_version"] == "1";
+    if (upgrade_here) {
+      Exec("ALTER TABLE measurements ADD COLUMN checksum INTEGER;", "cannot upgrade the store");
+      Exec(kCreateSetAside, "cannot upgrade the store");
+      const auto fail = [&](const std::string& reason) {
+        Exec("ROLLBACK;", "cannot unlock the store");
+        Fail(path_, "cannot upgrade the store: " + reason);
+      };
+      Statement all(db_, fmt::format("SELECT rowid, {} FROM measurements", ReadColumns(false)).c_str());
+      Statement update(db_, "UPDATE measurements SET checksum = ? WHERE rowid = ?");
+      if (!all.ok() || !update.ok()) fail(all.ok() ? update.error() : all.error());
+      std::vector<std::pair<int64_t, int64_t>> checksums;
+      int step;
+      while ((step = all.Step()) == SQLITE_ROW) {
+        Row row;
+        if (!ReadRow(all, 0, /*verify=*/false, &row)) checksums.emplace_back(row.rowid, row.Checksum());
+      }
+      if (step != SQLITE_DONE) fail(all.LastError());
+      for (const auto& [rowid, checksum] : checksums) {
+        update.Reset();
+        update.Bind(1, checksum);
+        update.Bind(2, rowid);
+        if (update.Step() != SQLITE_DONE) fail(update.LastError());
+      }
+      meta["schema_version"] = std::to_string(MeasurementStore::kSchemaVersion);
+      meta["upgraded_at"] = UtcNow();
+      meta["checksum"] = MetaChecksum(meta);
+      PutMeta(meta);
+    }
+    Exec("COMMIT;", "cannot commit the upgrade");
+    schema_version_ = MeasurementStore::kSchemaVersion;
+    return upgrade_here;
+  }
+
+  // Every row read and checked (values, and the checksum when the store has them); those that
+  // fail, in rowid order.
+  DamagedList DamagedRows(bool with_checksums) {
+    DamagedList damaged;
+    Statement all(db_, fmt::format("SELECT rowid, {} FROM measurements ORDER BY rowid",
+                                   ReadColumns(with_checksums)).c_str());
+    if (!all.ok()) Fail(path_, "unreadable measurements table: " + all.error());
+    int step;
+    while ((step = all.Step()) == SQLITE_ROW) {
+      Row row;
+      if (auto why = ReadRow(all, 0, with_checksums, &row)) {
+        damaged.emplace_back(row.rowid, RowName(row) + ": " + *why);
+      }
+    }
+    if (step != SQLITE_DONE) Fail(path_, "unreadable measurements table: " + all.LastError());
+    return damaged;
+  }
+
+  [[noreturn]] void RefuseDamaged(const DamagedList& damaged) {
+    std::vector<std::string> names;
+    for (std::size_t i = 0; i < damaged.size() && i < 3; ++i) names.push_back(damaged[i].second);
+    Fail(path_, fmt::format("{} (a damaged or hand-edited store): {}{}; told not to measure "
+                            "them again",
+                            damaged.size() == 1 ? std::string("1 row fails its checks")
+                                                : fmt::format("{} rows fail their checks",
+                                                              damaged.size()),
+                            JoinNames(names), damaged.size() > 3 ? ", ..." : ""));
+  }
+
+  // Moves the damaged rows to set_aside in one transaction; under the write lock they are
+  // looked at again (another process may have set them aside already), and `damaged` becomes
+  // what was moved here.
+  void SetAside(DamagedList* damaged) {
+    Exec("BEGIN IMMEDIATE;", "cannot lock the store to set damaged rows aside");
+    *damaged = DamagedRows(/*with_checksums=*/true);
+    Statement move(db_, fmt::format("INSERT INTO set_aside SELECT ?, ?, {} FROM measurements "
+                                    "WHERE rowid = ?", kColumns).c_str());
+    Statement remove(db_, "DELETE FROM measurements WHERE rowid = ?");
+    const std::string now = UtcNow();
+    for (const auto& [rowid, why] : *damaged) {
+      move.Reset();
+      move.Bind(1, now);
+      move.Bind(2, why);
+      move.Bind(3, rowid);
+      remove.Reset();
+      remove.Bind(1, rowid);
+      const bool moved = move.ok() && move.Step() == SQLITE_DONE;
+      const std::string move_error = move.ok() ? move.LastError() : move.error();
+      if (!moved || !remove.ok() || remove.Step() != SQLITE_DONE) {
+        const std::string reason =
+            !moved ? move_error : (remove.ok() ? remove.LastError() : remove.error());
+        Exec("ROLLBACK;", "cannot unlock the store");
+        Fail(path_, "cannot set a damaged row aside: " + reason);
+      }
+    }
+    Exec("COMMIT;", "cannot commit the rows set aside");
+  }
+
+ private:
+  // The measurements table's columns as PRAGMA table_info reports them must be this schema's.
+  void CheckColumns() {
+    Statement info(db_, "PRAGMA table_info(measurements)");
+    if (!info.ok()) Fail(path_, "unreadable measurements table: " + info.error());
+    const int all_columns = static_cast<int>(std::size(kMeasurementColumns));
+    // A version 1 store may be upgraded by another process between our reads: its checksum
+    // column is then there too.
+    int expected = schema_version_ == 1 ? kV1Columns : all_columns;
+    int n = 0;
+    while (info.Step() == SQLITE_ROW) {
+      if (schema_version_ == 1 && n == kV1Columns) expected = all_columns;
+      const ColumnSpec* spec = n < expected ? &kMeasurementColumns[n] : nullptr;
+      if (spec == nullptr || info.Text(1) != spec->name || info.Text(2) != spec->type ||
+          info.Int(3) != spec->not_null || info.Int(5) != spec->pk) {
+        Fail(path_, fmt::format("the measurements table's column {} ({} {}) is not this "
+                                "schema's (another schema, or a damaged one)",
+                                n, ShownValue(info.Text(1), 40), ShownValue(info.Text(2), 20)));
+      }
+      ++n;
+    }
+    if (n != expected) {
+      Fail(path_, fmt::format("the measurements table has {} columns, schema {} has {}", n,
+                              schema_version_, expected));
+    }
+  }
+
+  void PutMeta(const std::map<std::string, std::string>& rows) {
+    Statement put(db_, "INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)");
+    for (const auto& [key, value] : rows) {
+      put.Reset();
+      put.Bind(1, key);
+      put.Bind(2, value);
+      if (put.Step() != SQLITE_DONE) {
+        const std::string reason = put.LastError();
+        Exec("ROLLBACK;", "cannot unlock the store");
+        Fail(path_, "cannot write meta: " + reason);
+      }
+    }
+  }
+
+  sqlite3* db_;
+  const std::filesystem::path& path_;
+  bool schema_empty_ = true;
+  int schema_version_ = MeasurementStore::kSchemaVersion;
+};
+
+}  // namespace
+}  // namespace internal
+
 std::unique_ptr<MeasurementStore> MeasurementStore::OpenChecked(const std::filesystem::path& path,
                                                                 const StoreIdentity& identity,
                                                                 const StoreOptions& options,
                                                                 bool* created) {
   using internal::Fail;
-  using internal::Statement;
   using Access = StoreOptions::Access;
   using DamagedRows = StoreOptions::DamagedRows;
   std::error_code ec;
@@ -565,322 +875,54 @@ std::unique_ptr<MeasurementStore> MeasurementStore::OpenChecked(const std::files
   }
   // Another process may be creating, validating or writing the same store: wait for it.
   sqlite3_busy_timeout(handle->db, 60000);
-  sqlite3* db = handle->db;
 
-  // The tables, and whether the schema holds anything at all (an index, view or trigger
-  // without tables is someone else's database, not an empty one).
-  bool schema_empty = true;
-  const auto read_tables = [&] {
-    std::map<std::string, std::string> tables;
-    Statement list(db, "SELECT type, name, sql FROM sqlite_master");
-    if (!list.ok()) Fail(path, "not a SQLite database, or corrupted: " + list.error());
-    int step;
-    schema_empty = true;
-    while ((step = list.Step()) == SQLITE_ROW) {
-      schema_empty = false;
-      if (list.Text(0) == "table") tables[list.Text(1)] = list.Text(2);
-    }
-    if (step != SQLITE_DONE) {
-      Fail(path, "not a SQLite database, or corrupted: " + list.LastError());
-    }
-    return tables;
-  };
-  // SQLite's own check of the file's structure: pages, records and indexes (an index entry
-  // that does not match its row would hide a measurement from a lookup).
-  const auto integrity_check = [&] {
-    Statement check(db, "PRAGMA integrity_check(3)");
-    if (!check.ok()) Fail(path, "integrity check failed (corrupted): " + check.error());
-    std::vector<std::string> problems;
-    int step;
-    while ((step = check.Step()) == SQLITE_ROW) {
-      if (check.Text(0) != "ok") problems.push_back(ShownValue(check.Text(0), 200));
-    }
-    if (step != SQLITE_DONE) Fail(path, "integrity check failed (corrupted): " + check.LastError());
-    if (!problems.empty()) Fail(path, "integrity check failed (corrupted): " + JoinNames(problems));
-  };
-  const auto check_columns = [&](int schema_version) {
-    Statement info(db, "PRAGMA table_info(measurements)");
-    if (!info.ok()) Fail(path, "unreadable measurements table: " + info.error());
-    const int all_columns = static_cast<int>(std::size(internal::kMeasurementColumns));
-    // A version 1 store may be upgraded by another process between our reads: its checksum
-    // column is then there too.
-    int expected = schema_version == 1 ? internal::kV1Columns : all_columns;
-    int n = 0;
-    while (info.Step() == SQLITE_ROW) {
-      if (schema_version == 1 && n == internal::kV1Columns) expected = all_columns;
-      const internal::ColumnSpec* spec = n < expected ? &internal::kMeasurementColumns[n] : nullptr;
-      if (spec == nullptr || info.Text(1) != spec->name || info.Text(2) != spec->type ||
-          info.Int(3) != spec->not_null || info.Int(5) != spec->pk) {
-        Fail(path, fmt::format("the measurements table's column {} ({} {}) is not this "
-                               "schema's (another schema, or a damaged one)",
-                               n, ShownValue(info.Text(1), 40), ShownValue(info.Text(2), 20)));
-      }
-      ++n;
-    }
-    if (n != expected) {
-      Fail(path, fmt::format("the measurements table has {} columns, schema {} has {}", n,
-                             schema_version, expected));
-    }
-  };
-  const auto read_meta = [&] {
-    std::map<std::string, std::string> meta;
-    Statement read(db, "SELECT key, value FROM meta");
-    if (!read.ok()) Fail(path, "unreadable meta table: " + read.error());
-    int step;
-    while ((step = read.Step()) == SQLITE_ROW) meta[read.Text(0)] = read.Text(1);
-    if (step != SQLITE_DONE) Fail(path, "corrupted meta table: " + read.LastError());
-    return meta;
-  };
-  int schema_version = kSchemaVersion;
-  const auto validate = [&](const std::map<std::string, std::string>& tables) {
-    if (!tables.contains("meta") || !tables.contains("measurements")) {
-      Fail(path, "a SQLite database with another schema (no meta/measurements tables)");
-    }
-    std::map<std::string, std::string> meta = read_meta();
-    if (meta["format"] != kFormat) {
-      Fail(path, "meta.format = '" + ShownValue(meta["format"]) + "', expected '" + kFormat + "'");
-    }
-    if (meta["schema_version"] == "1") {
-      schema_version = 1;
-    } else if (meta["schema_version"] != std::to_string(kSchemaVersion)) {
-      Fail(path, "schema_version = " + ShownValue(meta["schema_version"]) +
-                     ", this build reads " + std::to_string(kSchemaVersion) + " (and 1)");
-    }
-    integrity_check();
-    if (schema_version >= 2) {
-      if (!meta.contains("checksum") || meta["checksum"] != internal::MetaChecksum(meta)) {
-        Fail(path, "the meta table fails its checksum (damaged or hand-edited: which GPU, "
-                   "workload and backend the store belongs to cannot be trusted)");
-      }
-      if (!tables.contains("set_aside")) Fail(path, "the set_aside table is missing (damaged)");
-    }
-    check_columns(schema_version);
-    StoreIdentity stored{.gpu = meta["gpu"],
-                         .workload_signature = meta["workload_signature"],
-                         .backend = meta["backend"]};
-    if (options.check_identity) {
-      const auto mismatch = [&](const char* key, const std::string& have,
-                                const std::string& expected) {
-        if (have != expected) {
-          Fail(path, std::string("belongs to another ") + key + ": store has '" +
-                         ShownValue(have) + "', this run needs '" + ShownValue(expected) + "'");
-        }
-      };
-      mismatch("gpu", stored.gpu, identity.gpu);
-      mismatch("workload_signature", stored.workload_signature, identity.workload_signature);
-      mismatch("backend", stored.backend, identity.backend);
-    }
-    return stored;
-  };
-  const auto exec = [&](const char* sql, const char* what) {
-    char* message = nullptr;
-    if (sqlite3_exec(db, sql, nullptr, nullptr, &message) != SQLITE_OK) {
-      const std::string reason = message ? message : sqlite3_errmsg(db);
-      sqlite3_free(message);
-      sqlite3_exec(db, "ROLLBACK;", nullptr, nullptr, nullptr);
-      Fail(path, std::string(what) + ": " + reason);
-    }
-  };
-  const auto put_meta = [&](const std::map<std::string, std::string>& rows) {
-    Statement put(db, "INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)");
-    for (const auto& [key, value] : rows) {
-      put.Reset();
-      put.Bind(1, key);
-      put.Bind(2, value);
-      if (put.Step() != SQLITE_DONE) {
-        const std::string reason = put.LastError();
-        exec("ROLLBACK;", "cannot unlock the store");
-        Fail(path, "cannot write meta: " + reason);
-      }
-    }
-  };
-
-  // PRAGMA journal_mode=WAL needs the database to itself for a moment, and SQLite answers
-  // SQLITE_BUSY at once (its busy handler is not consulted: waiting could deadlock) or leaves
-  // the old mode when another connection is inside a transaction, e.g. a second process that
-  // opens the same new store at the same time (seen 6 times in 40 runs of the two-process
-  // store test under CPU load). Retried for as long as the busy timeout, checking the mode
-  // SQLite reports; an answer other than "wal" is retried for 5 s only (a file system without
-  // WAL support answers so every time).
-  const auto enable_wal = [&] {
-    const auto start = std::chrono::steady_clock::now();
-    std::string reason;
-    for (int attempt = 0;; ++attempt) {
-      Statement pragma(db, "PRAGMA journal_mode=WAL");
-      const int step = pragma.ok() ? pragma.Step() : SQLITE_ERROR;
-      if (step == SQLITE_ROW && pragma.Text(0) == "wal") return;
-      reason = step == SQLITE_ROW ? "the journal stayed '" + pragma.Text(0) + "'"
-                                  : (pragma.ok() ? pragma.LastError() : pragma.error());
-      const int code = sqlite3_errcode(db) & 0xff;
-      const bool busy = step != SQLITE_ROW && (code == SQLITE_BUSY || code == SQLITE_LOCKED);
-      const auto limit = busy ? std::chrono::seconds(60) : std::chrono::seconds(5);
-      if ((!busy && step != SQLITE_ROW) || std::chrono::steady_clock::now() - start >= limit) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(std::min(5 * (attempt + 1), 100)));
-    }
-    Fail(path, "cannot enable the WAL journal: " + reason);
-  };
-
-  // Every row checked (read, values, and the checksum when the store has them); the damaged
-  // ones set aside, or the open refused, or skipped.
-  const auto damaged_rows = [&](bool with_checksums) {
-    std::vector<std::pair<int64_t, std::string>> damaged;
-    Statement all(db, fmt::format("SELECT rowid, {} FROM measurements ORDER BY rowid",
-                                  internal::ReadColumns(with_checksums)).c_str());
-    if (!all.ok()) Fail(path, "unreadable measurements table: " + all.error());
-    int step;
-    while ((step = all.Step()) == SQLITE_ROW) {
-      internal::Row row;
-      if (auto why = internal::ReadRow(all, 0, with_checksums, &row)) {
-        damaged.emplace_back(row.rowid, internal::RowName(row) + ": " + *why);
-      }
-    }
-    if (step != SQLITE_DONE) Fail(path, "unreadable measurements table: " + all.LastError());
-    return damaged;
-  };
-  DamagedRows policy = options.damaged;
-  if (!writable && policy == DamagedRows::kSetAside) policy = DamagedRows::kSkip;
-  const auto refuse_damaged = [&](const std::vector<std::pair<int64_t, std::string>>& damaged) {
-    std::vector<std::string> names;
-    for (std::size_t i = 0; i < damaged.size() && i < 3; ++i) names.push_back(damaged[i].second);
-    Fail(path, fmt::format("{} (a damaged or hand-edited store): {}{}; told not to measure "
-                           "them again",
-                           damaged.size() == 1 ? std::string("1 row fails its checks")
-                                               : fmt::format("{} rows fail their checks",
-                                                             damaged.size()),
-                           JoinNames(names), damaged.size() > 3 ? ", ..." : ""));
-  };
-
+  internal::Opening opening(handle->db, path);
+  const StoreIdentity* expected = options.check_identity ? &identity : nullptr;
   StoreIdentity stored = identity;
-  std::map<std::string, std::string> tables = read_tables();
-  if (!schema_empty) {
-    stored = validate(tables);  // nothing is written before the file is recognized
+  std::map<std::string, std::string> tables = opening.ReadTables();
+  if (!opening.schema_empty()) {
+    stored = opening.Validate(tables, expected);  // nothing is written before it is recognized
   } else if (!writable) {
     Fail(path, "holds no measurement store (" + read_only + ")");
   } else {
     // A file with bytes but no schema (another process is creating the store, or a damaged
     // file): checked before the first write, so a damaged one is refused untouched (the store
     // fuzzer's find: a corrupt page 1 with no tables had its header switched to WAL first).
-    if (exists) integrity_check();
+    if (exists) opening.IntegrityCheck();
     // An empty or new file is ours. WAL first (a journal-mode change cannot happen inside a
     // transaction), then create under a write lock, looking again inside it: when two
     // processes start on one new store, the second finds the first one's schema and checks it.
-    enable_wal();
-    exec("BEGIN IMMEDIATE;", "cannot lock the new store");
-    tables = read_tables();
-    if (!schema_empty) {
-      exec("ROLLBACK;", "cannot unlock the store");
-      stored = validate(tables);
+    opening.EnableWal();
+    opening.Exec("BEGIN IMMEDIATE;", "cannot lock the new store");
+    tables = opening.ReadTables();
+    if (!opening.schema_empty()) {
+      opening.Exec("ROLLBACK;", "cannot unlock the store");
+      stored = opening.Validate(tables, expected);
     } else {
-      exec(internal::kCreateSchema, "cannot create the schema");
-      exec(internal::kCreateSetAside, "cannot create the schema");
-      std::map<std::string, std::string> meta = {
-          {"format", kFormat},
-          {"schema_version", std::to_string(kSchemaVersion)},
-          {"gpu", identity.gpu},
-          {"workload_signature", identity.workload_signature},
-          {"backend", identity.backend},
-          {"created_at", internal::UtcNow()},
-      };
-      meta["checksum"] = internal::MetaChecksum(meta);
-      put_meta(meta);
-      exec("COMMIT;", "cannot commit the schema");
+      opening.Create(identity);
     }
   }
+  DamagedRows policy = options.damaged;
+  if (!writable && policy == DamagedRows::kSetAside) policy = DamagedRows::kSkip;
   // Told not to re-measure, a damaged row refuses the store before anything is written to it
   // (not even the WAL switch or the version 1 upgrade).
   if (policy == DamagedRows::kFail) {
-    if (const auto damaged = damaged_rows(schema_version >= 2); !damaged.empty()) {
-      refuse_damaged(damaged);
+    if (const auto damaged = opening.DamagedRows(opening.schema_version() >= 2); !damaged.empty()) {
+      opening.RefuseDamaged(damaged);
     }
   }
   if (writable) {
     // Recognized (or new): WAL journal so that each committed measurement survives a SIGKILL
     // and readers never block the writer; FULL sync so it also survives a power cut.
-    enable_wal();
-    exec("PRAGMA synchronous=FULL;", "cannot set full synchronous writes");
-  }
-
-  // Version 1 (no checksums): upgraded in place when it can be written, each row's checksum
-  // taken from the row as it is (a row that fails the value checks gets none, and is set aside
-  // below). Another process may upgrade it at the same moment: looked at again under the lock.
-  if (schema_version == 1 && writable) {
-    exec("BEGIN IMMEDIATE;", "cannot lock the store to upgrade it");
-    std::map<std::string, std::string> meta = read_meta();
-    const bool upgrade_here = meta["schema_version"] == "1";
-    if (upgrade_here) {
-      exec("ALTER TABLE measurements ADD COLUMN checksum INTEGER;", "cannot upgrade the store");
-      exec(internal::kCreateSetAside, "cannot upgrade the store");
-      Statement all(db, fmt::format("SELECT rowid, {} FROM measurements",
-                                    internal::ReadColumns(false)).c_str());
-      Statement update(db, "UPDATE measurements SET checksum = ? WHERE rowid = ?");
-      if (!all.ok() || !update.ok()) {
-        const std::string reason = all.ok() ? update.error() : all.error();
-        exec("ROLLBACK;", "cannot unlock the store");
-        Fail(path, "cannot upgrade the store: " + reason);
-      }
-      std::vector<std::pair<int64_t, int64_t>> checksums;
-      int step;
-      while ((step = all.Step()) == SQLITE_ROW) {
-        internal::Row row;
-        if (!internal::ReadRow(all, 0, /*verify=*/false, &row)) {
-          checksums.emplace_back(row.rowid, row.Checksum());
-        }
-      }
-      if (step != SQLITE_DONE) {
-        const std::string reason = all.LastError();
-        exec("ROLLBACK;", "cannot unlock the store");
-        Fail(path, "cannot upgrade the store: " + reason);
-      }
-      for (const auto& [rowid, checksum] : checksums) {
-        update.Reset();
-        update.Bind(1, checksum);
-        update.Bind(2, rowid);
-        if (update.Step() != SQLITE_DONE) {
-          const std::string reason = update.LastError();
-          exec("ROLLBACK;", "cannot unlock the store");
-          Fail(path, "cannot upgrade the store: " + reason);
-        }
-      }
-      meta["schema_version"] = std::to_string(kSchemaVersion);
-      meta["upgraded_at"] = internal::UtcNow();
-      meta["checksum"] = internal::MetaChecksum(meta);
-      put_meta(meta);
+    opening.EnableWal();
+    opening.Exec("PRAGMA synchronous=FULL;", "cannot set full synchronous writes");
+    if (opening.schema_version() == 1 && !opening.UpgradeFromVersion1()) {
+      stored = opening.Validate(opening.ReadTables(), expected);
     }
-    exec("COMMIT;", "cannot commit the upgrade");
-    schema_version = kSchemaVersion;
-    // Upgraded by another process meanwhile: its version 2 is checked as any other.
-    if (!upgrade_here) stored = validate(read_tables());
   }
-
-  const bool verify = schema_version >= 2;
-  std::vector<std::pair<int64_t, std::string>> damaged = damaged_rows(verify);
-  if (!damaged.empty() && policy == DamagedRows::kFail) refuse_damaged(damaged);
-  if (!damaged.empty() && policy == DamagedRows::kSetAside) {
-    // Under the write lock, looked at again: another process may have set them aside already.
-    exec("BEGIN IMMEDIATE;", "cannot lock the store to set damaged rows aside");
-    damaged = damaged_rows(verify);
-    Statement move(db, fmt::format("INSERT INTO set_aside SELECT ?, ?, {} FROM measurements "
-                                   "WHERE rowid = ?", internal::kColumns).c_str());
-    Statement remove(db, "DELETE FROM measurements WHERE rowid = ?");
-    const std::string now = internal::UtcNow();
-    for (const auto& [rowid, why] : damaged) {
-      move.Reset();
-      move.Bind(1, now);
-      move.Bind(2, why);
-      move.Bind(3, rowid);
-      remove.Reset();
-      remove.Bind(1, rowid);
-      const bool moved = move.ok() && move.Step() == SQLITE_DONE;
-      const std::string move_error = move.ok() ? move.LastError() : move.error();
-      if (!moved || !remove.ok() || remove.Step() != SQLITE_DONE) {
-        const std::string reason =
-            !moved ? move_error : (remove.ok() ? remove.LastError() : remove.error());
-        exec("ROLLBACK;", "cannot unlock the store");
-        Fail(path, "cannot set a damaged row aside: " + reason);
-      }
-    }
-    exec("COMMIT;", "cannot commit the rows set aside");
-  }
+  const bool verify = opening.schema_version() >= 2;  // false: version 1, read-only
+  internal::DamagedList damaged = opening.DamagedRows(verify);
+  if (!damaged.empty() && policy == DamagedRows::kSetAside) opening.SetAside(&damaged);
   if (writable) {
     handle->claim_fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
     if (handle->claim_fd < 0) {
