@@ -19,7 +19,9 @@ def partitions(workload: str | os.PathLike[str] | Dict[str, Any] | None = None, 
     plan.json records (plan=...), or of a plan's workload record (record=..., with the plan's
     virtual_stages)."""
 def load_plan(plan_path: str | os.PathLike[str]) -> Dict[str, Any]:
-    """A plan.json validated as the runtime reads it, in the current format."""
+    """A plan.json validated as export and the runtime read it (its shape, and that it fits the
+    workload it records: stages, clocks, partition types, slots, SM counts; InputError naming the
+    field), in the current format."""
 def sequential_job_refusal(plan_path: str | os.PathLike[str]) -> Optional[str]:
     """Why a job that runs every instruction sequentially should not apply this plan, or None."""
 def optimize(
