@@ -37,6 +37,28 @@ std::size_t Utf8SequenceLength(std::string_view text, std::size_t i) {
   return length;
 }
 
+// `text` up to `max_bytes` (never cutting a character in half), with bytes that are not UTF-8
+// and, with `controls`, control characters written as \xNN.
+std::string Escaped(std::string_view text, std::size_t max_bytes, bool controls) {
+  std::string out;
+  const std::size_t shown = std::min(text.size(), max_bytes);
+  for (std::size_t i = 0; i < shown;) {
+    const std::size_t length = Utf8SequenceLength(text, i);
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    if (length > 1 && i + length > shown) break;
+    if (length == 0 || (controls && length == 1 && (c < 0x20 || c == 0x7F))) {
+      char escaped[8];
+      std::snprintf(escaped, sizeof(escaped), "\\x%02X", c);
+      out += escaped;
+      ++i;
+      continue;
+    }
+    out.append(text.substr(i, length));
+    i += length;
+  }
+  return out;
+}
+
 }  // namespace
 
 bool IsValidUtf8(std::string_view text) {
@@ -49,42 +71,13 @@ bool IsValidUtf8(std::string_view text) {
 }
 
 std::string ShownValue(std::string_view text, std::size_t max_bytes) {
-  std::string out;
-  const std::size_t shown = std::min(text.size(), max_bytes);
-  for (std::size_t i = 0; i < shown;) {
-    const std::size_t length = Utf8SequenceLength(text, i);
-    const unsigned char c = static_cast<unsigned char>(text[i]);
-    if (length > 1 && i + length > shown) break;  // never cut a character in half
-    if (length == 0 || (length == 1 && (c < 0x20 || c == 0x7F))) {
-      char escaped[8];
-      std::snprintf(escaped, sizeof(escaped), "\\x%02X", c);
-      out += escaped;
-      ++i;
-      continue;
-    }
-    out.append(text.substr(i, length));
-    i += length;
-  }
-  if (shown < text.size()) out += "... (" + std::to_string(text.size()) + " bytes)";
+  std::string out = Escaped(text, max_bytes, /*controls=*/true);
+  if (max_bytes < text.size()) out += "... (" + std::to_string(text.size()) + " bytes)";
   return out;
 }
 
 std::string Utf8Escaped(std::string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  for (std::size_t i = 0; i < text.size();) {
-    const std::size_t length = Utf8SequenceLength(text, i);
-    if (length == 0) {
-      char escaped[8];
-      std::snprintf(escaped, sizeof(escaped), "\\x%02X", static_cast<unsigned char>(text[i]));
-      out += escaped;
-      ++i;
-      continue;
-    }
-    out.append(text.substr(i, length));
-    i += length;
-  }
-  return out;
+  return Escaped(text, text.size(), /*controls=*/false);
 }
 
 Error::Error(const std::string& message)

@@ -1027,6 +1027,18 @@ bool MeasurementStore::Insert(const std::string& partition, const PartitionKnobs
   return inserted;
 }
 
+void MeasurementStore::RefuseToMeasure(const std::string& partition,
+                                       const PartitionKnobs& first_missing, std::size_t missing,
+                                       std::size_t wanted) const {
+  if (!read_only()) return;
+  throw EnvironmentError(fmt::format(
+      "measurement store {} is read-only ({}) and lacks {} of the {} configurations to measure "
+      "now (first: {}); nothing was measured: pass a writable --store (e.g. a copy of this one "
+      "in a writable folder)",
+      path_.string(), read_only_reason_, missing, wanted,
+      internal::RowName(partition, first_missing)));
+}
+
 bool MeasurementStore::TryClaim(const std::string& partition, const PartitionKnobs& knobs) {
   return internal::LockByte(handle_->claim_fd, internal::ClaimOffset(partition, knobs),
                             /*wait=*/false, path_);
@@ -1057,14 +1069,7 @@ void MeasurementStore::FindOrMeasure(const std::string& partition,
         if (!first_missing) first_missing = i;
       }
     }
-    if (missing > 0) {
-      throw EnvironmentError(fmt::format(
-          "measurement store {} is read-only ({}) and lacks {} of the {} configurations to "
-          "measure now (first: {}); nothing was measured: pass a writable --store (e.g. a copy "
-          "of this one in a writable folder)",
-          path_.string(), read_only_reason_, missing, batch.size(),
-          internal::RowName(partition, batch[*first_missing])));
-    }
+    if (missing > 0) RefuseToMeasure(partition, batch[*first_missing], missing, batch.size());
     for (std::size_t i = 0; i < batch.size(); ++i) on_ready(i, *found[i], true);
     return;
   }

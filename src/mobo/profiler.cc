@@ -11,8 +11,6 @@
 #include <optional>
 #include <set>
 
-#include <fmt/format.h>
-
 #include "kareus/common/error.h"
 #include "kareus/common/io.h"
 #include "kareus/common/progress.h"
@@ -612,16 +610,9 @@ class TypeState {
       if (!e.from_store) missing_.push_back(first + i);
       result_.evaluations.push_back(std::move(e));
     }
-    if (store_ != nullptr && store_->read_only() && !missing_.empty()) {
-      // Nothing could be kept: refused before anything is measured.
-      const Evaluation& e = result_.evaluations[missing_.front()];
-      throw EnvironmentError(fmt::format(
-          "measurement store {} is read-only ({}) and lacks {} configuration{} of {} this "
-          "profile needs (first: {} MHz, {} SMs, {}); nothing was measured: pass a writable "
-          "--store (e.g. a copy of this one in a writable folder)",
-          store_->path().string(), store_->read_only_reason(), missing_.size(),
-          missing_.size() == 1 ? "" : "s", plan_.type->name, e.knobs.freq_mhz, e.knobs.sms,
-          ShownValue(e.knobs.slot)));
+    if (store_ != nullptr && !missing_.empty()) {  // refused here if it cannot keep them
+      store_->RefuseToMeasure(plan_.type->name, result_.evaluations[missing_.front()].knobs,
+                              missing_.size(), indices.size());
     }
     pending_ = missing_.size();
     recorded_.assign(missing_.size(), false);

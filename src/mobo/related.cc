@@ -59,19 +59,16 @@ RelatedWorkload LoadRelatedWorkload(const std::filesystem::path& path,
   } catch (const EnvironmentError& e) {
     throw EnvironmentError(std::string("--related: ") + e.what());
   }
-  std::map<std::string, std::string> meta = {{"gpu", store->identity().gpu},
-                                             {"backend", store->identity().backend},
-                                             {"workload_signature",
-                                              store->identity().workload_signature}};
+  const measure::StoreIdentity& related = store->identity();
   const workload::Workload& t = target.workload;
-  if (meta["gpu"] != t.gpu.name) {
-    Unrelated(path, "another GPU (" + meta["gpu"] + ", this workload runs on " + t.gpu.name + ")");
+  if (related.gpu != t.gpu.name) {
+    Unrelated(path, "another GPU (" + related.gpu + ", this workload runs on " + t.gpu.name + ")");
   }
-  if (meta["backend"] != backend_description) {
-    Unrelated(path, "measured by another backend (" + meta["backend"] + ", this run measures with " +
-                        backend_description + ")");
+  if (related.backend != backend_description) {
+    Unrelated(path, "measured by another backend (" + related.backend +
+                        ", this run measures with " + backend_description + ")");
   }
-  const std::string signature = meta["workload_signature"];
+  const std::string signature = related.workload_signature;
   if (signature == t.Signature()) {
     Unrelated(path, "the same workload: pass it as --store to resume from it");
   }

@@ -1,8 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "kareus/plan/perseus.h"
 
-#include "kareus/plan/check.h"
-
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -18,6 +16,7 @@
 #include "kareus/common/error.h"
 #include "kareus/common/io.h"
 #include "kareus/common/progress.h"
+#include "kareus/plan/check.h"
 
 namespace kareus::plan {
 namespace {

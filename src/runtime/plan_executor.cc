@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "kareus/runtime/plan_executor.h"
 
-#include "kareus/plan/check.h"
-
 #include <limits>
 
 #include <fmt/format.h>
+
+#include "kareus/plan/check.h"
 
 namespace kareus::runtime {
 namespace {

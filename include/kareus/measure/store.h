@@ -105,6 +105,12 @@ class MeasurementStore {
   void FindOrMeasure(const std::string& partition, const std::vector<PartitionKnobs>& batch,
                      const MeasureFn& measure, const ReadyFn& on_ready);
 
+  // Nothing can be stored in a read-only store: called before measuring `missing` of the
+  // `wanted` configurations of `partition` (the first missing one: `first_missing`), throws
+  // EnvironmentError naming the file when the store is read-only; does nothing otherwise.
+  void RefuseToMeasure(const std::string& partition, const PartitionKnobs& first_missing,
+                       std::size_t missing, std::size_t wanted) const;
+
   int64_t Count() const;                              // all rows
   int64_t Count(const std::string& partition) const;  // rows of one partition type
   std::vector<StoredMeasurement> All() const;         // in insertion order, checked as Find
