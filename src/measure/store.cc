@@ -455,7 +455,10 @@ bool HoldsNoSchema(const std::filesystem::path& path) {
 }
 
 // What a failed Open left behind, in words; removes a store it created that holds nothing.
-std::string WhatWasLeft(const std::filesystem::path& path, const Files& before, bool created) {
+// `changes` are what was committed to an existing store before the failure (an upgrade, rows
+// set aside, the WAL switch), each in words.
+std::string WhatWasLeft(const std::filesystem::path& path, const Files& before, bool created,
+                        const std::vector<std::string>& changes) {
   namespace fs = std::filesystem;
   std::error_code ec;
   const Files now = Files::Of(path);
@@ -484,6 +487,10 @@ std::string WhatWasLeft(const std::filesystem::path& path, const Files& before, 
     return "left behind: " + JoinNames(side_files) +
            ", created by this run and holding no measurements; delete them";
   }
+  if (!changes.empty()) {
+    return "before this failure the store was " + JoinNames(changes) +
+           "; no measurement in it was changed or lost";
+  }
   if (side_files.empty()) return "the file was left unchanged";
   return "the store was left unchanged; SQLite's " + JoinNames(side_files) +
          " were created beside it (they hold nothing of this run; SQLite removes them when the "
@@ -497,13 +504,14 @@ std::unique_ptr<MeasurementStore> MeasurementStore::Open(const std::filesystem::
                                                          const StoreIdentity& identity,
                                                          const StoreOptions& options) {
   const internal::Files before = internal::Files::Of(path);
-  bool created = false;  // set by OpenChecked when it creates the file
+  bool created = false;              // set by OpenChecked when it creates the file
+  std::vector<std::string> changes;  // what OpenChecked committed to an existing store
   try {
-    return OpenChecked(path, identity, options, &created);
+    return OpenChecked(path, identity, options, &created, &changes);
   } catch (const internal::OpenFailure& failure) {
     // The handle is closed by now: what is on disk is what this run leaves.
     throw EnvironmentError("measurement store " + path.string() + ": " + failure.reason + " (" +
-                           internal::WhatWasLeft(path, before, created) + ")");
+                           internal::WhatWasLeft(path, before, created, changes) + ")");
   }
 }
 
@@ -516,7 +524,10 @@ using DamagedList = std::vector<std::pair<int64_t, std::string>>;  // rowid, "ro
 // the steps MeasurementStore::OpenChecked takes. Every failure is an OpenFailure (Fail).
 class Opening {
  public:
-  Opening(sqlite3* db, const std::filesystem::path& path) : db_(db), path_(path) {}
+  // `changes` collects, in words, what is committed to an existing store (for the message of a
+  // later failure).
+  Opening(sqlite3* db, const std::filesystem::path& path, std::vector<std::string>* changes)
+      : db_(db), path_(path), changes_(changes) {}
 
   int schema_version() const { return schema_version_; }
   // The last ReadTables found nothing at all in the schema (an index, view or trigger without
@@ -636,10 +647,17 @@ class Opening {
   void EnableWal() {
     const auto start = std::chrono::steady_clock::now();
     std::string reason;
+    bool was_wal = false;
+    if (Statement mode(db_, "PRAGMA journal_mode"); mode.ok() && mode.Step() == SQLITE_ROW) {
+      was_wal = mode.Text(0) == "wal";
+    }
     for (int attempt = 0;; ++attempt) {
       Statement pragma(db_, "PRAGMA journal_mode=WAL");
       const int step = pragma.ok() ? pragma.Step() : SQLITE_ERROR;
-      if (step == SQLITE_ROW && pragma.Text(0) == "wal") return;
+      if (step == SQLITE_ROW && pragma.Text(0) == "wal") {
+        if (!was_wal) changes_->push_back("switched to the WAL journal");
+        return;
+      }
       reason = step == SQLITE_ROW ? "the journal stayed '" + pragma.Text(0) + "'"
                                   : (pragma.ok() ? pragma.LastError() : pragma.error());
       const int code = sqlite3_errcode(db_) & 0xff;
@@ -706,6 +724,7 @@ class Opening {
       PutMeta(meta);
     }
     Exec("COMMIT;", "cannot commit the upgrade");
+    if (upgrade_here) changes_->push_back("upgraded to schema version 2");
     schema_version_ = MeasurementStore::kSchemaVersion;
     return upgrade_here;
   }
@@ -766,6 +785,11 @@ class Opening {
       }
     }
     Exec("COMMIT;", "cannot commit the rows set aside");
+    if (!damaged->empty()) {
+      changes_->push_back(damaged->size() == 1 ? std::string("1 damaged row moved to set_aside")
+                                               : fmt::format("{} damaged rows moved to set_aside",
+                                                             damaged->size()));
+    }
   }
 
  private:
@@ -811,6 +835,7 @@ class Opening {
 
   sqlite3* db_;
   const std::filesystem::path& path_;
+  std::vector<std::string>* changes_;
   bool schema_empty_ = true;
   int schema_version_ = MeasurementStore::kSchemaVersion;
 };
@@ -821,7 +846,8 @@ class Opening {
 std::unique_ptr<MeasurementStore> MeasurementStore::OpenChecked(const std::filesystem::path& path,
                                                                 const StoreIdentity& identity,
                                                                 const StoreOptions& options,
-                                                                bool* created) {
+                                                                bool* created,
+                                                                std::vector<std::string>* changes) {
   using internal::Fail;
   using Access = StoreOptions::Access;
   using DamagedRows = StoreOptions::DamagedRows;
@@ -876,7 +902,7 @@ std::unique_ptr<MeasurementStore> MeasurementStore::OpenChecked(const std::files
   // Another process may be creating, validating or writing the same store: wait for it.
   sqlite3_busy_timeout(handle->db, 60000);
 
-  internal::Opening opening(handle->db, path);
+  internal::Opening opening(handle->db, path, changes);
   const StoreIdentity* expected = options.check_identity ? &identity : nullptr;
   StoreIdentity stored = identity;
   std::map<std::string, std::string> tables = opening.ReadTables();
@@ -904,25 +930,25 @@ std::unique_ptr<MeasurementStore> MeasurementStore::OpenChecked(const std::files
   }
   DamagedRows policy = options.damaged;
   if (!writable && policy == DamagedRows::kSetAside) policy = DamagedRows::kSkip;
-  // Told not to re-measure, a damaged row refuses the store before anything is written to it
-  // (not even the WAL switch or the version 1 upgrade).
-  if (policy == DamagedRows::kFail) {
-    if (const auto damaged = opening.DamagedRows(opening.schema_version() >= 2); !damaged.empty()) {
-      opening.RefuseDamaged(damaged);
-    }
-  }
+  // Every row is read and checked before anything is written to an existing store: a store
+  // that cannot be read, or (told not to re-measure) holds a damaged row, is refused as it was.
+  internal::DamagedList damaged = opening.DamagedRows(opening.schema_version() >= 2);
+  if (policy == DamagedRows::kFail && !damaged.empty()) opening.RefuseDamaged(damaged);
   if (writable) {
-    // Recognized (or new): WAL journal so that each committed measurement survives a SIGKILL
-    // and readers never block the writer; FULL sync so it also survives a power cut.
+    // Then the writes, each in one transaction that SQLite undoes if it fails, in the file's
+    // own journal mode: a failed version 1 upgrade (the store fuzzer's find: an ALTER TABLE
+    // refused by a damaged header) leaves the file byte for byte as it was.
+    if (opening.schema_version() == 1) {
+      if (!opening.UpgradeFromVersion1()) stored = opening.Validate(opening.ReadTables(), expected);
+      damaged = opening.DamagedRows(/*with_checksums=*/true);  // the upgrade gave rows checksums
+    }
+    if (!damaged.empty() && policy == DamagedRows::kSetAside) opening.SetAside(&damaged);
+    // Last, the WAL journal, so that each committed measurement survives a SIGKILL and readers
+    // never block the writer; FULL sync so it also survives a power cut.
     opening.EnableWal();
     opening.Exec("PRAGMA synchronous=FULL;", "cannot set full synchronous writes");
-    if (opening.schema_version() == 1 && !opening.UpgradeFromVersion1()) {
-      stored = opening.Validate(opening.ReadTables(), expected);
-    }
   }
   const bool verify = opening.schema_version() >= 2;  // false: version 1, read-only
-  internal::DamagedList damaged = opening.DamagedRows(verify);
-  if (!damaged.empty() && policy == DamagedRows::kSetAside) opening.SetAside(&damaged);
   if (writable) {
     handle->claim_fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
     if (handle->claim_fd < 0) {

@@ -352,33 +352,38 @@ TEST_F(StoreTest, DamagedMetaTableIsRefusedUntouched) {
   EXPECT_EQ(Snapshot(path), before);
 }
 
+// A version 1 store (no checksums) as the previous schema wrote it: one good row and one with a
+// negative time; `extra` is more SQL run on it.
+void WriteVersionOneStore(const fs::path& path, const char* extra = "") {
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  const char* v1 = R"sql(
+    CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+    CREATE TABLE measurements(gpu TEXT NOT NULL, workload TEXT NOT NULL,
+      partition TEXT NOT NULL, freq_mhz INTEGER NOT NULL, sms INTEGER NOT NULL,
+      slot TEXT NOT NULL, time_s REAL NOT NULL, energy_j REAL NOT NULL,
+      static_energy_j REAL NOT NULL, dynamic_energy_j REAL NOT NULL,
+      realized_freq_mhz REAL NOT NULL, gpu_seconds REAL NOT NULL,
+      noise_free INTEGER NOT NULL, measured_at TEXT NOT NULL,
+      PRIMARY KEY (gpu, workload, partition, freq_mhz, sms, slot));
+    INSERT INTO meta VALUES ('format', 'kareus-measurement-store'), ('schema_version', '1'),
+      ('gpu', 'A100-SXM4-40GB'), ('workload_signature', 'sig-1'),
+      ('backend', 'emulator(test)'), ('created_at', '2026-01-01T00:00:00Z');
+    INSERT INTO measurements VALUES ('A100-SXM4-40GB', 'sig-1', 'fwd_attn', 1410, 6, 'norm_0',
+      0.001, 0.002, 0.0005, 0.0015, 1300, 12, 0, '2026-01-01T00:00:00Z');
+    INSERT INTO measurements VALUES ('A100-SXM4-40GB', 'sig-1', 'fwd_attn', 1380, 6, 'norm_0',
+      -1, 0.002, 0.0005, 0.0015, 1300, 12, 0, '2026-01-01T00:00:00Z');
+  )sql";
+  ASSERT_EQ(sqlite3_exec(db, v1, nullptr, nullptr, nullptr), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, extra, nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(db);
+}
+
 // Version 1 stores (no checksums) are upgraded in place on a read-write open; their rows are
 // kept (checked by value as before) and the damaged ones set aside.
 TEST_F(StoreTest, VersionOneStoreIsUpgraded) {
   const fs::path path = dir_ / "v1.db";
-  {
-    sqlite3* db = nullptr;
-    ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
-    const char* v1 = R"sql(
-      CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
-      CREATE TABLE measurements(gpu TEXT NOT NULL, workload TEXT NOT NULL,
-        partition TEXT NOT NULL, freq_mhz INTEGER NOT NULL, sms INTEGER NOT NULL,
-        slot TEXT NOT NULL, time_s REAL NOT NULL, energy_j REAL NOT NULL,
-        static_energy_j REAL NOT NULL, dynamic_energy_j REAL NOT NULL,
-        realized_freq_mhz REAL NOT NULL, gpu_seconds REAL NOT NULL,
-        noise_free INTEGER NOT NULL, measured_at TEXT NOT NULL,
-        PRIMARY KEY (gpu, workload, partition, freq_mhz, sms, slot));
-      INSERT INTO meta VALUES ('format', 'kareus-measurement-store'), ('schema_version', '1'),
-        ('gpu', 'A100-SXM4-40GB'), ('workload_signature', 'sig-1'),
-        ('backend', 'emulator(test)'), ('created_at', '2026-01-01T00:00:00Z');
-      INSERT INTO measurements VALUES ('A100-SXM4-40GB', 'sig-1', 'fwd_attn', 1410, 6, 'norm_0',
-        0.001, 0.002, 0.0005, 0.0015, 1300, 12, 0, '2026-01-01T00:00:00Z');
-      INSERT INTO measurements VALUES ('A100-SXM4-40GB', 'sig-1', 'fwd_attn', 1380, 6, 'norm_0',
-        -1, 0.002, 0.0005, 0.0015, 1300, 12, 0, '2026-01-01T00:00:00Z');
-    )sql";
-    ASSERT_EQ(sqlite3_exec(db, v1, nullptr, nullptr, nullptr), SQLITE_OK);
-    sqlite3_close(db);
-  }
+  WriteVersionOneStore(path);
   // Told not to re-measure, the damaged row refuses it before anything is upgraded.
   const std::string v1_bytes = Snapshot(path);
   EXPECT_THROW(MeasurementStore::Open(path, identity_,
@@ -404,6 +409,49 @@ TEST_F(StoreTest, VersionOneStoreIsUpgraded) {
   EXPECT_TRUE(store->damaged_rows().empty());
   EditStore(path, "UPDATE measurements SET time_s = 0.003");  // now the checksum tells
   EXPECT_THROW(store->All(), EnvironmentError);
+}
+
+// A failed upgrade leaves the file byte for byte as it was: the writes run in the file's own
+// journal, each transaction undone on failure, and the WAL switch comes last (the store
+// fuzzer's find: a damaged header refused the upgrade after the header had been switched to
+// WAL, and the message said "left unchanged"). Here a trigger refuses the upgrade's UPDATE.
+TEST_F(StoreTest, FailedUpgradeLeavesTheFileAsItWas) {
+  const fs::path path = dir_ / "v1.db";
+  WriteVersionOneStore(path, "CREATE TRIGGER no_update BEFORE UPDATE ON measurements "
+                             "BEGIN SELECT RAISE(ABORT, 'refused by a trigger'); END;");
+  const std::string before = Snapshot(path);
+  try {
+    MeasurementStore::Open(path, identity_, {.warn = [](const std::string&) {}});
+    ADD_FAILURE() << "the trigger did not refuse the upgrade";
+  } catch (const EnvironmentError& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("cannot upgrade the store"));
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("the file was left unchanged"));
+  }
+  EXPECT_TRUE(Snapshot(path) == before) << "the file changed";
+  for (const char* suffix : {"-wal", "-shm", "-journal"}) {
+    EXPECT_FALSE(fs::exists(path.string() + suffix)) << suffix;
+  }
+}
+
+// A failure after a committed write says what was committed, not "left unchanged": here the
+// upgrade commits and a trigger then refuses to move the damaged row to set_aside.
+TEST_F(StoreTest, FailureAfterTheUpgradeSaysTheStoreWasUpgraded) {
+  const fs::path path = dir_ / "v1.db";
+  WriteVersionOneStore(path, "CREATE TRIGGER no_delete BEFORE DELETE ON measurements "
+                             "BEGIN SELECT RAISE(ABORT, 'refused by a trigger'); END;");
+  try {
+    MeasurementStore::Open(path, identity_, {.warn = [](const std::string&) {}});
+    ADD_FAILURE() << "the trigger did not refuse the set-aside";
+  } catch (const EnvironmentError& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("cannot set a damaged row aside"));
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("before this failure the store was upgraded to "
+                                               "schema version 2"));
+    EXPECT_THAT(e.what(), ::testing::Not(::testing::HasSubstr("left unchanged")));
+  }
+  // Read-only, the upgraded store serves its good row (the damaged one skipped).
+  auto store = MeasurementStore::Open(path, identity_, {.access = StoreOptions::Access::kReadOnly,
+                                                        .warn = [](const std::string&) {}});
+  EXPECT_EQ(store->Count(), 1);
 }
 
 // What a store opened read-only does: no file is created beside it, what it holds is served,

@@ -129,7 +129,8 @@ class MeasurementStore {
   static std::unique_ptr<MeasurementStore> OpenChecked(const std::filesystem::path& path,
                                                        const StoreIdentity& identity,
                                                        const StoreOptions& options,
-                                                       bool* created);
+                                                       bool* created,
+                                                       std::vector<std::string>* changes);
   // The row of `rowid` failed its checks at open and stays in the file (kSkip).
   bool Skipped(int64_t rowid) const;
   // Claims on configurations being measured (OFD write locks on one byte of the store file
