@@ -18,5 +18,6 @@ void AddSolveCommand(CLI::App& app);
 void AddExportCommand(CLI::App& app);
 void AddDeviceCheckCommand(CLI::App& app);
 void AddValidateCommand(CLI::App& app);
+void AddScheduleCommand(CLI::App& app);
 
 }  // namespace kareus::cli

@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
   kareus::cli::AddSimulateCommand(app);
   kareus::cli::AddSolveCommand(app);
   kareus::cli::AddExportCommand(app);
+  kareus::cli::AddScheduleCommand(app);
   kareus::cli::AddDeviceCheckCommand(app);
   kareus::cli::AddValidateCommand(app);
   // CLI11 alone answers a mistyped command with "A subcommand is required".

@@ -74,6 +74,7 @@ bool KnownOutputName(const std::string& name) {
   static const char* const kPatterns[] = {
       "plan.json",         "frontier.json",        "summary.json",          "report.html",
       "evaluation.json",   "evaluation.txt",       "plans",                 "methods",
+      "timetable.json",
       "measurements.sqlite*", "freqs_pipeline_*.py", "scheds_pipeline_*.py", "*.tmp.*",
       kMarkerName};
   return std::any_of(std::begin(kPatterns), std::end(kPatterns), [&](const char* pattern) {

@@ -13,6 +13,7 @@ namespace kareus::report {
 namespace {
 
 using internal::Escape;
+using internal::HtmlTable;
 using internal::Num;
 using internal::Plot;
 
@@ -198,18 +199,6 @@ std::string PartitionPlots(const Json& partitions) {
   return out + "</div>";
 }
 
-std::string HtmlTable(const std::vector<std::string>& header,
-                      const std::vector<std::vector<std::string>>& rows) {
-  std::string s = "<table><tr>";
-  for (const auto& h : header) s += "<th>" + Escape(h) + "</th>";
-  s += "</tr>";
-  for (const auto& row : rows) {
-    s += "<tr>";
-    for (const auto& cell : row) s += "<td>" + Escape(cell) + "</td>";
-    s += "</tr>";
-  }
-  return s + "</table>";
-}
 
 struct Tables {
   std::vector<std::string> throughput_header = {"method", "time (s)", "energy (kJ)", "ΔT % vs Megatron-LM", "ΔE % vs Megatron-LM"};

@@ -153,4 +153,17 @@ std::string HeatColor(double t) {
   return buffer;
 }
 
+std::string HtmlTable(const std::vector<std::string>& header,
+                      const std::vector<std::vector<std::string>>& rows) {
+  std::string s = "<table><tr>";
+  for (const auto& h : header) s += "<th>" + Escape(h) + "</th>";
+  s += "</tr>";
+  for (const auto& row : rows) {
+    s += "<tr>";
+    for (const auto& cell : row) s += "<td>" + Escape(cell) + "</td>";
+    s += "</tr>";
+  }
+  return s + "</table>";
+}
+
 }  // namespace kareus::report::internal

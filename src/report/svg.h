@@ -11,6 +11,10 @@ namespace kareus::report::internal {
 std::string Escape(const std::string& text);  // XML/HTML escaping
 std::string Num(double value, int decimals = 2);
 
+// An HTML table of escaped cells (the first column left-aligned by the page's style).
+std::string HtmlTable(const std::vector<std::string>& header,
+                      const std::vector<std::vector<std::string>>& rows);
+
 // Ticks at 1, 2 or 5 x 10^k covering [lo, hi].
 std::vector<double> NiceTicks(double lo, double hi, int target = 6);
 

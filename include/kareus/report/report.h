@@ -22,4 +22,8 @@ std::string RenderTables(const Json& summary);
 // One row per workload of `kareus evaluate`: the combined table of several summaries.
 std::string RenderEvaluationTable(const Json& evaluation);
 
+// The page of `kareus schedule` (timetable.json): the job's power and the signal over time, the
+// best constant plan and the power caps beside them, and one row per interval.
+std::string RenderTimetableHtml(const Json& timetable);
+
 }  // namespace kareus::report

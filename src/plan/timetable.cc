@@ -1,0 +1,833 @@
+// SPDX-License-Identifier: Apache-2.0
+// Timetables over the iteration frontier (kareus/plan/timetable.h): times, signal CSVs, the
+// interval cut, the water-filling solver and timetable.json.
+#include "kareus/plan/timetable.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdint>
+#include <ctime>
+#include <map>
+#include <numeric>
+
+#include <fmt/format.h>
+
+#include "kareus/common/io.h"
+
+namespace kareus::plan {
+namespace {
+
+constexpr double kJoulesPerKwh = 3.6e6;
+
+// Days from 1970-01-01 to y-m-d in the proleptic Gregorian calendar (H. Hinnant's
+// days_from_civil).
+int64_t DaysFromCivil(int64_t y, unsigned m, unsigned d) {
+  y -= m <= 2;
+  const int64_t era = (y >= 0 ? y : y - 399) / 400;
+  const auto yoe = static_cast<unsigned>(y - era * 400);
+  const unsigned doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
+  const unsigned doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+  return era * 146097 + static_cast<int64_t>(doe) - 719468;
+}
+
+// Reads exactly `digits` decimal digits at `*pos`.
+bool Digits(std::string_view text, std::size_t* pos, int digits, int* value) {
+  if (*pos + digits > text.size()) return false;
+  int v = 0;
+  for (int i = 0; i < digits; ++i) {
+    const char c = text[*pos + i];
+    if (c < '0' || c > '9') return false;
+    v = v * 10 + (c - '0');
+  }
+  *pos += digits;
+  *value = v;
+  return true;
+}
+
+std::string_view Trimmed(std::string_view text) {
+  while (!text.empty() && (text.front() == ' ' || text.front() == '\t' || text.front() == '\r' ||
+                           text.front() == '\n')) {
+    text.remove_prefix(1);
+  }
+  while (!text.empty() && (text.back() == ' ' || text.back() == '\t' || text.back() == '\r' ||
+                           text.back() == '\n')) {
+    text.remove_suffix(1);
+  }
+  return text;
+}
+
+std::string Lower(std::string_view text) {
+  std::string out(text);
+  for (char& c : out) {
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+  }
+  return out;
+}
+
+std::optional<double> ParseNumber(std::string_view text) {
+  text = Trimmed(text);
+  if (text.empty()) return std::nullopt;
+  double value = 0.0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size() || !std::isfinite(value)) {
+    return std::nullopt;
+  }
+  return value;
+}
+
+// One CSV record per line (RFC 4180 fields: quoted fields may hold commas and doubled quotes;
+// a quoted newline is not supported, as no signal export writes one). Blank lines and lines
+// starting with '#' (a file's note of its origin) are skipped; each row keeps its line number.
+struct CsvRow {
+  int line = 0;
+  std::vector<std::string> fields;
+};
+
+std::vector<CsvRow> ReadCsvRows(std::string_view text, const std::string& field,
+                                const std::string& source) {
+  std::vector<CsvRow> rows;
+  int line_number = 0;
+  std::size_t pos = 0;
+  if (text.substr(0, 3) == "\xEF\xBB\xBF") pos = 3;  // a UTF-8 byte order mark
+  while (pos <= text.size()) {
+    const std::size_t eol = std::min(text.find('\n', pos), text.size());
+    const std::string_view line = text.substr(pos, eol - pos);
+    pos = eol + 1;
+    ++line_number;
+    if (Trimmed(line).empty() || Trimmed(line).front() == '#') {  // blank, or a comment
+      if (eol >= text.size()) break;
+      continue;
+    }
+    CsvRow row{.line = line_number, .fields = {}};
+    std::string current;
+    bool quoted = false;
+    bool was_quoted = false;
+    for (std::size_t i = 0; i < line.size(); ++i) {
+      const char c = line[i];
+      if (quoted) {
+        if (c == '"' && i + 1 < line.size() && line[i + 1] == '"') {
+          current += '"';
+          ++i;
+        } else if (c == '"') {
+          quoted = false;
+        } else {
+          current += c;
+        }
+      } else if (c == '"' && Trimmed(current).empty()) {
+        quoted = true;
+        was_quoted = true;
+        current.clear();
+      } else if (c == ',') {
+        row.fields.emplace_back(was_quoted ? current : std::string(Trimmed(current)));
+        current.clear();
+        was_quoted = false;
+      } else {
+        current += c;
+      }
+    }
+    if (quoted) {
+      ThrowInput(field, fmt::format("{} line {}", source, line_number),
+                 "a quoted field is not closed on its line");
+    }
+    row.fields.emplace_back(was_quoted ? current : std::string(Trimmed(current)));
+    rows.push_back(std::move(row));
+    if (eol >= text.size()) break;
+  }
+  return rows;
+}
+
+bool NamesATime(const std::string& header) {
+  const std::string h = Lower(header);
+  for (const char* word : {"datetime", "timestamp", "time", "date", "start", "period"}) {
+    if (h.find(word) != std::string::npos) return true;
+  }
+  return false;
+}
+
+bool NamesASignal(const std::string& header) {
+  const std::string h = Lower(header);
+  for (const char* word : {"carbon intensity", "carbon_intensity", "co2", "price", "cost",
+                           "signal", "intensity"}) {
+    if (h.find(word) != std::string::npos) return true;
+  }
+  return false;
+}
+
+// The lower convex hull of points (n, cost), as vertices sorted by n. `label` is what each
+// vertex stands for (a plan index, or -1 for the pause / the finish).
+struct Vertex {
+  double n = 0.0;
+  double cost = 0.0;
+  int label = -1;
+};
+
+std::vector<Vertex> LowerHull(std::vector<Vertex> points) {
+  std::sort(points.begin(), points.end(), [](const Vertex& a, const Vertex& b) {
+    return a.n != b.n ? a.n < b.n : (a.cost != b.cost ? a.cost < b.cost : a.label < b.label);
+  });
+  std::vector<Vertex> hull;
+  for (const Vertex& p : points) {
+    if (!hull.empty() && hull.back().n == p.n) continue;  // the cheaper one came first
+    while (hull.size() >= 2) {
+      const Vertex& a = hull[hull.size() - 2];
+      const Vertex& b = hull.back();
+      // b is on or above the segment a-p: not a vertex of the lower hull.
+      const double cross = (b.n - a.n) * (p.cost - a.cost) - (b.cost - a.cost) * (p.n - a.n);
+      if (cross <= 0.0) {
+        hull.pop_back();
+      } else {
+        break;
+      }
+    }
+    hull.push_back(p);
+  }
+  return hull;
+}
+
+bool Fits(const ScheduleProblem& problem, int p, const ScheduleInterval& interval) {
+  return problem.plans[p].power_w() / problem.gpus <= interval.power_cap_w * (1.0 + 1e-12);
+}
+
+// Interval k's cost curve: held whole (`whole`) or the one the job finishes in.
+std::vector<Vertex> CostCurve(const ScheduleProblem& problem, int k, bool whole) {
+  const ScheduleInterval& interval = problem.intervals[k];
+  const double length = interval.length();
+  const double price = interval.signal / kJoulesPerKwh;
+  std::vector<Vertex> points;
+  if (!whole) {
+    points.push_back({0.0, 0.0, -1});  // done at the interval's start
+  } else if (problem.allow_pause) {
+    points.push_back({0.0, price * length * problem.idle_power_w, -1});
+  }
+  for (int p = 0; p < static_cast<int>(problem.plans.size()); ++p) {
+    if (!Fits(problem, p, interval)) continue;
+    points.push_back({length / problem.plans[p].time_s, price * length * problem.plans[p].power_w(), p});
+  }
+  return LowerHull(std::move(points));
+}
+
+// The solution for "finishes in interval m": for each interval k <= m, the iterations it runs;
+// nullopt when no such timetable exists.
+struct Fill {
+  double cost = 0.0;
+  std::vector<double> n;  // per interval 0..m
+};
+
+std::optional<Fill> FillFinishingIn(const ScheduleProblem& problem,
+                                    const std::vector<std::vector<Vertex>>& whole,
+                                    const std::vector<std::vector<Vertex>>& last, int m) {
+  struct Segment {
+    double slope;
+    double length;
+    int interval;
+  };
+  std::vector<Segment> segments;
+  Fill fill;
+  fill.n.assign(m + 1, 0.0);
+  double base_n = 0.0;
+  for (int k = 0; k <= m; ++k) {
+    const std::vector<Vertex>& curve = k < m ? whole[k] : last[k];
+    if (curve.empty()) return std::nullopt;  // held whole, no plan fits and no pause
+    fill.n[k] = curve.front().n;
+    fill.cost += curve.front().cost;
+    base_n += curve.front().n;
+    for (std::size_t i = 0; i + 1 < curve.size(); ++i) {
+      const double dn = curve[i + 1].n - curve[i].n;
+      segments.push_back({(curve[i + 1].cost - curve[i].cost) / dn, dn, k});
+    }
+  }
+  double remaining = problem.iterations - base_n;
+  // Without pauses the held intervals run at least their slowest plan: finishing in m then
+  // takes more than N iterations when N is small (the job finishes earlier instead).
+  if (remaining < -1e-9 * std::max(1.0, problem.iterations)) return std::nullopt;
+  std::stable_sort(segments.begin(), segments.end(), [](const Segment& a, const Segment& b) {
+    return a.slope < b.slope;
+  });
+  for (const Segment& s : segments) {
+    if (remaining <= 0.0) break;
+    const double take = std::min(s.length, remaining);
+    fill.n[s.interval] += take;
+    fill.cost += take * s.slope;
+    remaining -= take;
+  }
+  if (remaining > 1e-9 * std::max(1.0, problem.iterations)) return std::nullopt;
+  return fill;
+}
+
+// Interval k running n iterations on its curve: the two hull vertices around n and the share of
+// the interval each gets.
+TimetableInterval Realize(const ScheduleProblem& problem, int k, bool whole,
+                          const std::vector<Vertex>& curve, double n) {
+  TimetableInterval out;
+  out.interval = problem.intervals[k];
+  const double length = out.interval.length();
+  std::size_t i = 0;
+  while (i + 1 < curve.size() && curve[i + 1].n < n) ++i;
+  const Vertex& a = curve[i];
+  const Vertex* b = i + 1 < curve.size() ? &curve[i + 1] : nullptr;
+  double share_b = 0.0;
+  if (b != nullptr && b->n > a.n) share_b = std::clamp((n - a.n) / (b->n - a.n), 0.0, 1.0);
+  const auto add = [&](int label, double share) {
+    const double seconds = share * length;
+    if (seconds <= 0.0) return;
+    if (label < 0) {
+      if (whole) out.pause_s += seconds;  // in the last interval: done, nothing drawn
+      return;
+    }
+    const SchedulePlan& plan = problem.plans[label];
+    TimetableEntry e;
+    e.plan = label;
+    e.seconds = seconds;
+    e.iterations = seconds / plan.time_s;
+    e.energy_j = e.iterations * plan.energy_j;
+    e.cost = e.energy_j / kJoulesPerKwh * out.interval.signal;
+    out.entries.push_back(e);
+  };
+  // The slower plan first, then the faster (any order costs the same).
+  if (b != nullptr && b->label >= 0 && a.label >= 0 &&
+      problem.plans[b->label].time_s > problem.plans[a.label].time_s) {
+    add(b->label, share_b);
+    add(a.label, 1.0 - share_b);
+  } else {
+    add(a.label, 1.0 - share_b);
+    if (b != nullptr) add(b->label, share_b);
+  }
+  out.energy_j = out.pause_s * problem.idle_power_w;
+  for (const TimetableEntry& e : out.entries) out.energy_j += e.energy_j;
+  out.cost = out.energy_j / kJoulesPerKwh * out.interval.signal;
+  return out;
+}
+
+}  // namespace
+
+std::optional<double> ParseUtcTime(std::string_view text) {
+  text = Trimmed(text);
+  std::size_t pos = 0;
+  int year = 0, month = 0, day = 0;
+  if (!Digits(text, &pos, 4, &year) || pos >= text.size() || text[pos++] != '-' ||
+      !Digits(text, &pos, 2, &month) || pos >= text.size() || text[pos++] != '-' ||
+      !Digits(text, &pos, 2, &day)) {
+    return std::nullopt;
+  }
+  if (month < 1 || month > 12 || day < 1 || day > 31) return std::nullopt;
+  static constexpr int kDays[] = {31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+  const bool leap = (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
+  if (day > kDays[month - 1] || (month == 2 && day == 29 && !leap)) return std::nullopt;
+  int hour = 0, minute = 0, second = 0;
+  double fraction = 0.0;
+  if (pos < text.size() && (text[pos] == 'T' || text[pos] == 't' || text[pos] == ' ')) {
+    ++pos;
+    if (!Digits(text, &pos, 2, &hour) || pos >= text.size() || text[pos++] != ':' ||
+        !Digits(text, &pos, 2, &minute)) {
+      return std::nullopt;
+    }
+    if (pos < text.size() && text[pos] == ':') {
+      ++pos;
+      if (!Digits(text, &pos, 2, &second)) return std::nullopt;
+      if (pos < text.size() && (text[pos] == '.' || text[pos] == ',')) {
+        ++pos;
+        double scale = 0.1;
+        const std::size_t first = pos;
+        while (pos < text.size() && text[pos] >= '0' && text[pos] <= '9') {
+          fraction += scale * (text[pos] - '0');
+          scale /= 10;
+          ++pos;
+        }
+        if (pos == first) return std::nullopt;
+      }
+    }
+    if (hour > 23 || minute > 59 || second > 59) return std::nullopt;
+  }
+  int offset_s = 0;
+  if (pos < text.size()) {
+    std::string_view zone = text.substr(pos);
+    if (!zone.empty() && zone.front() == ' ') zone.remove_prefix(1);
+    if (zone == "Z" || zone == "z" || zone == "UTC" || zone == "GMT") {
+      pos = text.size();
+    } else if (!zone.empty() && (zone.front() == '+' || zone.front() == '-')) {
+      const int sign = zone.front() == '+' ? 1 : -1;
+      std::size_t zpos = 1;
+      int oh = 0, om = 0;
+      if (!Digits(zone, &zpos, 2, &oh)) return std::nullopt;
+      if (zpos < zone.size() && zone[zpos] == ':') ++zpos;
+      if (zpos < zone.size() && !Digits(zone, &zpos, 2, &om)) return std::nullopt;
+      if (zpos != zone.size() || oh > 23 || om > 59) return std::nullopt;
+      offset_s = sign * (oh * 3600 + om * 60);
+      pos = text.size();
+    } else {
+      return std::nullopt;
+    }
+  }
+  const int64_t days = DaysFromCivil(year, static_cast<unsigned>(month), static_cast<unsigned>(day));
+  return static_cast<double>(days * 86400 + hour * 3600 + minute * 60 + second - offset_s) +
+         fraction;
+}
+
+std::string FormatUtcTime(double unix_s) {
+  const auto seconds = static_cast<std::time_t>(std::llround(unix_s));
+  std::tm tm{};
+  gmtime_r(&seconds, &tm);
+  return fmt::format("{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z", tm.tm_year + 1900, tm.tm_mon + 1,
+                     tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec);
+}
+
+std::optional<double> ParseDuration(std::string_view text) {
+  text = Trimmed(text);
+  if (text.empty()) return std::nullopt;
+  if (const auto plain = ParseNumber(text)) {
+    return *plain > 0 ? plain : std::nullopt;
+  }
+  double total = 0.0;
+  std::size_t pos = 0;
+  std::string units_seen;
+  while (pos < text.size()) {
+    const std::size_t first = pos;
+    while (pos < text.size() && ((text[pos] >= '0' && text[pos] <= '9') || text[pos] == '.')) ++pos;
+    const auto number = ParseNumber(text.substr(first, pos - first));
+    if (!number || pos >= text.size()) return std::nullopt;
+    const char unit = text[pos++];
+    const double scale = unit == 'd' ? 86400 : unit == 'h' ? 3600 : unit == 'm' ? 60
+                       : unit == 's' ? 1 : 0;
+    if (scale == 0 || units_seen.find(unit) != std::string::npos) return std::nullopt;
+    units_seen += unit;
+    total += *number * scale;
+  }
+  return total > 0 ? std::optional<double>(total) : std::nullopt;
+}
+
+Signal ParseSignalCsv(std::string_view text, const std::string& source, const std::string& field,
+                      const std::string& column, bool non_negative, bool one_row_holds_on) {
+  const std::vector<CsvRow> rows = ReadCsvRows(text, field, source);
+  if (rows.empty()) ThrowInput(field, source, "holds no rows");
+  const auto where = [&](const CsvRow& row) { return fmt::format("{} line {}", source, row.line); };
+  // A header when the first row's first field is not a time.
+  const bool has_header = !ParseUtcTime(rows[0].fields[0]).has_value();
+  int time_column = 0;
+  int value_column = 1;
+  Signal signal;
+  if (has_header) {
+    const std::vector<std::string>& header = rows[0].fields;
+    time_column = -1;
+    value_column = -1;
+    for (int c = 0; c < static_cast<int>(header.size()); ++c) {
+      if (time_column < 0 && NamesATime(header[c])) time_column = c;
+    }
+    if (time_column < 0) {
+      ThrowInput(field, where(rows[0]),
+                 "no column names a time (datetime, timestamp, time, date, start, period), and "
+                 "the first field is not an ISO-8601 time");
+    }
+    if (!column.empty()) {
+      for (int c = 0; c < static_cast<int>(header.size()); ++c) {
+        if (header[c] == column) value_column = c;
+      }
+      if (value_column < 0) {
+        ThrowInput(field + "-column", column,
+                   "no such column in " + source + " (it has: " + JoinNames(header) + ")");
+      }
+    } else if (header.size() == 2) {
+      value_column = 1 - time_column;
+    } else {
+      for (int c = 0; c < static_cast<int>(header.size()); ++c) {
+        if (value_column < 0 && c != time_column && NamesASignal(header[c])) value_column = c;
+      }
+      if (value_column < 0) {
+        ThrowInput(field, where(rows[0]),
+                   "no column names a carbon intensity or a price; name one with " + field +
+                       "-column (columns: " + JoinNames(header) + ")");
+      }
+    }
+    signal.column = header[value_column];
+  } else if (!column.empty()) {
+    ThrowInput(field + "-column", column, source + " has no header row to find it in");
+  }
+  for (std::size_t r = has_header ? 1 : 0; r < rows.size(); ++r) {
+    const CsvRow& row = rows[r];
+    const int needed = std::max(time_column, value_column) + 1;
+    if (static_cast<int>(row.fields.size()) < needed) {
+      ThrowInput(field, where(row), fmt::format("{} fields, expected at least {}",
+                                                row.fields.size(), needed));
+    }
+    const auto time = ParseUtcTime(row.fields[time_column]);
+    if (!time) {
+      ThrowInput(field, where(row) + ": " + row.fields[time_column],
+                 "not an ISO-8601 time (e.g. 2025-03-01T14:00:00Z)");
+    }
+    const auto value = ParseNumber(row.fields[value_column]);
+    if (!value || (non_negative && *value < 0)) {
+      ThrowInput(field, where(row) + ": " + row.fields[value_column],
+                 non_negative ? "must be a finite number >= 0" : "must be a finite number");
+    }
+    if (!signal.time.empty() && *time <= signal.time.back()) {
+      ThrowInput(field, where(row) + ": " + row.fields[time_column],
+                 "times must increase: the row before is at " + FormatUtcTime(signal.time.back()));
+    }
+    signal.time.push_back(*time);
+    signal.value.push_back(*value);
+  }
+  if (signal.time.empty()) ThrowInput(field, source, "holds a header and no rows");
+  if (signal.time.size() == 1) {
+    if (one_row_holds_on) {
+      signal.end = std::numeric_limits<double>::infinity();
+      return signal;
+    }
+    ThrowInput(field, source, "holds one row: its length cannot be told (give two or more)");
+  }
+  signal.end = signal.time.back() + (signal.time.back() - signal.time[signal.time.size() - 2]);
+  return signal;
+}
+
+Signal ReadSignalCsv(const std::filesystem::path& path, const std::string& field,
+                     const std::string& column, bool non_negative, bool one_row_holds_on) {
+  std::string text;
+  try {
+    text = ReadTextFile(path);
+  } catch (const Error& e) {
+    ThrowInput(field, path.string(), std::string("cannot be read: ") + e.what());
+  }
+  return ParseSignalCsv(text, path.string(), field, column, non_negative, one_row_holds_on);
+}
+
+std::optional<OptionError> ScheduleProblem::Validate() const {
+  if (plans.empty()) return OptionError{"plans", "0 plans", "need at least one plan with a file"};
+  for (std::size_t p = 0; p < plans.size(); ++p) {
+    const SchedulePlan& plan = plans[p];
+    if (!(plan.time_s > 0) || !std::isfinite(plan.time_s) || !(plan.energy_j > 0) ||
+        !std::isfinite(plan.energy_j)) {
+      return OptionError{fmt::format("plans[{}]", p), plan.name,
+                         fmt::format("time_s = {}, energy_j = {}: both must be finite and > 0",
+                                     plan.time_s, plan.energy_j)};
+    }
+  }
+  if (!(idle_power_w >= 0) || !std::isfinite(idle_power_w)) {
+    return OptionError{"idle_power_w", fmt::format("{}", idle_power_w), "must be finite and >= 0"};
+  }
+  if (gpus < 1) return OptionError{"gpus", std::to_string(gpus), "must be >= 1"};
+  if (!(iterations > 0) || !std::isfinite(iterations)) {
+    return OptionError{"iterations", fmt::format("{}", iterations), "must be > 0"};
+  }
+  if (intervals.empty()) return OptionError{"intervals", "0", "need at least one interval"};
+  for (std::size_t k = 0; k < intervals.size(); ++k) {
+    const ScheduleInterval& in = intervals[k];
+    if (!(in.end > in.start) || (k > 0 && in.start != intervals[k - 1].end) ||
+        !(in.signal >= 0) || !std::isfinite(in.signal) || !(in.power_cap_w > 0)) {
+      return OptionError{fmt::format("intervals[{}]", k), FormatUtcTime(in.start),
+                         "intervals must be contiguous, of positive length, with a finite "
+                         "signal >= 0 and a cap > 0"};
+    }
+  }
+  return std::nullopt;
+}
+
+std::vector<ScheduleInterval> MakeIntervals(const Signal& signal, const std::optional<Signal>& caps,
+                                            double start, double deadline,
+                                            const std::string& signal_field,
+                                            const std::string& signal_name) {
+  if (start < signal.time.front()) {
+    ThrowInput(signal_field, signal_name,
+               "starts at " + FormatUtcTime(signal.time.front()) + ", after the job's start " +
+                   FormatUtcTime(start));
+  }
+  if (signal.end < deadline) {
+    ThrowInput(signal_field, signal_name,
+               "covers up to " + FormatUtcTime(signal.end) + ", before the deadline " +
+                   FormatUtcTime(deadline) + ": it must cover the whole horizon");
+  }
+  std::vector<double> cuts = {start, deadline};
+  for (double t : signal.time) {
+    if (t > start && t < deadline) cuts.push_back(t);
+  }
+  if (caps) {
+    for (double t : caps->time) {
+      if (t > start && t < deadline) cuts.push_back(t);
+    }
+  }
+  std::sort(cuts.begin(), cuts.end());
+  cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+  // The value of a step function at t (the last sample at or before t).
+  const auto at = [](const Signal& s, double t, double before) {
+    const auto it = std::upper_bound(s.time.begin(), s.time.end(), t);
+    if (it == s.time.begin()) return before;
+    return s.value[static_cast<std::size_t>(it - s.time.begin()) - 1];
+  };
+  std::vector<ScheduleInterval> intervals;
+  for (std::size_t i = 0; i + 1 < cuts.size(); ++i) {
+    ScheduleInterval in;
+    in.start = cuts[i];
+    in.end = cuts[i + 1];
+    in.signal = at(signal, in.start, signal.value.front());
+    if (caps) in.power_cap_w = at(*caps, in.start, std::numeric_limits<double>::infinity());
+    intervals.push_back(in);
+  }
+  return intervals;
+}
+
+std::optional<double> EarliestFinish(const ScheduleProblem& problem, double* blocked_at) {
+  double remaining = problem.iterations;
+  for (const ScheduleInterval& in : problem.intervals) {
+    double fastest = 0.0;
+    for (int p = 0; p < static_cast<int>(problem.plans.size()); ++p) {
+      if (Fits(problem, p, in)) fastest = std::max(fastest, 1.0 / problem.plans[p].time_s);
+    }
+    if (fastest == 0.0) {
+      if (!problem.allow_pause) {
+        if (blocked_at != nullptr) *blocked_at = in.start;
+        return std::nullopt;
+      }
+      continue;
+    }
+    const double possible = fastest * in.length();
+    if (possible >= remaining) return in.start + remaining / fastest;
+    remaining -= possible;
+  }
+  // Past the deadline: at the last interval's conditions (the signal ends there).
+  const ScheduleInterval& last = problem.intervals.back();
+  double fastest = 0.0;
+  for (int p = 0; p < static_cast<int>(problem.plans.size()); ++p) {
+    if (Fits(problem, p, last)) fastest = std::max(fastest, 1.0 / problem.plans[p].time_s);
+  }
+  if (fastest == 0.0) {
+    if (blocked_at != nullptr) *blocked_at = last.start;
+    return std::nullopt;
+  }
+  return last.end + remaining / fastest;
+}
+
+std::optional<ConstantPlanCost> ConstantPlan(const ScheduleProblem& problem, int p) {
+  const SchedulePlan& plan = problem.plans[p];
+  ConstantPlanCost out;
+  out.plan = p;
+  // In seconds from the start: unix times carry only ~1e-7 s of precision.
+  const double busy = problem.iterations * plan.time_s;
+  out.finish = problem.start() + busy;
+  if (busy > (problem.deadline() - problem.start()) * (1.0 + 1e-12)) return std::nullopt;
+  for (const ScheduleInterval& in : problem.intervals) {
+    const double overlap =
+        std::min(in.end - problem.start(), busy) - (in.start - problem.start());
+    if (overlap <= 0) break;
+    if (!Fits(problem, p, in)) return std::nullopt;
+    const double energy = overlap * plan.power_w();
+    out.energy_j += energy;
+    out.cost += energy / kJoulesPerKwh * in.signal;
+  }
+  return out;
+}
+
+Timetable SolveSchedule(const ScheduleProblem& problem) {
+  ThrowIfInvalid(problem.Validate());
+  double blocked_at = 0.0;
+  const std::optional<double> earliest = EarliestFinish(problem, &blocked_at);
+  if (!earliest) {
+    double lowest = std::numeric_limits<double>::infinity();
+    for (const SchedulePlan& plan : problem.plans) lowest = std::min(lowest, plan.power_w() / problem.gpus);
+    ThrowInput("--power-cap", "the cap from " + FormatUtcTime(blocked_at),
+               fmt::format("is below every plan's power (the lowest is {:.1f} W per GPU) and "
+                           "pauses are not allowed (--no-pause), so the job cannot go on there",
+                           lowest));
+  }
+  if (*earliest > problem.deadline() + 1e-6) {
+    ThrowInput("--deadline", FormatUtcTime(problem.deadline()),
+               fmt::format("too early: {} iterations finish at the earliest at {} (the fastest "
+                           "plan each interval's cap allows)",
+                           problem.iterations, FormatUtcTime(*earliest)));
+  }
+  const int num = static_cast<int>(problem.intervals.size());
+  std::vector<std::vector<Vertex>> whole(num), last(num);
+  for (int k = 0; k < num; ++k) {
+    whole[k] = CostCurve(problem, k, /*whole=*/true);
+    last[k] = CostCurve(problem, k, /*whole=*/false);
+  }
+  std::optional<Fill> best;
+  int best_m = -1;
+  for (int m = 0; m < num; ++m) {
+    std::optional<Fill> fill = FillFinishingIn(problem, whole, last, m);
+    if (fill && (!best || fill->cost < best->cost)) {
+      best = std::move(fill);
+      best_m = m;
+    }
+    if (whole[m].empty()) break;  // the job cannot be held through interval m
+  }
+  KAREUS_CHECK(best.has_value()) << "no timetable although the earliest finish is in time";
+  Timetable out;
+  for (int k = 0; k <= best_m; ++k) {
+    out.intervals.push_back(
+        Realize(problem, k, k < best_m, k < best_m ? whole[k] : last[k], best->n[k]));
+  }
+  for (const TimetableInterval& in : out.intervals) {
+    out.total_cost += in.cost;
+    out.total_energy_j += in.energy_j;
+    double busy = in.pause_s;
+    for (const TimetableEntry& e : in.entries) {
+      out.total_iterations += e.iterations;
+      busy += e.seconds;
+    }
+    out.finish = in.interval.start + busy;
+  }
+  for (int p = 0; p < static_cast<int>(problem.plans.size()); ++p) {
+    const auto constant = ConstantPlan(problem, p);
+    if (constant && (!out.best_constant || constant->cost < out.best_constant->cost)) {
+      out.best_constant = constant;
+    }
+  }
+  return out;
+}
+
+Json TimetableToJson(const ScheduleProblem& problem, const Timetable& timetable, const Json& extra) {
+  Json json = {{"format", "kareus-timetable"}, {"version", 1}};
+  for (const auto& [key, value] : extra.items()) json[key] = value;
+  json["iterations"] = problem.iterations;
+  json["start"] = FormatUtcTime(problem.start());
+  json["deadline"] = FormatUtcTime(problem.deadline());
+  json["gpus"] = problem.gpus;
+  json["idle_power_w"] = problem.idle_power_w;
+  json["allow_pause"] = problem.allow_pause;
+  Json plans = Json::array();
+  for (const SchedulePlan& plan : problem.plans) {
+    plans.push_back({{"plan", plan.name}, {"time_s", plan.time_s}, {"energy_j", plan.energy_j},
+                     {"power_w", plan.power_w()}});
+  }
+  json["plans"] = plans;
+  Json intervals = Json::array();
+  for (const TimetableInterval& in : timetable.intervals) {
+    Json entries = Json::array();
+    for (const TimetableEntry& e : in.entries) {
+      entries.push_back({{"plan", problem.plans[e.plan].name}, {"seconds", e.seconds},
+                         {"iterations", e.iterations}, {"energy_j", e.energy_j},
+                         {"cost", e.cost}});
+    }
+    Json item = {{"start", FormatUtcTime(in.interval.start)},
+                 {"end", FormatUtcTime(in.interval.end)},
+                 {"signal", in.interval.signal}};
+    item["power_cap_w"] = std::isfinite(in.interval.power_cap_w) ? Json(in.interval.power_cap_w)
+                                                                 : Json(nullptr);
+    item["pause_s"] = in.pause_s;
+    item["entries"] = entries;
+    item["energy_j"] = in.energy_j;
+    item["cost"] = in.cost;
+    intervals.push_back(item);
+  }
+  json["intervals"] = intervals;
+  json["total_cost"] = timetable.total_cost;
+  json["total_energy_j"] = timetable.total_energy_j;
+  json["total_iterations"] = timetable.total_iterations;
+  json["finish"] = FormatUtcTime(timetable.finish);
+  if (timetable.best_constant) {
+    const ConstantPlanCost& c = *timetable.best_constant;
+    json["best_constant_plan"] = {{"plan", problem.plans[c.plan].name},
+                                  {"cost", c.cost},
+                                  {"energy_j", c.energy_j},
+                                  {"finish", FormatUtcTime(c.finish)}};
+    // Never below 0 (running one plan from the start is among the timetables the solver chose
+    // from); rounding can leave -1e-16.
+    json["saving_vs_best_constant"] =
+        c.cost > 0 ? std::max(0.0, 1.0 - timetable.total_cost / c.cost) : 0.0;
+  } else {
+    json["best_constant_plan"] = nullptr;
+    json["saving_vs_best_constant"] = nullptr;
+  }
+  return json;
+}
+
+namespace {
+
+const Json& Field(const Json& object, const std::string& parent, const char* key) {
+  const std::string name = parent.empty() ? key : parent + "." + key;
+  if (!object.is_object() || !object.contains(key)) ThrowInput(name, "missing", "required");
+  return object[key];
+}
+
+double NumberField(const Json& object, const std::string& parent, const char* key,
+                   double min_value) {
+  const Json& v = Field(object, parent, key);
+  const std::string name = parent.empty() ? key : parent + "." + key;
+  if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < min_value) {
+    ThrowInput(name, v.dump(), fmt::format("must be a number >= {}", min_value));
+  }
+  return v.get<double>();
+}
+
+double TimeField(const Json& object, const std::string& parent, const char* key) {
+  const Json& v = Field(object, parent, key);
+  const std::string name = parent.empty() ? key : parent + "." + key;
+  const auto t = v.is_string() ? ParseUtcTime(v.get<std::string>()) : std::nullopt;
+  if (!t) ThrowInput(name, v.dump(), "must be an ISO-8601 UTC time");
+  return *t;
+}
+
+}  // namespace
+
+void TimetableFromJson(const Json& json, ScheduleProblem* problem, Timetable* timetable) {
+  if (!json.is_object() || json.value("format", std::string()) != "kareus-timetable") {
+    ThrowInput("format", json.is_object() ? json.value("format", std::string("missing")) : "",
+               "must be 'kareus-timetable' (a timetable.json of kareus schedule)");
+  }
+  *problem = ScheduleProblem();
+  *timetable = Timetable();
+  problem->iterations = NumberField(json, "", "iterations", 0);
+  problem->gpus = static_cast<int>(NumberField(json, "", "gpus", 1));
+  problem->idle_power_w = NumberField(json, "", "idle_power_w", 0);
+  problem->allow_pause = json.value("allow_pause", true);
+  std::map<std::string, int> index;
+  const Json& plans = Field(json, "", "plans");
+  if (!plans.is_array() || plans.empty()) ThrowInput("plans", plans.dump(), "must be a non-empty array");
+  for (std::size_t p = 0; p < plans.size(); ++p) {
+    const std::string parent = fmt::format("plans[{}]", p);
+    SchedulePlan plan;
+    const Json& name = Field(plans[p], parent, "plan");
+    if (!name.is_string() || name.get<std::string>().empty()) {
+      ThrowInput(parent + ".plan", name.dump(), "must be a plan file name");
+    }
+    plan.name = name.get<std::string>();
+    plan.time_s = NumberField(plans[p], parent, "time_s", 0);
+    plan.energy_j = NumberField(plans[p], parent, "energy_j", 0);
+    index[plan.name] = static_cast<int>(p);
+    problem->plans.push_back(plan);
+  }
+  const Json& intervals = Field(json, "", "intervals");
+  if (!intervals.is_array() || intervals.empty()) {
+    ThrowInput("intervals", intervals.dump(), "must be a non-empty array");
+  }
+  for (std::size_t k = 0; k < intervals.size(); ++k) {
+    const std::string parent = fmt::format("intervals[{}]", k);
+    const Json& item = intervals[k];
+    TimetableInterval in;
+    in.interval.start = TimeField(item, parent, "start");
+    in.interval.end = TimeField(item, parent, "end");
+    in.interval.signal = NumberField(item, parent, "signal", 0);
+    const Json& cap = Field(item, parent, "power_cap_w");
+    if (!cap.is_null()) in.interval.power_cap_w = NumberField(item, parent, "power_cap_w", 0);
+    in.pause_s = NumberField(item, parent, "pause_s", 0);
+    const Json& entries = Field(item, parent, "entries");
+    if (!entries.is_array()) ThrowInput(parent + ".entries", entries.dump(), "must be an array");
+    for (std::size_t e = 0; e < entries.size(); ++e) {
+      const std::string entry_parent = fmt::format("{}.entries[{}]", parent, e);
+      TimetableEntry entry;
+      const Json& name = Field(entries[e], entry_parent, "plan");
+      const auto it = name.is_string() ? index.find(name.get<std::string>()) : index.end();
+      if (it == index.end()) ThrowInput(entry_parent + ".plan", name.dump(), "not one of plans[]");
+      entry.plan = it->second;
+      entry.seconds = NumberField(entries[e], entry_parent, "seconds", 0);
+      entry.iterations = NumberField(entries[e], entry_parent, "iterations", 0);
+      entry.energy_j = NumberField(entries[e], entry_parent, "energy_j", 0);
+      entry.cost = NumberField(entries[e], entry_parent, "cost", 0);
+      in.entries.push_back(entry);
+    }
+    in.energy_j = NumberField(item, parent, "energy_j", 0);
+    in.cost = NumberField(item, parent, "cost", 0);
+    if (k > 0 && in.interval.start != timetable->intervals.back().interval.end) {
+      ThrowInput(parent + ".start", item["start"].dump(), "must be the end of the interval before");
+    }
+    if (!(in.interval.end > in.interval.start)) {
+      ThrowInput(parent + ".end", item["end"].dump(), "must be after its start");
+    }
+    problem->intervals.push_back(in.interval);
+    timetable->intervals.push_back(std::move(in));
+  }
+  timetable->total_cost = NumberField(json, "", "total_cost", 0);
+  timetable->total_energy_j = NumberField(json, "", "total_energy_j", 0);
+  timetable->total_iterations = NumberField(json, "", "total_iterations", 0);
+  timetable->finish = TimeField(json, "", "finish");
+}
+
+}  // namespace kareus::plan
