@@ -139,6 +139,28 @@ KAREUS_C_EXPORT int kareus_executor_swap_to_frontier(KareusExecutor* executor,
                                                      double* time_s, double* energy_j,
                                                      int* meets_target);
 
+/* Power-budget mode: pick from folder/frontier.json the fastest point whose average power per
+ * GPU (energy / time / the plan's GPUs) is <= budget_w_per_gpu, or the lowest-power point with
+ * *fits = 0 when none is, and swap to its plan at the next step boundary. Outputs may be NULL. */
+KAREUS_C_EXPORT int kareus_executor_swap_to_power_budget(KareusExecutor* executor,
+                                                         const char* folder,
+                                                         double budget_w_per_gpu, double* time_s,
+                                                         double* power_w_per_gpu, int* fits);
+/* Timetable mode: from the next step on, every on_step_begin moves to the plan the timetable
+ * (timetable.json of kareus schedule, plans/ beside it) asks for at the system clock's time,
+ * waiting there through its pauses; first_iteration: iterations done before this call. Each
+ * process reads its own clock: a multi-process job whose ranks must switch at the same step
+ * uses the Python module with rank 0's broadcast time (examples/pytorch/train.py). */
+KAREUS_C_EXPORT int kareus_executor_follow_timetable(KareusExecutor* executor,
+                                                     const char* timetable_path,
+                                                     double first_iteration);
+/* The last timetable decision: its interval (-1: past the last), whether the job is behind,
+ * late (cannot finish by the deadline) or done, and the iterations planned by then. Outputs
+ * may be NULL; an error before the first step in timetable mode. */
+KAREUS_C_EXPORT int kareus_executor_timetable_status(const KareusExecutor* executor,
+                                                     int* interval, int* behind, int* late,
+                                                     int* done, double* planned_iterations);
+
 /* ---- Energy monitor: named measurement windows (like ZeusMonitor). Thread-safe. ---- */
 typedef struct KareusMonitor KareusMonitor;
 

@@ -2,7 +2,7 @@
 # Type stubs of the compiled module kareus._kareus (python/src/kareus_module.cc).
 import os
 from types import TracebackType
-from typing import Any, Dict, List, Literal, NotRequired, Optional, Sequence, TypedDict
+from typing import Any, Callable, Dict, List, Literal, NotRequired, Optional, Sequence, TypedDict
 
 class Error(RuntimeError): ...
 class InputError(ValueError):
@@ -92,6 +92,24 @@ class FrontierChoice(TypedDict):
     plan_path: str
     meets_target: bool
 
+class PowerChoice(TypedDict):
+    point_index: int
+    time_s: float
+    energy_j: float
+    power_w_per_gpu: float
+    plan_path: str
+    fits: bool
+
+class TimetableStep(TypedDict):
+    interval: int
+    plan: Optional[str]
+    pause_until: float
+    planned_iterations: float
+    behind: bool
+    late: bool
+    done: bool
+    message: str
+
 class PlanExecutor:
     def __init__(self, plan_path: str | os.PathLike[str], stage: int = 0,
                  controller: Optional[FrequencyController] = None,
@@ -140,6 +158,15 @@ class PlanExecutor:
     def swap_plan(self, plan_path: str | os.PathLike[str]) -> None: ...
     def swap_to_frontier(self, frontier_folder: str | os.PathLike[str],
                          target_time_s: float) -> FrontierChoice: ...
+    def swap_to_power_budget(self, frontier_folder: str | os.PathLike[str],
+                             budget_w_per_gpu: float) -> PowerChoice: ...
+    def follow_timetable(self, timetable: str | os.PathLike[str], first_iteration: float = 0.0,
+                         now: Optional[Callable[[], float]] = None,
+                         sleep_until: Optional[Callable[[float], None]] = None) -> None: ...
+    @property
+    def timetable_step(self) -> Optional[TimetableStep]: ...
+    @property
+    def timetable_swaps(self) -> int: ...
     @property
     def swap_pending(self) -> bool: ...
 

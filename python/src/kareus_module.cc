@@ -420,6 +420,50 @@ PYBIND11_MODULE(_kareus, m) {
             return d;
           },
           py::arg("frontier_folder"), py::arg("target_time_s"))
+      .def(
+          "swap_to_power_budget",
+          [](rt::PlanExecutor& e, const std::filesystem::path& folder, double budget_w_per_gpu) {
+            const rt::PowerChoice choice = e.SwapToPowerBudget(folder, budget_w_per_gpu);
+            py::dict d;
+            d["point_index"] = choice.point_index;
+            d["time_s"] = choice.point.time_s;
+            d["energy_j"] = choice.point.energy_j;
+            d["power_w_per_gpu"] = choice.power_w_per_gpu;
+            d["plan_path"] = choice.plan_path.string();
+            d["fits"] = choice.fits;
+            return d;
+          },
+          py::arg("frontier_folder"), py::arg("budget_w_per_gpu"))
+      .def(
+          "follow_timetable",
+          [](rt::PlanExecutor& e, const std::filesystem::path& timetable, double first_iteration,
+             std::optional<std::function<double()>> now,
+             std::optional<std::function<void(double)>> sleep_until) {
+            rt::PlanExecutor::Clock clock;
+            if (now) clock.now = *now;
+            if (sleep_until) clock.sleep_until = *sleep_until;
+            e.FollowTimetable(std::make_shared<const rt::TimetableFollower>(timetable),
+                              first_iteration, std::move(clock));
+          },
+          py::arg("timetable"), py::arg("first_iteration") = 0.0, py::arg("now") = py::none(),
+          py::arg("sleep_until") = py::none())
+      .def_property_readonly(
+          "timetable_step",
+          [](const rt::PlanExecutor& e) -> py::object {
+            const auto& step = e.timetable_step();
+            if (!step) return py::none();
+            py::dict d;
+            d["interval"] = step->interval;
+            d["plan"] = step->plan.empty() ? py::object(py::none()) : py::str(step->plan.string());
+            d["pause_until"] = step->pause_until;
+            d["planned_iterations"] = step->planned_iterations;
+            d["behind"] = step->behind;
+            d["late"] = step->late;
+            d["done"] = step->done;
+            d["message"] = step->message;
+            return d;
+          })
+      .def_property_readonly("timetable_swaps", &rt::PlanExecutor::timetable_swaps)
       .def_property_readonly("swap_pending", &rt::PlanExecutor::swap_pending);
 
   py::class_<Measurement>(m, "Measurement", "One energy window (ZeusMonitor's shape).")

@@ -329,6 +329,44 @@ int kareus_executor_swap_to_frontier(KareusExecutor* executor, const char* folde
   });
 }
 
+int kareus_executor_swap_to_power_budget(KareusExecutor* executor, const char* folder,
+                                         double budget_w_per_gpu, double* time_s,
+                                         double* power_w_per_gpu, int* fits) {
+  return Guard([&] {
+    const rt::PowerChoice choice = NotNull(executor, "executor")
+                                       ->impl->SwapToPowerBudget(NotNull(folder, "folder"),
+                                                                 budget_w_per_gpu);
+    if (time_s != nullptr) *time_s = choice.point.time_s;
+    if (power_w_per_gpu != nullptr) *power_w_per_gpu = choice.power_w_per_gpu;
+    if (fits != nullptr) *fits = choice.fits ? 1 : 0;
+  });
+}
+
+int kareus_executor_follow_timetable(KareusExecutor* executor, const char* timetable_path,
+                                     double first_iteration) {
+  return Guard([&] {
+    auto follower =
+        std::make_shared<const rt::TimetableFollower>(NotNull(timetable_path, "timetable_path"));
+    NotNull(executor, "executor")->impl->FollowTimetable(std::move(follower), first_iteration);
+  });
+}
+
+int kareus_executor_timetable_status(const KareusExecutor* executor, int* interval, int* behind,
+                                     int* late, int* done, double* planned_iterations) {
+  return Guard([&] {
+    const auto& step = NotNull(executor, "executor")->impl->timetable_step();
+    if (!step) {
+      throw kareus::runtime::internal::InvalidArgument(
+          "no timetable decision yet (follow a timetable, then begin a step)");
+    }
+    if (interval != nullptr) *interval = step->interval;
+    if (behind != nullptr) *behind = step->behind ? 1 : 0;
+    if (late != nullptr) *late = step->late ? 1 : 0;
+    if (done != nullptr) *done = step->done ? 1 : 0;
+    if (planned_iterations != nullptr) *planned_iterations = step->planned_iterations;
+  });
+}
+
 int kareus_monitor_create(const int* gpus, int num_gpus, KareusMonitor** out) {
   return Guard([&] {
     NotNull(out, "out");

@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "kareus/runtime/plan_executor.h"
 
+#include <chrono>
 #include <limits>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -139,7 +141,10 @@ void PlanExecutor::OnStepBegin() {
     Mismatch(fmt::format("on_step_begin came after {} of {} instructions; missing on_step_end?",
                          next_index_, stage_plan().instructions.size()));
   }
-  if (!in_step_) ApplyPendingSwap();
+  if (!in_step_) {
+    FollowTimetableStep();
+    ApplyPendingSwap();
+  }
   in_step_ = true;
 }
 
@@ -277,6 +282,73 @@ FrontierChoice PlanExecutor::SwapToFrontier(const std::filesystem::path& frontie
   FrontierChoice choice = ChooseFrontierPoint(frontier, target_time_s, frontier_folder);
   SwapPlan(plan::ReadPlanFile(choice.plan_path));
   return choice;
+}
+
+PowerChoice PlanExecutor::SwapToPowerBudget(const std::filesystem::path& frontier_folder,
+                                            double budget_w_per_gpu) {
+  const plan::FrontierFile frontier = plan::ReadFrontierFile(frontier_folder / "frontier.json");
+  int gpus = 0;
+  for (const plan::PlannedStage& stage : plan_.stages) gpus += stage.gpus;
+  PowerChoice choice = ChooseFrontierPointForPower(frontier, budget_w_per_gpu, gpus, frontier_folder);
+  SwapPlan(plan::ReadPlanFile(choice.plan_path));
+  return choice;
+}
+
+void PlanExecutor::FollowTimetable(std::shared_ptr<const TimetableFollower> follower,
+                                   double first_iteration, Clock clock) {
+  if (follower == nullptr) throw Error("FollowTimetable: no timetable");
+  if (!(first_iteration >= 0)) {
+    ThrowInput("first_iteration", fmt::format("{}", first_iteration), "must be >= 0");
+  }
+  if (!clock.now) {
+    clock.now = [] {
+      return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+          .count();
+    };
+  }
+  if (!clock.sleep_until) {
+    clock.sleep_until = [](double until) {
+      std::this_thread::sleep_until(std::chrono::system_clock::time_point(
+          std::chrono::duration_cast<std::chrono::system_clock::duration>(
+              std::chrono::duration<double>(until))));
+    };
+  }
+  follower_ = std::move(follower);
+  clock_ = std::move(clock);
+  first_iteration_ = first_iteration;
+  follow_from_step_ = step_ + (in_step_ ? 1 : 0);
+  timetable_plan_.clear();
+  timetable_step_.reset();
+}
+
+void PlanExecutor::StopFollowingTimetable() {
+  follower_.reset();
+  timetable_step_.reset();
+}
+
+void PlanExecutor::FollowTimetableStep() {
+  if (follower_ == nullptr) return;
+  const double done = first_iteration_ + (step_ - follow_from_step_);
+  // A pause ends at its interval's end and the next decision is taken then; a clock that does
+  // not move on (a test's, misused) would spin here.
+  for (int round = 0; round < 100000; ++round) {
+    TimetableStep decision = follower_->Decide(clock_.now(), done);
+    const bool pause = decision.pause_until > 0 && !decision.done;
+    const double until = decision.pause_until;
+    const std::filesystem::path chosen = decision.plan;
+    timetable_step_ = std::move(decision);
+    if (pause) {
+      clock_.sleep_until(until);
+      continue;
+    }
+    if (!chosen.empty() && chosen != timetable_plan_) {
+      SwapPlan(follower_->PlanAt(chosen));
+      timetable_plan_ = chosen;
+      ++timetable_swaps_;
+    }
+    return;
+  }
+  throw Error("timetable: the clock did not move past a pause (100000 decisions at one step)");
 }
 
 bool PlanExecutor::swap_pending() const {

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "c_check.h"
@@ -31,6 +32,21 @@ static int OneFOneB(int stage, int* kinds) {
 }
 
 /* The set/reset calls of `gpu` in the fake's log, as clocks (0 = reset). */
+/* Copies `from` to `to`; 0 on success. */
+static int CopyFile(const char* from, const char* to) {
+  char buffer[4096];
+  size_t n;
+  FILE* in = fopen(from, "rb");
+  FILE* out = in != NULL ? fopen(to, "wb") : NULL;
+  if (out == NULL) {
+    if (in != NULL) fclose(in);
+    return -1;
+  }
+  while ((n = fread(buffer, 1, sizeof buffer, in)) > 0) fwrite(buffer, 1, n, out);
+  fclose(in);
+  return fclose(out);
+}
+
 static int ReadClockCalls(const char* log, int gpu, int* calls) {
   char line[256];
   int n = 0;
@@ -161,6 +177,47 @@ int main(void) {
         ++g_failures;
       }
     }
+  }
+
+  /* Power budgets: the fastest frontier point that fits, or the lowest-power one (fits = 0).
+   * plan_2x8.json's job has 2 GPUs; both points name a copy of it. */
+  {
+    char folder[256], frontier_path[512], copy_path[512];
+    KareusExecutor* executor = NULL;
+    double time_s = 0, power = 0;
+    int fits = -1, interval = 0;
+    FILE* out;
+    snprintf(folder, sizeof folder, "/tmp/kareus_c_api_frontier_%d", (int)getpid());
+    mkdir(folder, 0700);
+    snprintf(frontier_path, sizeof frontier_path, "%s/frontier.json", folder);
+    snprintf(copy_path, sizeof copy_path, "%s/plan.json", folder);
+    CHECK(CopyFile(plan_path, copy_path) == 0);
+    out = fopen(frontier_path, "w");
+    CHECK(out != NULL);
+    if (out != NULL) {
+      fprintf(out,
+              "{\"format\": \"kareus.frontier/1\", \"method\": \"kareus\", \"workload\": {},"
+              " \"points\": [{\"time_s\": 1.0, \"energy_j\": 600, \"static_energy_j\": 0,"
+              " \"plan_index\": 0, \"plan_path\": \"%s\"}, {\"time_s\": 1.5, \"energy_j\": 510,"
+              " \"static_energy_j\": 0, \"plan_index\": 1, \"plan_path\": \"%s\"}]}\n",
+              "plan.json", "plan.json");
+      fclose(out);
+    }
+    CHECK_OK(kareus_executor_create(plan_path, 0, NULL, &executor));
+    CHECK_OK(kareus_executor_swap_to_power_budget(executor, folder, 250.0, &time_s, &power, &fits));
+    CHECK(time_s == 1.5 && power == 170.0 && fits == 1);
+    CHECK_OK(kareus_executor_swap_to_power_budget(executor, folder, 100.0, NULL, NULL, &fits));
+    CHECK(fits == 0);
+    CHECK(kareus_executor_swap_to_power_budget(executor, folder, -1.0, NULL, NULL, NULL) ==
+          KAREUS_ERROR_INPUT);
+    CHECK(kareus_executor_timetable_status(executor, &interval, NULL, NULL, NULL, NULL) ==
+          KAREUS_ERROR_INVALID_ARGUMENT);
+    CHECK(kareus_executor_follow_timetable(executor, frontier_path, 0.0) == KAREUS_ERROR_INPUT);
+    CHECK(strstr(kareus_last_error(), "kareus-timetable") != NULL);
+    CHECK_OK(kareus_executor_destroy(executor));
+    unlink(frontier_path);
+    unlink(copy_path);
+    rmdir(folder);
   }
 
   /* Energy windows: the counter's difference (the fake's counter is static here). */

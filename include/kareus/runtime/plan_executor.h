@@ -14,6 +14,8 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -22,6 +24,7 @@
 
 #include "kareus/plan/plan_file.h"
 #include "kareus/runtime/frequency_controller.h"
+#include "kareus/runtime/timetable_follower.h"
 
 namespace kareus::runtime {
 
@@ -115,12 +118,35 @@ class PlanExecutor {
   // swaps to that point's plan file at the next step boundary.
   FrontierChoice SwapToFrontier(const std::filesystem::path& frontier_folder,
                                 double target_time_s);
+  // Power-budget mode: reads frontier_folder/frontier.json and swaps, at the next step
+  // boundary, to the fastest point whose average power per GPU fits the budget
+  // (ChooseFrontierPointForPower, over this plan's GPUs), or to the lowest-power point with
+  // fits = false. Called again with a higher budget it switches back to a faster plan.
+  PowerChoice SwapToPowerBudget(const std::filesystem::path& frontier_folder,
+                                double budget_w_per_gpu);
   bool swap_pending() const;
+
+  // Timetable mode: at every step begin the executor asks `follower` what the step that begins
+  // now should run (iterations done: `first_iteration` plus the steps since this call), swaps
+  // to that plan before the step's first instruction, and for a pause waits in OnStepBegin
+  // (clock.sleep_until) until the pause ends, then asks again. Executors of one job that share
+  // a clock (or, across processes, rank 0's broadcast time) decide alike and move together.
+  struct Clock {
+    std::function<double()> now;                  // unix seconds; default: the system clock
+    std::function<void(double)> sleep_until;      // default: sleeps until that unix time
+  };
+  void FollowTimetable(std::shared_ptr<const TimetableFollower> follower,
+                       double first_iteration = 0.0, Clock clock = {});
+  void StopFollowingTimetable();
+  // The last decision (nullopt before the first step in timetable mode).
+  const std::optional<TimetableStep>& timetable_step() const { return timetable_step_; }
+  int timetable_swaps() const { return timetable_swaps_; }
 
  private:
   void Validate(const plan::Plan& plan) const;
   [[noreturn]] void Mismatch(const std::string& what);
   void ApplyPendingSwap();
+  void FollowTimetableStep();  // OnStepBegin's part in timetable mode
   void Begin(schedule::Direction kind, std::optional<int> chunk);
   void End(schedule::Direction kind, std::optional<int> chunk);
 
@@ -136,6 +162,14 @@ class PlanExecutor {
 
   mutable std::mutex swap_mutex_;
   std::optional<plan::Plan> pending_;
+
+  std::shared_ptr<const TimetableFollower> follower_;
+  Clock clock_;
+  double first_iteration_ = 0.0;
+  int follow_from_step_ = 0;
+  std::filesystem::path timetable_plan_;  // the plan the timetable last swapped to
+  std::optional<TimetableStep> timetable_step_;
+  int timetable_swaps_ = 0;
 };
 
 }  // namespace kareus::runtime

@@ -330,3 +330,66 @@ def test_interleaved_hooks_with_chunks_and_the_gradient_sync(log):
     executor = kareus.PlanExecutor(path, stage=0)
     with pytest.raises(kareus.InputError, match="chunk"):
         executor.on_instruction_begin("forward", 1)  # the plan's first forward is chunk 0
+
+
+def test_power_budget_and_timetable_from_python(log, tmp_path):
+    """swap_to_power_budget picks by power per GPU; follow_timetable takes the job's clock and
+    sleeps through a pause by the callable it is given."""
+    import json
+    import shutil
+    (tmp_path / "plans").mkdir()
+    for name in ("fast", "slow"):
+        shutil.copy(DATA / "plan_2x8.json", tmp_path / "plans" / f"{name}.json")
+    frontier = {"format": "kareus.frontier/1", "method": "kareus", "workload": {}, "points": [
+        {"time_s": 1.0, "energy_j": 600.0, "static_energy_j": 0, "plan_index": 0,
+         "plan_path": "plans/fast.json"},
+        {"time_s": 2.0, "energy_j": 700.0, "static_energy_j": 0, "plan_index": 1,
+         "plan_path": "plans/slow.json"}]}
+    (tmp_path / "frontier.json").write_text(json.dumps(frontier))
+    executor = kareus.PlanExecutor(DATA / "plan_2x8.json", stage=0)
+    choice = executor.swap_to_power_budget(tmp_path, 200.0)  # 2 GPUs: 300 and 175 W each
+    assert choice["plan_path"].endswith("slow.json") and choice["fits"]
+    assert choice["power_w_per_gpu"] == 175.0
+    assert not executor.swap_to_power_budget(tmp_path, 100.0)["fits"]
+    with pytest.raises(kareus.InputError, match="power_budget_w"):
+        executor.swap_to_power_budget(tmp_path, 0.0)
+
+    plans = [{"plan": "plans/fast.json", "time_s": 1.0, "energy_j": 600.0, "power_w": 600.0},
+             {"plan": "plans/slow.json", "time_s": 2.0, "energy_j": 700.0, "power_w": 350.0}]
+
+    def interval(k, plan, seconds, pause):
+        return {"start": f"2027-01-15T08:0{k}:00Z", "end": f"2027-01-15T08:0{k + 1}:00Z",
+                "signal": 1.0, "power_cap_w": None, "pause_s": pause,
+                "entries": [{"plan": plan["plan"], "seconds": seconds,
+                             "iterations": seconds / plan["time_s"], "energy_j": 0.0,
+                             "cost": 0.0}], "energy_j": 0.0, "cost": 0.0}
+    timetable = {"format": "kareus-timetable", "version": 1, "iterations": 90, "gpus": 2,
+                 "idle_power_w": 100.0, "allow_pause": True, "plans": plans,
+                 "intervals": [interval(0, plans[0], 60.0, 0.0), interval(1, plans[1], 20.0, 40.0),
+                               interval(2, plans[0], 60.0, 0.0)],
+                 "total_cost": 0.0, "total_energy_j": 0.0, "total_iterations": 130,
+                 "finish": "2027-01-15T08:03:00Z"}
+    (tmp_path / "timetable.json").write_text(json.dumps(timetable))
+    t0 = 1800000000.0  # 2027-01-15T08:00:00Z
+    now = [t0]
+    slept = []
+
+    def sleep_until(until):
+        slept.append(until - t0)
+        now[0] = until
+
+    executor.follow_timetable(tmp_path / "timetable.json", now=lambda: now[0],
+                              sleep_until=sleep_until)
+    ran = []
+    for _ in range(70):
+        run_step(executor, 0)
+        step = executor.timetable_step
+        assert not step["behind"], step
+        ran.append(pathlib.Path(step["plan"]).name)
+        now[0] += 1.0 if ran[-1] == "fast.json" else 2.0
+    assert ran[:60] == ["fast.json"] * 60
+    assert ran[60:70] == ["slow.json"] * 10
+    run_step(executor, 0)  # at 08:01:20: paused to 08:02, then the fast plan again
+    assert slept == [120.0]
+    assert pathlib.Path(executor.timetable_step["plan"]).name == "fast.json"
+    assert executor.timetable_swaps == 3
