@@ -52,6 +52,12 @@ def parse_args(argv=None):
     parser.add_argument("--straggler-file", help="a straggler detector writes "
                         '{"target_time_s": T} here; the job switches to the lowest-energy '
                         "frontier plan whose iteration time fits T, at the next step")
+    parser.add_argument("--power-budget-file", help="a power manager writes "
+                        '{"power_budget_w": W} here (average watts per GPU); the job switches '
+                        "to the fastest frontier plan whose power fits, at the next step")
+    parser.add_argument("--timetable", help="timetable.json of kareus schedule: every step "
+                        "runs the plan (or waits through the pause) it asks for at rank 0's "
+                        "clock; the run ends when its iterations are done")
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--seed", type=int, default=0)
@@ -92,9 +98,10 @@ def batches(tokens, step, microbatches, size, length, seed):
     return torch.stack([torch.stack([tokens[s:s + length + 1] for s in row]) for row in starts])
 
 
-def read_straggler_report(path):
-    """The target iteration time a straggler detector asked for, or NaN; consumes the file
-    (write it atomically: a temporary file, then rename; an empty file is left for later)."""
+def read_request(path, key, what):
+    """The number > 0 under `key` that a detector or a power manager wrote to `path`, or NaN;
+    consumes the file (write it atomically: a temporary file, then rename; an empty file is
+    left for later)."""
     try:
         text = pathlib.Path(path).read_text()
     except FileNotFoundError:
@@ -103,14 +110,24 @@ def read_straggler_report(path):
         return math.nan
     os.remove(path)
     try:
-        target = float(json.loads(text)["target_time_s"])
-        if not target > 0:
+        value = float(json.loads(text)[key])
+        if not value > 0 or math.isinf(value):
             raise ValueError
-        return target
+        return value
     except (ValueError, KeyError, TypeError):
-        print(f"straggler file {path}: expected {{\"target_time_s\": seconds > 0}}, got "
+        print(f"{what} file {path}: expected {{\"{key}\": a number > 0}}, got "
               f"{text.strip()!r}; ignored", file=sys.stderr, flush=True)
         return math.nan
+
+
+def read_straggler_report(path):
+    """The target iteration time a straggler detector asked for, or NaN."""
+    return read_request(path, "target_time_s", "straggler")
+
+
+def read_power_budget(path):
+    """The average watts per GPU a power manager allows the job, or NaN."""
+    return read_request(path, "power_budget_w", "power budget")
 
 
 def describe(applied):
@@ -175,7 +192,10 @@ def worker(rank, world, args):
     try:
         if args.plan:
             extra = sorted(glob.glob(os.path.join(frontier, "plans", "*.json"))) \
-                if args.straggler_file else []
+                if args.straggler_file or args.power_budget_file else []
+            if args.timetable:
+                extra += sorted(glob.glob(os.path.join(os.path.dirname(
+                    os.path.abspath(args.timetable)), "plans", "*.json")))
             job = kt.Job.from_plan(args.plan, args.workload, seed=args.seed, controller=controller,
                                    extra_plans=extra, trace=trace)
             log(f"plan {args.plan} ({job.executor.method}): stage {stage} of "
@@ -194,9 +214,22 @@ def worker(rank, world, args):
     text = torch.tensor(list(pathlib.Path(args.corpus).read_bytes()), dtype=torch.long)
     M = shape.microbatches
 
+    steps = args.steps
+    if executor and args.timetable:
+        # Kareus timetable mode: every rank decides from rank 0's clock (broadcast at each
+        # decision), so all of them move to the same plan, or pause, at the same step.
+        def job_clock():
+            now = torch.tensor([time.time()], dtype=torch.float64)
+            dist.broadcast(now, src=0)
+            return now.item()
+        executor.follow_timetable(args.timetable, now=job_clock)
+        steps = min(steps, int(math.ceil(json.loads(
+            pathlib.Path(args.timetable).read_text())["iterations"])))
+        log(f"timetable {args.timetable}: {steps} steps")
+
     def run_steps():
         plan_in_effect, plan_pending = args.plan, None
-        for step in range(args.steps):
+        for step in range(steps):
             if monitor:
                 monitor.begin_window("iteration")  # Kareus: this iteration's time and energy
             if plan_pending:
@@ -206,6 +239,15 @@ def worker(rank, world, args):
             data = batches(text, step, M, shape.microbatch_size, shape.sequence_length, args.seed)
             # Kareus: every instruction of this stage, executed as the plan says.
             loss, applied = job.train_step(data[..., :-1], data[..., 1:], step)
+            if executor and args.timetable:  # Kareus: what the timetable ran this step
+                decision = executor.timetable_step
+                if decision and decision["message"]:
+                    log(f"timetable: {decision['message']}")
+                if decision and decision["plan"] and decision["plan"] != plan_in_effect:
+                    plan_in_effect = decision["plan"]
+                    log(f"step {step}: timetable interval {decision['interval']}: now on "
+                        f"{plan_in_effect}")
+                    report(event="timetable", rank=rank, step=step, **decision)
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             elapsed = time.perf_counter() - started
@@ -247,6 +289,23 @@ def worker(rank, world, args):
                         f"{choice['point_index']} ({choice['time_s'] * 1e3:.4g} ms, "
                         f"{choice['energy_j']:.4g} J{slow}) from step {step + 1}: "
                         f"{plan_pending}")
+
+            # Kareus power budget: rank 0 reads the power manager's budget; every rank then
+            # switches to the same frontier plan at the next step.
+            if executor and args.power_budget_file:
+                budget = torch.tensor([read_power_budget(args.power_budget_file) if rank == 0
+                                       else math.nan], dtype=torch.float64)
+                dist.broadcast(budget, src=0)
+                if not math.isnan(budget.item()):
+                    choice = executor.swap_to_power_budget(frontier, budget.item())
+                    plan_pending = choice["plan_path"]
+                    switched[0] = step + 1
+                    report(event="swap", rank=rank, after_step=step, effective_step=step + 1,
+                           power_budget_w=budget.item(), **choice)
+                    over = "" if choice["fits"] else ", no plan fits: the lowest-power one"
+                    log(f"power budget {budget.item():.4g} W per GPU -> frontier point "
+                        f"{choice['point_index']} ({choice['power_w_per_gpu']:.4g} W per GPU"
+                        f"{over}) from step {step + 1}: {plan_pending}")
 
     switched = [-1]
     try:

@@ -24,7 +24,10 @@ std::string Escape(const std::string& text) {
 std::string Num(double value, int decimals) {
   char buffer[64];
   std::snprintf(buffer, sizeof(buffer), "%.*f", decimals, value);
-  return buffer;
+  std::string text = buffer;
+  // A tick at -1e-17 is 0, not "-0".
+  if (text.front() == '-' && text.find_first_not_of("-0.") == std::string::npos) text.erase(0, 1);
+  return text;
 }
 
 std::vector<double> NiceTicks(double lo, double hi, int target) {

@@ -103,8 +103,9 @@ std::string RenderTimetableHtml(const Json& timetable) {
     top.Polyline({{0.0, constant_power}, {constant_finish, constant_power}, {constant_finish, 0.0}},
                  "#2f7ed8", 1.5, /*dashed=*/true);
   }
-  top.VerticalLine(finish_h, "#c0392b", "finish");
-  std::vector<std::pair<std::string, std::string>> legend = {{"timetable", "#c0392b"}};
+  top.VerticalLine(finish_h, "#c0392b", "");
+  std::vector<std::pair<std::string, std::string>> legend = {
+      {"timetable (dotted: its finish)", "#c0392b"}};
   if (!constant.is_null()) legend.emplace_back("best constant plan", "#2f7ed8");
   if (!caps.empty()) legend.emplace_back("power cap", "#555");
   top.Legend(legend);
@@ -113,7 +114,9 @@ std::string RenderTimetableHtml(const Json& timetable) {
   for (const auto& [x, y] : signal) s_hi = std::max(s_hi, y);
   Plot bottom(1000, 220, 0.0, hours, 0.0, std::max(s_hi * 1.1, 1e-9));
   bottom.Axes("hours from " + timetable["start"].get<std::string>(), unit);
-  bottom.Polyline(Steps(signal, hours), "#2ca02c", 2.0);
+  // The signal as far as the timetable goes (the interval the job finishes in).
+  const double last_end = h(Time(timetable["intervals"].back()["end"]));
+  bottom.Polyline(Steps(signal, last_end), "#2ca02c", 2.0);
   html += bottom.Finish();
   html += "<p class='note'>Top: the job's power (all GPUs) as the timetable runs it: a frontier "
           "plan's evaluated energy per iteration over its time, the GPUs' static power while "

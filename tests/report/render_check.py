@@ -2,10 +2,10 @@
 # SPDX-License-Identifier: Apache-2.0
 """Renders a Kareus report.html in headless Chromium and checks what a person would see.
 
-usage: render_check.py REPORT.html OUT_DIR
+usage: render_check.py REPORT.html OUT_DIR [--timetable]
 
 Checks: the DOM Chromium built holds the report's SVG plots (frontier, timeline, partition
-frontiers) and its tables, and the screenshot is not blank (a real share of pixels is neither
+frontiers; with --timetable, kareus schedule's power and signal plots) and its tables, and the screenshot is not blank (a real share of pixels is neither
 white nor one flat colour). Exit 0 on success, 1 with a reason otherwise, 77 (CTest skip) when
 no Chromium is installed.
 """
@@ -80,10 +80,11 @@ def png_pixels(path):
 
 
 def main():
-    if len(sys.argv) != 3:
+    if len(sys.argv) not in (3, 4) or (len(sys.argv) == 4 and sys.argv[3] != "--timetable"):
         print(__doc__)
         return 2
     report, out_dir = os.path.abspath(sys.argv[1]), sys.argv[2]
+    timetable = len(sys.argv) == 4
     browser = chromium()
     if browser is None:
         print("SKIP: no chromium installed")
@@ -96,16 +97,20 @@ def main():
         return 1
     html = dom.stdout
     svgs = html.count("<svg")
-    if svgs < 3:
-        print(f"expected at least 3 SVG plots in the rendered DOM, found {svgs}")
+    wanted = 2 if timetable else 3
+    if svgs < wanted:
+        print(f"expected at least {wanted} SVG plots in the rendered DOM, found {svgs}")
         return 1
-    for needle in ("<table", "Max-throughput", "timeline", "Partition frontiers", "<polyline", "<rect"):
+    needles = (("<table", "Power and signal over time", "Intervals", "<polyline") if timetable else
+               ("<table", "Max-throughput", "timeline", "Partition frontiers", "<polyline", "<rect"))
+    for needle in needles:
         if needle not in html:
             print(f"rendered DOM lacks {needle!r}")
             return 1
     shot = os.path.join(out_dir, "report.png")
+    size = "--window-size=1100,900" if timetable else "--window-size=1280,2400"
     with tempfile.TemporaryDirectory() as profile:
-        res = run(browser, [f"--screenshot={shot}", "--window-size=1280,2400", "file://" + report], profile)
+        res = run(browser, [f"--screenshot={shot}", size, "file://" + report], profile)
     if res.returncode != 0 or not os.path.exists(shot):
         print("chromium --screenshot failed:", res.stderr[-2000:])
         return 1

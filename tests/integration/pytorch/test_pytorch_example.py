@@ -304,6 +304,53 @@ def test_training_under_a_plan_with_a_straggler_switch(run_dir, tmp_path, partit
         for i in stage_instructions(run_dir / "plan.json", s))
 
 
+def choose_for_power(points, budget_w, gpus):
+    """The documented power rule (timetable_follower.h): among the points with a plan, the
+    fastest whose energy / time / GPUs fits the budget; none fits: the lowest-power one."""
+    points = [p for p in points if p.get("plan_path") or p.get("plan_index", -1) >= 0]
+    power = {id(p): p["energy_j"] / p["time_s"] / gpus for p in points}
+    fitting = [p for p in points if power[id(p)] <= budget_w]
+    if not fitting:
+        return min(points, key=lambda p: power[id(p)]), False
+    return min(fitting, key=lambda p: (p["time_s"], p["energy_j"])), True
+
+
+def test_a_power_budget_switches_every_rank_at_one_step(run_dir, tmp_path):
+    steps = 12
+    gpus = sum(stage["gpus"] for stage in json.loads((run_dir / "plan.json").read_text())["stages"])
+    points = json.loads((run_dir / "frontier.json").read_text())["points"]
+    budget = chosen = None
+    for point in sorted(points, key=lambda p: -p["time_s"]):  # from the lowest budgets up
+        candidate, fits = choose_for_power(points, point["energy_j"] / point["time_s"] / gpus, gpus)
+        plan = run_dir / plan_path_of(candidate)
+        if fits and all(stage_clocks(plan, s) != stage_clocks(run_dir / "plan.json", s)
+                        for s in range(STAGES)):
+            budget, chosen = point["energy_j"] / point["time_s"] / gpus, candidate
+            break
+    if budget is None:
+        pytest.fail("no power budget picks a plan that differs from plan.json on every stage")
+    budget_file = tmp_path / "budget.json"
+    job = Job(tmp_path, "--plan", str(run_dir / "plan.json"), "--steps", str(steps),
+              "--exact-clocks", "--power-budget-file", str(budget_file))
+    assert job.read_until("[stage 0 tp 0] step 4 "), job.output
+    staging = tmp_path / "budget.tmp"
+    staging.write_text(json.dumps({"power_budget_w": budget * (1 + 1e-9)}))
+    staging.rename(budget_file)
+    assert job.finish() == 0, job.output
+    swaps = [job.records(rank, "swap") for rank in range(RANKS)]
+    assert all(len(s) == 1 for s in swaps), swaps
+    switch_step = swaps[0][0]["effective_step"]
+    assert 5 <= switch_step < steps
+    new_plan = run_dir / plan_path_of(chosen)
+    for rank in range(RANKS):
+        swap = swaps[rank][0]
+        assert swap["effective_step"] == switch_step and swap["fits"]
+        assert pathlib.Path(swap["plan_path"]).resolve() == new_plan.resolve()
+        assert swap["power_w_per_gpu"] <= budget * (1 + 1e-9)
+        plans = [run_dir / "plan.json"] * switch_step + [new_plan] * (steps - switch_step)
+        assert job.clock_calls(rank) == expected_calls(plans, stage_of(rank)), f"rank {rank}"
+
+
 def tuned_plan(run_dir, tmp_path):
     """plan.json with every instruction nanobatched and tuned knobs that differ per
     instruction (the example's model is too small for the planner's emulated H100 to nanobatch
