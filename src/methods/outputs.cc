@@ -9,6 +9,7 @@
 #include "kareus/common/io.h"
 #include "kareus/common/progress.h"
 #include "kareus/methods/run.h"
+#include "kareus/plan/timetable.h"
 #include "kareus/report/report.h"
 #include "kareus/workload/workload.h"
 
@@ -17,15 +18,25 @@ namespace {
 
 // The solve with every point's cost replaced by its evaluation, so that plans and frontier
 // files carry evaluated iteration costs (instructions keep their predicted costs), plan.json is
-// the plan with the lowest evaluated time, and that plan is among the written ones.
+// the plan with the lowest evaluated time, and that plan is among the written ones, as are the
+// plans a power budget or a timetable can need (plan::BudgetPlanIndices, on the evaluated
+// costs). summary.json's sampled plans stay the published sample (m.solved.sampled).
 plan::PlanResult EvaluatedResult(const MethodResult& m) {
   plan::PlanResult out = m.solved;
-  for (std::size_t i = 0; i < out.solve.points.size(); ++i) out.solve.points[i].cost = m.evaluated[i];
-  out.fastest = m.Fastest();
-  if (std::find(out.sampled.begin(), out.sampled.end(), out.fastest) == out.sampled.end()) {
-    out.sampled.push_back(out.fastest);
-    std::sort(out.sampled.begin(), out.sampled.end());
+  std::vector<double> time_s, energy_j, static_energy_j;
+  for (std::size_t i = 0; i < out.solve.points.size(); ++i) {
+    out.solve.points[i].cost = m.evaluated[i];
+    time_s.push_back(m.evaluated[i].time_s);
+    energy_j.push_back(m.evaluated[i].energy_j);
+    static_energy_j.push_back(m.evaluated[i].static_energy_j);
   }
+  out.fastest = m.Fastest();
+  out.sampled.push_back(out.fastest);
+  for (std::size_t i : plan::BudgetPlanIndices(time_s, energy_j, static_energy_j)) {
+    out.sampled.push_back(i);
+  }
+  std::sort(out.sampled.begin(), out.sampled.end());
+  out.sampled.erase(std::unique(out.sampled.begin(), out.sampled.end()), out.sampled.end());
   return out;
 }
 

@@ -162,26 +162,11 @@ struct Vertex {
   int label = -1;
 };
 
-std::vector<Vertex> LowerHull(std::vector<Vertex> points) {
-  std::sort(points.begin(), points.end(), [](const Vertex& a, const Vertex& b) {
-    return a.n != b.n ? a.n < b.n : (a.cost != b.cost ? a.cost < b.cost : a.label < b.label);
-  });
+std::vector<Vertex> LowerHull(const std::vector<Vertex>& points) {
+  std::vector<std::pair<double, double>> xy;
+  for (const Vertex& p : points) xy.emplace_back(p.n, p.cost);
   std::vector<Vertex> hull;
-  for (const Vertex& p : points) {
-    if (!hull.empty() && hull.back().n == p.n) continue;  // the cheaper one came first
-    while (hull.size() >= 2) {
-      const Vertex& a = hull[hull.size() - 2];
-      const Vertex& b = hull.back();
-      // b is on or above the segment a-p: not a vertex of the lower hull.
-      const double cross = (b.n - a.n) * (p.cost - a.cost) - (b.cost - a.cost) * (p.n - a.n);
-      if (cross <= 0.0) {
-        hull.pop_back();
-      } else {
-        break;
-      }
-    }
-    hull.push_back(p);
-  }
+  for (std::size_t i : LowerConvexHull(xy)) hull.push_back(points[i]);
   return hull;
 }
 
@@ -301,6 +286,54 @@ TimetableInterval Realize(const ScheduleProblem& problem, int k, bool whole,
 
 }  // namespace
 
+std::vector<std::size_t> LowerConvexHull(const std::vector<std::pair<double, double>>& points) {
+  std::vector<std::size_t> order(points.size());
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return points[a] != points[b] ? points[a] < points[b] : a < b;
+  });
+  std::vector<std::size_t> hull;
+  for (std::size_t i : order) {
+    const auto& p = points[i];
+    if (!hull.empty() && points[hull.back()].first == p.first) continue;  // the lower came first
+    while (hull.size() >= 2) {
+      const auto& a = points[hull[hull.size() - 2]];
+      const auto& b = points[hull.back()];
+      // b on or above the segment a-p: not a vertex of the lower hull.
+      const double cross = (b.first - a.first) * (p.second - a.second) -
+                           (b.second - a.second) * (p.first - a.first);
+      if (cross > 0.0) break;
+      hull.pop_back();
+    }
+    hull.push_back(i);
+  }
+  return hull;
+}
+
+std::vector<std::size_t> BudgetPlanIndices(const std::vector<double>& time_s,
+                                           const std::vector<double>& energy_j,
+                                           const std::vector<double>& static_energy_j) {
+  const std::size_t n = time_s.size();
+  if (n == 0) return {};
+  std::vector<std::pair<double, double>> points;
+  double static_power = 0.0;
+  for (std::size_t i = 0; i < n; ++i) {
+    points.emplace_back(1.0 / time_s[i], energy_j[i] / time_s[i]);
+    static_power += static_energy_j[i] / time_s[i] / static_cast<double>(n);
+  }
+  std::vector<std::size_t> out;
+  for (const double origin_power : {static_power, 0.0}) {
+    std::vector<std::pair<double, double>> with_origin = points;
+    with_origin.emplace_back(0.0, origin_power);
+    for (std::size_t v : LowerConvexHull(with_origin)) {
+      if (v < n) out.push_back(v);
+    }
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
 std::optional<double> ParseUtcTime(std::string_view text) {
   text = Trimmed(text);
   std::size_t pos = 0;
@@ -393,7 +426,7 @@ std::optional<double> ParseDuration(std::string_view text) {
     units_seen += unit;
     total += *number * scale;
   }
-  return total > 0 ? std::optional<double>(total) : std::nullopt;
+  return total > 0 && std::isfinite(total) ? std::optional<double>(total) : std::nullopt;
 }
 
 Signal ParseSignalCsv(std::string_view text, const std::string& source, const std::string& field,

@@ -26,12 +26,25 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "kareus/common/error.h"
 #include "kareus/common/json.h"
 
 namespace kareus::plan {
+
+// Indices of the vertices of the lower convex hull of the points (x, y), by increasing x (of
+// points with equal x, the lowest y; collinear points are not vertices).
+std::vector<std::size_t> LowerConvexHull(const std::vector<std::pair<double, double>>& points);
+
+// The frontier points a power budget or a timetable can need: the vertices of the lower convex
+// hulls, in (iterations per second, power), of the points (1 / time_s, energy_j / time_s) with
+// the paused job (0, static power) and with the finished one (0, 0). `kareus run` keeps their
+// plans beside the sampled ones, so that `kareus schedule` finds every plan it would mix.
+std::vector<std::size_t> BudgetPlanIndices(const std::vector<double>& time_s,
+                                           const std::vector<double>& energy_j,
+                                           const std::vector<double>& static_energy_j);
 
 // ---- Times ----
 
