@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 
 build=${KAREUS_FUZZ_BUILD_DIR:-build-fuzz}
 tests=(common_test hw_test workload_test plan_file_test plan_solver_test measure_test runtime_test
-       runtime_clock_reset_test)
+       runtime_clock_reset_test timetable_test runtime_budget_test)
 
 source scripts/lib/sanitizer_build.sh
 configure_sanitizer_build "$build"
