@@ -268,44 +268,46 @@ def worker(rank, world, args):
                 + f" {elapsed * 1e3:.0f} ms"
                 + (f" {energy.total_energy:.2f} J" if energy is not None else ""))
 
-            # Kareus straggler mode: rank 0 reads the detector's report; every rank then switches
-            # to the same frontier plan, which takes effect at the next step on all of them.
+            # Kareus straggler mode and power budget: rank 0 reads the detector's target time or
+            # the power manager's budget; every rank then switches to the same frontier plan,
+            # which takes effect at the next step on all of them.
             if executor and args.straggler_file:
-                target = torch.tensor([read_straggler_report(args.straggler_file) if rank == 0
-                                       else math.nan], dtype=torch.float64)
-                dist.broadcast(target, src=0)
-                if not math.isnan(target.item()):
-                    choice = executor.swap_to_frontier(frontier, target.item())
-                    chosen = [None] * world
-                    dist.all_gather_object(chosen, choice["point_index"])
-                    if len(set(chosen)) != 1:
-                        raise RuntimeError(f"ranks chose different frontier points: {chosen}")
-                    plan_pending = choice["plan_path"]
-                    switched[0] = step + 1
-                    report(event="swap", rank=rank, after_step=step, effective_step=step + 1,
-                           target_time_s=target.item(), **choice)
+                target = rank0_value(read_straggler_report, args.straggler_file)
+                if not math.isnan(target):
+                    choice = executor.swap_to_frontier(frontier, target)
                     slow = "" if choice["meets_target"] else ", slower than the target"
-                    log(f"straggler: target {target.item() * 1e3:.4g} ms -> frontier point "
-                        f"{choice['point_index']} ({choice['time_s'] * 1e3:.4g} ms, "
-                        f"{choice['energy_j']:.4g} J{slow}) from step {step + 1}: "
-                        f"{plan_pending}")
-
-            # Kareus power budget: rank 0 reads the power manager's budget; every rank then
-            # switches to the same frontier plan at the next step.
+                    plan_pending = switch(
+                        step, choice, f"straggler: target {target * 1e3:.4g} ms",
+                        f"{choice['time_s'] * 1e3:.4g} ms, {choice['energy_j']:.4g} J{slow}",
+                        target_time_s=target)
             if executor and args.power_budget_file:
-                budget = torch.tensor([read_power_budget(args.power_budget_file) if rank == 0
-                                       else math.nan], dtype=torch.float64)
-                dist.broadcast(budget, src=0)
-                if not math.isnan(budget.item()):
-                    choice = executor.swap_to_power_budget(frontier, budget.item())
-                    plan_pending = choice["plan_path"]
-                    switched[0] = step + 1
-                    report(event="swap", rank=rank, after_step=step, effective_step=step + 1,
-                           power_budget_w=budget.item(), **choice)
+                budget = rank0_value(read_power_budget, args.power_budget_file)
+                if not math.isnan(budget):
+                    choice = executor.swap_to_power_budget(frontier, budget)
                     over = "" if choice["fits"] else ", no plan fits: the lowest-power one"
-                    log(f"power budget {budget.item():.4g} W per GPU -> frontier point "
-                        f"{choice['point_index']} ({choice['power_w_per_gpu']:.4g} W per GPU"
-                        f"{over}) from step {step + 1}: {plan_pending}")
+                    plan_pending = switch(
+                        step, choice, f"power budget {budget:.4g} W per GPU",
+                        f"{choice['power_w_per_gpu']:.4g} W per GPU{over}",
+                        power_budget_w=budget)
+
+    def rank0_value(read, path):
+        """What rank 0 read from `path` (NaN: nothing asked), on every rank."""
+        value = torch.tensor([read(path) if rank == 0 else math.nan], dtype=torch.float64)
+        dist.broadcast(value, src=0)
+        return value.item()
+
+    def switch(step, choice, asked, chosen_as, **request):
+        """Every rank chose the same frontier point (checked); it runs from the next step."""
+        chosen = [None] * world
+        dist.all_gather_object(chosen, choice["point_index"])
+        if len(set(chosen)) != 1:
+            raise RuntimeError(f"ranks chose different frontier points: {chosen}")
+        switched[0] = step + 1
+        report(event="swap", rank=rank, after_step=step, effective_step=step + 1, **request,
+               **choice)
+        log(f"{asked} -> frontier point {choice['point_index']} ({chosen_as}) from step "
+            f"{step + 1}: {choice['plan_path']}")
+        return choice["plan_path"]
 
     switched = [-1]
     try:
