@@ -8,7 +8,8 @@ clocks in instruction order, only on change, then one reset; each instruction ra
 mode and each partition's collective on the plan's SMs at the plan's slot (a plan rewritten to
 nanobatch every instruction with knobs that differ per instruction, too); each iteration's
 energy window integrates the fake's power; a straggler report switches every rank to the same
-frontier plan at the same next step; a plan for another pipeline, microbatch count or partition
+frontier plan at the same next step, and so does a power budget; a timetable moves every rank
+to its next interval's plan at one step (rank 0's clock, broadcast); a plan for another pipeline, microbatch count or partition
 layout is refused before the first step, naming both sides; SIGTERM to one rank mid-iteration
 leaves every rank with its clocks reset and no process behind.
 
@@ -349,6 +350,66 @@ def test_a_power_budget_switches_every_rank_at_one_step(run_dir, tmp_path):
         assert swap["power_w_per_gpu"] <= budget * (1 + 1e-9)
         plans = [run_dir / "plan.json"] * switch_step + [new_plan] * (steps - switch_step)
         assert job.clock_calls(rank) == expected_calls(plans, stage_of(rank)), f"rank {rank}"
+
+
+def utc(t):
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+
+
+def test_a_timetable_moves_every_rank_together(run_dir, tmp_path):
+    """train.py --timetable: rank 0's clock, broadcast at every decision, so all ranks run each
+    step on the same plan: plan.json for the first interval (until 20 s from now; a step before
+    its start runs it too), then another plan (different on every stage) for the second. On the
+    2-core machines this runs on, the job starts in 6-10 s and a step takes about 0.5 s, so the
+    60 steps cross the boundary."""
+    steps = 60
+    _, other = straggler_target(run_dir)
+    folder = tmp_path / "sched"
+    (folder / "plans").mkdir(parents=True)
+    first, second = folder / "plans" / "first.json", folder / "plans" / "second.json"
+    first.write_text((run_dir / "plan.json").read_text())
+    second.write_text((run_dir / plan_path_of(other)).read_text())
+    start = int(time.time())
+    # Iterations of 1000 s: the job is always ahead of the timetable, so it follows the
+    # intervals by the clock alone.
+    plans = [{"plan": "plans/first.json", "time_s": 1000.0, "energy_j": 1.0, "power_w": 1e-3},
+             {"plan": "plans/second.json", "time_s": 1000.0, "energy_j": 1.0, "power_w": 1e-3}]
+
+    def interval(begin, end, plan):
+        return {"start": utc(begin), "end": utc(end), "signal": 1.0, "power_cap_w": None,
+                "pause_s": 0.0, "entries": [{"plan": plan, "seconds": end - begin,
+                                             "iterations": (end - begin) / 1000.0,
+                                             "energy_j": 0.0, "cost": 0.0}],
+                "energy_j": 0.0, "cost": 0.0}
+    timetable = {"format": "kareus-timetable", "version": 1, "iterations": steps, "gpus": RANKS,
+                 "idle_power_w": 0.0, "allow_pause": True, "plans": plans,
+                 "intervals": [interval(start + 10, start + 20, "plans/first.json"),
+                               interval(start + 20, start + 3600, "plans/second.json")],
+                 "total_cost": 0.0, "total_energy_j": 0.0, "total_iterations": steps,
+                 "finish": utc(start + 3600)}
+    (folder / "timetable.json").write_text(json.dumps(timetable))
+    job = Job(tmp_path, "--plan", str(run_dir / "plan.json"), "--steps", "1000", "--exact-clocks",
+              "--timetable", str(folder / "timetable.json"))
+    assert job.finish() == 0, job.output
+    events = [[(r["step"], pathlib.Path(r["plan"]).name) for r in job.records(rank, "timetable")]
+              for rank in range(RANKS)]
+    assert all(e == events[0] for e in events), events  # the same plan at the same step
+    assert events[0] and events[0][0] == (0, "first.json"), events[0]
+    plans_per_step = {0: first}
+    for step, name in events[0]:
+        plans_per_step[step] = folder / "plans" / name
+    for rank in range(RANKS):
+        records = job.records(rank, "step")
+        assert len(records) == steps  # the timetable's iterations, not --steps
+        plans, current = [], first
+        for step in range(steps):
+            current = plans_per_step.get(step, current)
+            plans.append(current)
+        for record, plan in zip(records, plans):
+            assert pathlib.Path(record["plan"]).resolve() == plan.resolve()
+        assert job.clock_calls(rank) == expected_calls(plans, stage_of(rank)), f"rank {rank}"
+    # On this machine the job starts within the first interval and reaches the second.
+    assert [name for _, name in events[0]] == ["first.json", "second.json"], (events[0], job.output)
 
 
 def tuned_plan(run_dir, tmp_path):
