@@ -7,11 +7,13 @@
 #include <pybind11/stl.h>
 #include <pybind11/stl/filesystem.h>
 
+#include <chrono>
 #include <filesystem>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 
 #include "kareus/common/io.h"
@@ -441,7 +443,16 @@ PYBIND11_MODULE(_kareus, m) {
              std::optional<std::function<void(double)>> sleep_until) {
             rt::PlanExecutor::Clock clock;
             if (now) clock.now = *now;
-            if (sleep_until) clock.sleep_until = *sleep_until;
+            if (sleep_until) {
+              clock.sleep_until = *sleep_until;
+            } else {  // a pause may last an hour: other Python threads run meanwhile
+              clock.sleep_until = [](double until) {
+                py::gil_scoped_release release;
+                std::this_thread::sleep_until(std::chrono::system_clock::time_point(
+                    std::chrono::duration_cast<std::chrono::system_clock::duration>(
+                        std::chrono::duration<double>(until))));
+              };
+            }
             e.FollowTimetable(std::make_shared<const rt::TimetableFollower>(timetable),
                               first_iteration, std::move(clock));
           },

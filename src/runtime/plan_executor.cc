@@ -256,6 +256,16 @@ std::optional<plan::PartitionKnobs> PlanExecutor::Knobs(std::string_view partiti
 }
 
 void PlanExecutor::SwapPlan(plan::Plan plan) {
+  CheckSwappable(plan);
+  {
+    std::lock_guard<std::mutex> lock(swap_mutex_);
+    pending_ = std::move(plan);
+  }
+  // Applied by the training thread at its next step boundary (OnStepEnd, or the next step's
+  // begin), so the plan never changes under a running hook.
+}
+
+void PlanExecutor::CheckSwappable(const plan::Plan& plan) const {
   if (plan.stages.size() != plan_.stages.size() ||
       plan.num_microbatches != plan_.num_microbatches || plan.schedule != plan_.schedule ||
       plan.virtual_stages != plan_.virtual_stages) {
@@ -268,12 +278,6 @@ void PlanExecutor::SwapPlan(plan::Plan plan) {
                            schedule::ToString(plan_.schedule), plan_.virtual_stages));
   }
   Validate(plan);
-  {
-    std::lock_guard<std::mutex> lock(swap_mutex_);
-    pending_ = std::move(plan);
-  }
-  // Applied by the training thread at its next step boundary (OnStepEnd, or the next step's
-  // begin), so the plan never changes under a running hook.
 }
 
 FrontierChoice PlanExecutor::SwapToFrontier(const std::filesystem::path& frontier_folder,
@@ -312,6 +316,11 @@ void PlanExecutor::FollowTimetable(std::shared_ptr<const TimetableFollower> foll
           std::chrono::duration_cast<std::chrono::system_clock::duration>(
               std::chrono::duration<double>(until))));
     };
+  }
+  // Every plan of the timetable must be one this job can swap to: refused now, not at the
+  // step that would need it.
+  for (const plan::SchedulePlan& p : follower->problem().plans) {
+    CheckSwappable(follower->PlanAt(follower->folder() / p.name));
   }
   follower_ = std::move(follower);
   clock_ = std::move(clock);

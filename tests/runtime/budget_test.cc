@@ -271,6 +271,15 @@ TEST_F(BudgetTest, BehindTheTimetableRunsTheFastestPlanAndSaysWhenLate) {
 
 TEST_F(BudgetTest, ATimetableWhosePlansAreMissingIsRefused) {
   const std::filesystem::path path = WriteTimetable(dir_, 1.8e9);
+  // A plan for another job (3 stages) is refused when the executor is told to follow it.
+  plan::WritePlanFile(dir_ / "plans/slow.json", MakeTestPlan(3, kMicrobatches, 600));
+  try {
+    executors_[0]->FollowTimetable(std::make_shared<const TimetableFollower>(path));
+    ADD_FAILURE() << "a timetable with a plan for another job was followed";
+  } catch (const InputError& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("for the same job"));
+  }
+  EXPECT_FALSE(executors_[0]->timetable_step().has_value());
   std::filesystem::remove(dir_ / "plans/middle.json");
   EXPECT_THROW(TimetableFollower{path}, InputError);
   WriteJsonFile(path, Json{{"format", "kareus-plan"}});

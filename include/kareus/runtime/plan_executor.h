@@ -135,6 +135,7 @@ class PlanExecutor {
     std::function<double()> now;                  // unix seconds; default: the system clock
     std::function<void(double)> sleep_until;      // default: sleeps until that unix time
   };
+  // Every plan of the timetable is checked here (InputError when one is for another job).
   void FollowTimetable(std::shared_ptr<const TimetableFollower> follower,
                        double first_iteration = 0.0, Clock clock = {});
   void StopFollowingTimetable();
@@ -144,6 +145,8 @@ class PlanExecutor {
 
  private:
   void Validate(const plan::Plan& plan) const;
+  // InputError unless `plan` is for this job (stages, microbatches, schedule, chunks) and valid.
+  void CheckSwappable(const plan::Plan& plan) const;
   [[noreturn]] void Mismatch(const std::string& what);
   void ApplyPendingSwap();
   void FollowTimetableStep();  // OnStepBegin's part in timetable mode
