@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // kareus schedule's solver (plan/timetable.h) by horizon: hourly intervals x 10 plans, the
 // frontier of examples/paper/01 (3.75 to 4.06 s per iteration), a daily carbon-like signal, the
-// iterations set so that the deadline leaves 20 % slack. O(K^2 H log(K H)) in K intervals.
+// iterations set so that the deadline leaves 20 % slack. The solver's first step (the least cost
+// of finishing in each interval) incrementally, O(K H log(K H)), against its baseline, filling
+// every finish interval from scratch, O(K^2 H log(K H)), in the same run.
 #include <benchmark/benchmark.h>
 
 #include <cmath>
@@ -32,6 +34,18 @@ void BM_SolveSchedule(benchmark::State& state) {
   for (auto _ : state) benchmark::DoNotOptimize(kareus::plan::SolveSchedule(problem));
   state.SetLabel(std::to_string(state.range(0)) + " hourly intervals");
 }
-BENCHMARK(BM_SolveSchedule)->Arg(48)->Arg(168)->Arg(720)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_SolveSchedule)->Arg(48)->Arg(168)->Arg(720)->Arg(8760)->Unit(benchmark::kMillisecond);
+
+void BM_FinishCosts(benchmark::State& state) {
+  const kareus::plan::ScheduleProblem problem = Problem(static_cast<int>(state.range(0)));
+  const bool incremental = state.range(1) != 0;
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(kareus::plan::internal::FinishIntervalCosts(problem, incremental));
+  }
+  state.SetLabel(incremental ? "incremental" : "from scratch (baseline)");
+}
+BENCHMARK(BM_FinishCosts)
+    ->Args({168, 0})->Args({168, 1})->Args({720, 0})->Args({720, 1})
+    ->Unit(benchmark::kMillisecond);
 
 }  // namespace

@@ -240,6 +240,122 @@ std::optional<Fill> FillFinishingIn(const ScheduleProblem& problem,
   return fill;
 }
 
+// A Fenwick tree of (length, cost) over segments in slope order: the cheapest `remaining`
+// iterations of the active segments in O(log n).
+class SegmentTree {
+ public:
+  explicit SegmentTree(std::vector<double> slopes) : slopes_(std::move(slopes)),
+      length_(slopes_.size() + 1, 0.0), cost_(slopes_.size() + 1, 0.0) {
+    while ((top_ << 1) <= slopes_.size()) top_ <<= 1;
+  }
+  void Add(std::size_t i, double length) {  // i: slope rank; length < 0 removes
+    total_ += length;
+    for (std::size_t j = i + 1; j < length_.size(); j += j & (~j + 1)) {
+      length_[j] += length;
+      cost_[j] += length * slopes_[i];
+    }
+  }
+  double total() const { return total_; }
+  // The cost of the cheapest `remaining` iterations (remaining <= total()).
+  double CheapestCost(double remaining) const {
+    std::size_t pos = 0;
+    double length = 0.0, cost = 0.0;
+    for (std::size_t step = top_; step > 0; step >>= 1) {
+      const std::size_t next = pos + step;
+      if (next < length_.size() && length + length_[next] < remaining) {
+        pos = next;
+        length += length_[next];
+        cost += cost_[next];
+      }
+    }
+    // Segments 0..pos-1 are taken whole; the one at rank pos (if any) in part.
+    if (pos < slopes_.size()) cost += (remaining - length) * slopes_[pos];
+    return cost;
+  }
+
+ private:
+  std::vector<double> slopes_;
+  std::vector<double> length_, cost_;
+  std::size_t top_ = 1;
+  double total_ = 0.0;
+};
+
+}  // namespace
+
+namespace internal {
+
+std::vector<std::optional<double>> FinishIntervalCosts(const ScheduleProblem& problem,
+                                                       bool incremental) {
+  const int num = static_cast<int>(problem.intervals.size());
+  std::vector<std::vector<Vertex>> whole(num), last(num);
+  for (int k = 0; k < num; ++k) {
+    whole[k] = CostCurve(problem, k, /*whole=*/true);
+    last[k] = CostCurve(problem, k, /*whole=*/false);
+  }
+  std::vector<std::optional<double>> costs(num);
+  if (!incremental) {  // every finish interval filled from scratch: O(K^2 H log(K H))
+    for (int m = 0; m < num; ++m) {
+      if (auto fill = FillFinishingIn(problem, whole, last, m)) costs[m] = fill->cost;
+      if (whole[m].empty()) break;
+    }
+    return costs;
+  }
+  // Every hull segment of every interval, both curves, ranked by slope once; moving the finish
+  // from m to m + 1 turns interval m's "last" segments off and its "whole" ones on, and adds
+  // interval m + 1's "last" ones: O(K H log(K H)) in all.
+  struct Segment {
+    double slope, length;
+  };
+  std::vector<Segment> segments;
+  std::vector<std::size_t> first_whole(num + 1), first_last(num + 1);
+  for (int k = 0; k < num; ++k) {
+    for (const auto* curve : {&whole[k], &last[k]}) {
+      (curve == &whole[k] ? first_whole : first_last)[k] = segments.size();
+      for (std::size_t i = 0; i + 1 < curve->size(); ++i) {
+        const double dn = (*curve)[i + 1].n - (*curve)[i].n;
+        segments.push_back({((*curve)[i + 1].cost - (*curve)[i].cost) / dn, dn});
+      }
+    }
+  }
+  std::vector<std::size_t> order(segments.size()), rank(segments.size());
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return segments[a].slope < segments[b].slope;
+  });
+  std::vector<double> slopes;
+  for (std::size_t r = 0; r < order.size(); ++r) {
+    rank[order[r]] = r;
+    slopes.push_back(segments[order[r]].slope);
+  }
+  SegmentTree tree(std::move(slopes));
+  const auto toggle = [&](const std::vector<Vertex>& curve, std::size_t first, double sign) {
+    for (std::size_t i = 0; i + 1 < curve.size(); ++i) {
+      tree.Add(rank[first + i], sign * segments[first + i].length);
+    }
+  };
+  const double tolerance = 1e-9 * std::max(1.0, problem.iterations);
+  double base_cost = 0.0, base_n = 0.0;  // the held intervals before m at their curves' start
+  for (int m = 0; m < num; ++m) {
+    if (m > 0) {  // interval m - 1: from finishing to held whole
+      toggle(last[m - 1], first_last[m - 1], -1.0);
+      toggle(whole[m - 1], first_whole[m - 1], +1.0);
+      base_cost += whole[m - 1].front().cost;
+      base_n += whole[m - 1].front().n;
+    }
+    toggle(last[m], first_last[m], +1.0);
+    const double remaining = problem.iterations - base_n;  // last[m] starts at (0, 0)
+    if (remaining >= -tolerance && remaining <= tree.total() + tolerance) {
+      costs[m] = base_cost + (remaining > 0 ? tree.CheapestCost(std::min(remaining, tree.total())) : 0.0);
+    }
+    if (whole[m].empty()) break;
+  }
+  return costs;
+}
+
+}  // namespace internal
+
+namespace {
+
 // Interval k running n iterations on its curve: the two hull vertices around n and the share of
 // the interval each gets.
 TimetableInterval Realize(const ScheduleProblem& problem, int k, bool whole,
@@ -671,17 +787,15 @@ Timetable SolveSchedule(const ScheduleProblem& problem) {
     whole[k] = CostCurve(problem, k, /*whole=*/true);
     last[k] = CostCurve(problem, k, /*whole=*/false);
   }
-  std::optional<Fill> best;
+  // The cheapest finish interval (incrementally), then its fill.
+  const std::vector<std::optional<double>> costs = internal::FinishIntervalCosts(problem, true);
   int best_m = -1;
   for (int m = 0; m < num; ++m) {
-    std::optional<Fill> fill = FillFinishingIn(problem, whole, last, m);
-    if (fill && (!best || fill->cost < best->cost)) {
-      best = std::move(fill);
-      best_m = m;
-    }
-    if (whole[m].empty()) break;  // the job cannot be held through interval m
+    if (costs[m] && (best_m < 0 || *costs[m] < *costs[best_m])) best_m = m;
   }
-  KAREUS_CHECK(best.has_value()) << "no timetable although the earliest finish is in time";
+  KAREUS_CHECK(best_m >= 0) << "no timetable although the earliest finish is in time";
+  const std::optional<Fill> best = FillFinishingIn(problem, whole, last, best_m);
+  KAREUS_CHECK(best.has_value()) << "the cheapest finish interval has no fill";
   Timetable out;
   for (int k = 0; k <= best_m; ++k) {
     out.intervals.push_back(

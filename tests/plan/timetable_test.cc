@@ -218,6 +218,27 @@ TEST(TimetableTest, WaterFillingMatchesTheMilpOnRandomProblems) {
               solved, beat_constant, infeasible, paused, mixed);
 }
 
+// The solver's incremental finish-interval costs equal filling every finish interval from
+// scratch, interval by interval.
+TEST(TimetableTest, IncrementalFinishCostsEqualTheFillFromScratch) {
+  std::mt19937_64 rng(7);
+  int compared = 0;
+  for (int instance = 0; instance < 300; ++instance) {
+    const ScheduleProblem problem = RandomProblem(rng);
+    const auto fast = internal::FinishIntervalCosts(problem, true);
+    const auto slow = internal::FinishIntervalCosts(problem, false);
+    ASSERT_EQ(fast.size(), slow.size());
+    for (std::size_t m = 0; m < fast.size(); ++m) {
+      ASSERT_EQ(fast[m].has_value(), slow[m].has_value()) << instance << " m " << m;
+      if (!fast[m]) continue;
+      EXPECT_NEAR(*fast[m], *slow[m], 1e-9 * std::max(1e-12, std::abs(*slow[m])))
+          << instance << " m " << m;
+      ++compared;
+    }
+  }
+  EXPECT_GT(compared, 500);
+}
+
 ScheduleProblem TwoPlans() {
   ScheduleProblem p;
   p.plans = {{.name = "fast", .time_s = 1.0, .energy_j = 300.0},

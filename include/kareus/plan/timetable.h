@@ -186,4 +186,12 @@ Json TimetableToJson(const ScheduleProblem& problem, const Timetable& timetable,
 // InputError naming the field on anything that is not a timetable.
 void TimetableFromJson(const Json& json, ScheduleProblem* problem, Timetable* timetable);
 
+namespace internal {
+// For each interval m, the least cost of a timetable that finishes in m (nullopt: none). The
+// solver's first step, incrementally (O(K H log(K H))) or, the reference for tests and the
+// benchmark, filling every m from scratch (O(K^2 H log(K H))).
+std::vector<std::optional<double>> FinishIntervalCosts(const ScheduleProblem& problem,
+                                                       bool incremental);
+}  // namespace internal
+
 }  // namespace kareus::plan
