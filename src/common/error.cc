@@ -70,6 +70,36 @@ bool IsValidUtf8(std::string_view text) {
   return true;
 }
 
+std::size_t EditDistance(std::string_view a, std::string_view b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diagonal = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+std::optional<std::string> ClosestChoice(std::string_view word,
+                                         const std::vector<std::string>& choices) {
+  const std::size_t limit = std::max<std::size_t>(2, word.size() / 3);
+  std::optional<std::string> best;
+  std::size_t best_distance = limit + 1;
+  for (const std::string& choice : choices) {
+    const std::size_t d = EditDistance(word, choice);
+    if (d < best_distance) {
+      best_distance = d;
+      best = choice;
+    }
+  }
+  return best;
+}
+
 std::string ShownValue(std::string_view text, std::size_t max_bytes) {
   std::string out = Escaped(text, max_bytes, /*controls=*/true);
   if (max_bytes < text.size()) out += "... (" + std::to_string(text.size()) + " bytes)";

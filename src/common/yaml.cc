@@ -119,7 +119,24 @@ bool YamlMap::Has(const std::string& key) const {
 YAML::Node YamlMap::Get(const std::string& key) const {
   read_.insert(key);
   YAML::Node value = node_[key];
-  if (!value || value.IsNull()) throw InputError(FieldName(key) + ": required field is missing");
+  if (!value || value.IsNull()) {
+    // A key the file has that nothing has read yet and that is at most two edits from the
+    // missing one: the typo is the error, not the missing key. Only for keys of 5 or more
+    // characters: a short one (tp, pp, dp) may be a valid key read later, one edit away.
+    std::vector<std::string> unread;
+    for (const auto& entry : node_) {
+      const std::string& name = entry.first.Scalar();
+      if (read_.count(name) == 0 && name.size() >= 5 && key.size() >= 5 &&
+          EditDistance(name, key) <= 2) {
+        unread.push_back(name);
+      }
+    }
+    if (const auto typo = ClosestChoice(key, unread)) {
+      throw InputError(FieldName(*typo) + ": unknown key; did you mean " + key + "? (" + key +
+                       " is required)");
+    }
+    throw InputError(FieldName(key) + ": required field is missing");
+  }
   return value;
 }
 
@@ -217,8 +234,11 @@ void YamlMap::RejectUnknownKeys() const {
   for (const auto& entry : node_) {
     const std::string& key = entry.first.Scalar();  // the constructor checked: scalar keys
     if (read_.count(key) == 0) {
-      throw InputError(FieldName(key) + ": unknown key (known keys here: " +
-                       JoinNames({read_.begin(), read_.end()}) + ")");
+      const std::vector<std::string> known(read_.begin(), read_.end());
+      const auto closest = ClosestChoice(key, known);
+      throw InputError(FieldName(key) + ": unknown key" +
+                       (closest ? "; did you mean " + *closest + "?" : "") +
+                       " (known keys here: " + JoinNames(known) + ")");
     }
   }
 }

@@ -105,7 +105,7 @@ extern "C" {
 
 const char* kareus_last_error(void) { return kareus::runtime::internal::t_last_error.c_str(); }
 
-const char* kareus_version(void) { return "0.1.0"; }
+const char* kareus_version(void) { return KAREUS_VERSION; }
 
 int kareus_nvml_index_for_cuda_device(int cuda_device, int* nvml_index) {
   return Guard([&] { *NotNull(nvml_index, "nvml_index") = rt::NvmlIndexForCudaDevice(cuda_device); });

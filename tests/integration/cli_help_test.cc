@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Every default `kareus run|evaluate|profile|solve --help` prints is the library's: read here
 // from the same Options structs, formatted as CLI11 prints them.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cctype>
@@ -92,6 +93,24 @@ TEST(CliHelp, UnknownCommandExitsTwoListingTheCommands) {
       << r.err;
   EXPECT_NE(r.err.find("simulate"), std::string::npos) << r.err;
   EXPECT_EQ(RunKareus("").exit_code, 2);  // no command at all: CLI11's usage error
+}
+
+TEST(CliHelp, VersionAndMisspeltFlags) {
+  const auto version = RunKareus("--version");
+  EXPECT_EQ(version.exit_code, 0) << version.err;
+  EXPECT_EQ(version.out, "kareus 0.1.0\n");
+  const auto typo = RunKareus("run " + (testing::SourceDir() / "examples/paper/01-llama3.2-3b-tp8-mbs8-seq4096.yaml").string() +
+                              " --out /tmp/kareus_cli_help_typo --method kareus");
+  EXPECT_EQ(typo.exit_code, 2);
+  EXPECT_THAT(typo.err, ::testing::HasSubstr("--method: unknown flag of kareus run; did you mean --methods?"));
+  EXPECT_FALSE(std::filesystem::exists("/tmp/kareus_cli_help_typo"));
+  const auto unknown = RunKareus("schedule run --iterations=3 --zzzz 1");
+  EXPECT_EQ(unknown.exit_code, 2);
+  EXPECT_THAT(unknown.err, ::testing::HasSubstr("--zzzz: unknown flag of kareus schedule (kareus "
+                                                "schedule --help lists them)"));
+  // --flag=value is a known flag with its value; a value after -- is positional.
+  EXPECT_THAT(RunKareus("schedule run --iterations=3").err,
+              ::testing::Not(::testing::HasSubstr("unknown flag")));
 }
 
 TEST(CliHelp, UnknownBackendExitsTwo) {

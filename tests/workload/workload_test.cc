@@ -103,6 +103,24 @@ TEST(WorkloadValidation, UnknownKeysAreNotIgnored) {
   ExpectInputError(Replace(kValid, "microbatches: 8", "microbatches: 8\nmicrobatchs: 4"),
                    {"microbatchs", "unknown key"});
   ExpectInputError(Replace(kValid, "dp: 1", "dp: 1, ep: 2"), {"parallelism.ep", "unknown key"});
+  // A misspelt required key is reported as the unknown key it is, before the missing field.
+  ExpectInputError(Replace(kValid, "microbatch_size: 8", "microbatch_sise: 8"),
+                   {"microbatch_sise: unknown key; did you mean microbatch_size?",
+                    "microbatch_size is required"});
+  ExpectInputError(Replace(kValid, "recompute: full", "recompte: full"),
+                   {"recompte: unknown key; did you mean recompute?"});
+  // A missing key is still a missing key when nothing in the file is a typo of it.
+  ExpectInputError(Replace(kValid, "microbatch_size: 8\n", ""),
+                   {"microbatch_size: required field is missing"});
+}
+
+TEST(ClosestChoice, NamesALikelyTypoAndNothingElse) {
+  EXPECT_EQ(EditDistance("microbatch_sise", "microbatch_size"), 1u);
+  EXPECT_EQ(EditDistance("", "abc"), 3u);
+  EXPECT_EQ(EditDistance("kitten", "sitting"), 3u);
+  EXPECT_EQ(ClosestChoice("--method", {"--out", "--methods", "--seed"}), "--methods");
+  EXPECT_EQ(ClosestChoice("--zzzz", {"--out", "--methods", "--seed"}), std::nullopt);
+  EXPECT_EQ(ClosestChoice("--sed", {"--seed", "--sed2"}), "--seed");  // ties: the first
 }
 
 TEST(WorkloadValidation, BadValues) {

@@ -3,8 +3,10 @@
 
 #include <sstream>
 #include <stdexcept>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace kareus {
 
@@ -52,6 +54,14 @@ std::string ShownValue(std::string_view text, std::size_t max_bytes = 120);
 // `text` with every byte that is not part of well-formed UTF-8 written as \xNN; everything
 // else (newlines included) kept as it is.
 std::string Utf8Escaped(std::string_view text);
+
+// The Levenshtein distance of two byte strings (insertions, deletions, substitutions).
+std::size_t EditDistance(std::string_view a, std::string_view b);
+// The choice closest to `word` by EditDistance when it is a likely typo of it (at most 2 edits,
+// or a third of the word's length when longer; ties: the first), else nullopt: for the "did you
+// mean" of a misspelt flag or key.
+std::optional<std::string> ClosestChoice(std::string_view word,
+                                         const std::vector<std::string>& choices);
 
 // Throws InputError "field = value: rule"; the value (and the field, which may hold a key the
 // user wrote) go through ShownValue.
