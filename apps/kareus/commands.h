@@ -19,5 +19,6 @@ void AddExportCommand(CLI::App& app);
 void AddDeviceCheckCommand(CLI::App& app);
 void AddValidateCommand(CLI::App& app);
 void AddScheduleCommand(CLI::App& app);
+void AddPickCommand(CLI::App& app);
 
 }  // namespace kareus::cli

@@ -63,6 +63,7 @@ int main(int argc, char** argv) {
   kareus::cli::AddSolveCommand(app);
   kareus::cli::AddExportCommand(app);
   kareus::cli::AddScheduleCommand(app);
+  kareus::cli::AddPickCommand(app);
   kareus::cli::AddDeviceCheckCommand(app);
   kareus::cli::AddValidateCommand(app);
   app.set_version_flag("--version", std::string("kareus ") + KAREUS_VERSION);

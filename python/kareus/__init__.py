@@ -33,6 +33,7 @@ from ._kareus import (  # noqa: F401
     nvml_index_for_cuda_device,
     optimize,
     partitions,
+    pick_plan,
     sequential_job_refusal,
 )
 
@@ -48,6 +49,55 @@ __all__ = [
     "nvml_index_for_cuda_device",
     "optimize",
     "partitions",
+    "pick_plan",
     "sequential_job_refusal",
+    "Frontier",
 ]
 __version__ = "0.1.0"
+
+
+class Frontier:
+    """The iteration frontier of a finished `kareus run` (frontier.json) and its plans::
+
+        frontier = kareus.Frontier.load("out")
+        for point in frontier: print(point["time_s"], point["energy_j"], point["plan_path"])
+        plan = frontier.pick(deadline_s=4.0)["plan_path"]   # or pick(power_w=250)
+
+    ``pick`` applies the runtime's rules (`kareus pick`): for a deadline, the lowest-energy plan
+    within it (none: the fastest, ``meets`` False); for an average power per GPU, the fastest
+    plan within it (none: the lowest-power one).
+    """
+
+    def __init__(self, folder, document):
+        self.folder = folder
+        self.method = document.get("method")
+        self.points = []
+        for point in document["points"]:
+            plan = point.get("plan_path") or (f"plans/plan_{point['plan_index']:05d}.json"
+                                              if point.get("plan_index", -1) >= 0 else None)
+            self.points.append(dict(point, plan_path=str(folder / plan) if plan else None))
+
+    @classmethod
+    def load(cls, folder):
+        import json
+        import pathlib
+        folder = pathlib.Path(folder)
+        path = folder / "frontier.json"
+        try:
+            document = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise InputError(f"{folder}: no frontier.json (a kareus run output folder)") from None
+        except ValueError as error:
+            raise InputError(f"{path}: not JSON: {error}") from None
+        return cls(folder, document)
+
+    def __iter__(self):
+        return iter(self.points)
+
+    def __len__(self):
+        return len(self.points)
+
+    def pick(self, deadline_s=None, power_w=None):
+        if (deadline_s is None) == (power_w is None):
+            raise InputError("Frontier.pick: give exactly one of deadline_s and power_w")
+        return pick_plan(self.folder, deadline_s=deadline_s or 0.0, power_w=power_w or 0.0)

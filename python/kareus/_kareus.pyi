@@ -190,3 +190,14 @@ class EnergyMonitor:
     def cancel_window(self, key: str) -> None: ...
     @property
     def open_windows(self) -> list[str]: ...
+
+
+class PickedPlan(TypedDict):
+    point_index: int
+    time_s: float
+    energy_j: float
+    plan_path: str
+    meets: bool
+
+def pick_plan(folder: str | os.PathLike[str], deadline_s: float = 0.0,
+              power_w: float = 0.0) -> PickedPlan: ...

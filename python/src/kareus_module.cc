@@ -259,6 +259,23 @@ PYBIND11_MODULE(_kareus, m) {
       "apply this plan (it has nanobatched instructions, planned for Kareus's execution), or "
       "None; the words `kareus export --format zeus` refuses with.");
 
+  m.def(
+      "pick_plan",
+      [](const std::filesystem::path& folder, double deadline_s, double power_w) {
+        const rt::PickedPlan picked = rt::PickPlan(folder, deadline_s, power_w);
+        py::dict d;
+        d["point_index"] = picked.point_index;
+        d["time_s"] = picked.point.time_s;
+        d["energy_j"] = picked.point.energy_j;
+        d["plan_path"] = picked.plan_path.string();
+        d["meets"] = picked.meets;
+        return d;
+      },
+      py::arg("folder"), py::arg("deadline_s") = 0.0, py::arg("power_w") = 0.0,
+      "The plan of a finished run (`kareus pick`): for deadline_s, the lowest-energy plan within "
+      "it (none: the fastest, meets False); for power_w (average watts per GPU), the fastest "
+      "plan within it (none: the lowest-power one). Give exactly one.");
+
   m.def("nvml_index_for_cuda_device", &rt::NvmlIndexForCudaDevice, py::arg("cuda_device"),
         "NVML index of a CUDA device ordinal (e.g. LOCAL_RANK), through CUDA_VISIBLE_DEVICES.");
 

@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include "kareus/runtime/plan_executor.h"
+
 namespace kareus::runtime {
 namespace {
 
@@ -55,6 +57,32 @@ PowerChoice ChooseFrontierPointForPower(const plan::FrontierFile& frontier,
   }
   best.plan_path = frontier_folder / plan::FrontierPlanPath(best.point);
   return best;
+}
+
+PickedPlan PickPlan(const std::filesystem::path& folder, double deadline_s,
+                    double power_w_per_gpu) {
+  if ((deadline_s > 0) == (power_w_per_gpu > 0) || std::isnan(deadline_s) ||
+      std::isnan(power_w_per_gpu)) {
+    ThrowInput("deadline_s, power_w", fmt::format("{}, {}", deadline_s, power_w_per_gpu),
+               "give exactly one, > 0");
+  }
+  if (!std::filesystem::is_regular_file(folder / "frontier.json")) {
+    ThrowInput("folder", folder.string(), "has no frontier.json (a kareus run output folder)");
+  }
+  const plan::FrontierFile frontier = plan::ReadFrontierFile(folder / "frontier.json");
+  PickedPlan picked;
+  if (deadline_s > 0) {
+    const FrontierChoice c = ChooseFrontierPoint(frontier, deadline_s, folder);
+    picked = {c.point_index, c.point, c.plan_path, c.meets_target, 0};
+    return picked;
+  }
+  // The job's GPUs from one of its plans (every plan of a run is for the same job).
+  const PowerChoice any = ChooseFrontierPointForPower(frontier, power_w_per_gpu, 1, folder);
+  int gpus = 0;
+  for (const plan::PlannedStage& stage : plan::ReadPlanFile(any.plan_path).stages) gpus += stage.gpus;
+  const PowerChoice c = ChooseFrontierPointForPower(frontier, power_w_per_gpu, gpus, folder);
+  picked = {c.point_index, c.point, c.plan_path, c.fits, gpus};
+  return picked;
 }
 
 TimetableFollower::TimetableFollower(const std::filesystem::path& timetable_path)

@@ -35,6 +35,20 @@ PowerChoice ChooseFrontierPointForPower(const plan::FrontierFile& frontier,
                                         double budget_w_per_gpu, int gpus,
                                         const std::filesystem::path& frontier_folder);
 
+// The plan of a finished run (frontier.json and its plans in `folder`) for an iteration
+// deadline (ChooseFrontierPoint: the lowest energy within it, else the fastest) or an average
+// power per GPU (ChooseFrontierPointForPower over the job's GPUs, read from the plans): what
+// `kareus pick` prints and `kareus.Frontier.pick` returns. Exactly one of the two is > 0
+// (InputError otherwise, naming both).
+struct PickedPlan {
+  int point_index = -1;
+  plan::FrontierPoint point;
+  std::filesystem::path plan_path;
+  bool meets = true;  // false: no plan meets the deadline / fits the power
+  int gpus = 0;       // the job's GPUs (power picks; 0 for deadline picks)
+};
+PickedPlan PickPlan(const std::filesystem::path& folder, double deadline_s, double power_w_per_gpu);
+
 // What the timetable asks of the step that begins now.
 struct TimetableStep {
   int interval = -1;            // index into the timetable's intervals (-1: past its last one)

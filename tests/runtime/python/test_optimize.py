@@ -41,3 +41,61 @@ def test_optimize_rejects_bad_input(tmp_path):
         kareus.optimize(str(workload), budget_fraction=-0.1)  # 0 is automatic
     with pytest.raises(kareus.InputError):
         kareus.optimize(str(tmp_path / "missing.yaml"))
+
+
+def brute_force_pick(points, deadline_s=None, power_w=None, gpus=1):
+    """The documented rules over frontier.json, written out independently: among the points with
+    a plan, for a deadline the lowest energy within it (ties: faster), none: the fastest; for a
+    power per GPU the fastest within it (ties: lower energy), none: the lowest-power one."""
+    kept = [(i, p) for i, p in enumerate(points)
+            if p.get("plan_path") or p.get("plan_index", -1) >= 0]
+    if deadline_s is not None:
+        within = [(i, p) for i, p in kept if p["time_s"] <= deadline_s]
+        if within:
+            return min(within, key=lambda ip: (ip[1]["energy_j"], ip[1]["time_s"], ip[0]))[0], True
+        return min(kept, key=lambda ip: (ip[1]["time_s"], ip[0]))[0], False
+    power = {i: p["energy_j"] / p["time_s"] / gpus for i, p in kept}
+    within = [(i, p) for i, p in kept if power[i] <= power_w]
+    if within:
+        return min(within, key=lambda ip: (ip[1]["time_s"], ip[1]["energy_j"], ip[0]))[0], True
+    return min(kept, key=lambda ip: (power[ip[0]], ip[0]))[0], False
+
+
+def test_frontier_pick_and_kareus_pick_agree_with_brute_force(tmp_path):
+    import subprocess
+    workload = tmp_path / "small.yaml"
+    workload.write_text(SMALL)
+    out = tmp_path / "out"
+    kareus.optimize(str(workload), out=str(out), methods=["kareus"])
+    frontier = kareus.Frontier.load(out)
+    points = json.loads((out / "frontier.json").read_text())["points"]
+    assert len(frontier) == len(points) and len(points) > 3
+    plan = json.loads((out / "plan.json").read_text())
+    gpus = sum(stage["gpus"] for stage in plan["stages"])
+    times = sorted(p["time_s"] for p in points)
+    powers = sorted(p["energy_j"] / p["time_s"] / gpus for p in points)
+    deadlines = [times[0] * 0.9] + times + [(a + b) / 2 for a, b in zip(times, times[1:])]
+    budgets = [powers[0] * 0.9] + powers + [(a + b) / 2 for a, b in zip(powers, powers[1:])]
+    binary = os.environ.get("KAREUS_BIN")
+    for deadline in deadlines:
+        want, meets = brute_force_pick(points, deadline_s=deadline)
+        got = frontier.pick(deadline_s=deadline)
+        assert (got["point_index"], got["meets"]) == (want, meets), deadline
+        assert os.path.exists(got["plan_path"])
+    for budget in budgets:
+        want, meets = brute_force_pick(points, power_w=budget, gpus=gpus)
+        got = frontier.pick(power_w=budget)
+        assert (got["point_index"], got["meets"]) == (want, meets), budget
+    if binary:  # the CLI's answer is the same rule's
+        for flag, values in (("--deadline", deadlines[::7]), ("--power", budgets[::7])):
+            for value in values:
+                run = subprocess.run([binary, "pick", str(out), flag, repr(value), "--json"],
+                                     capture_output=True, text=True, check=True)
+                got = json.loads(run.stdout)
+                kind = {"deadline_s": value} if flag == "--deadline" else {"power_w": value}
+                want, meets = brute_force_pick(points, gpus=gpus, **kind)
+                assert (got["point_index"], got["meets"]) == (want, meets), (flag, value)
+    with pytest.raises(kareus.InputError, match="exactly one"):
+        frontier.pick()
+    with pytest.raises(kareus.InputError, match="frontier.json"):
+        kareus.Frontier.load(tmp_path)
