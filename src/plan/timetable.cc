@@ -242,9 +242,9 @@ std::optional<Fill> FillFinishingIn(const ScheduleProblem& problem,
 
 // A Fenwick tree of (length, cost) over segments in slope order: the cheapest `remaining`
 // iterations of the active segments in O(log n).
-class SegmentTree {
+class FenwickBySlope {
  public:
-  explicit SegmentTree(std::vector<double> slopes) : slopes_(std::move(slopes)),
+  explicit FenwickBySlope(std::vector<double> slopes) : slopes_(std::move(slopes)),
       length_(slopes_.size() + 1, 0.0), cost_(slopes_.size() + 1, 0.0) {
     while ((top_ << 1) <= slopes_.size()) top_ <<= 1;
   }
@@ -327,7 +327,7 @@ std::vector<std::optional<double>> FinishIntervalCosts(const ScheduleProblem& pr
     rank[order[r]] = r;
     slopes.push_back(segments[order[r]].slope);
   }
-  SegmentTree tree(std::move(slopes));
+  FenwickBySlope tree(std::move(slopes));
   const auto toggle = [&](const std::vector<Vertex>& curve, std::size_t first, double sign) {
     for (std::size_t i = 0; i + 1 < curve.size(); ++i) {
       tree.Add(rank[first + i], sign * segments[first + i].length);
