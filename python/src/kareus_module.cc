@@ -131,6 +131,18 @@ struct Measurement {
   bool power_integrated = false;
 };
 
+// A chosen frontier point as Python sees it (swap_to_frontier, swap_to_power_budget,
+// pick_plan): its index, time, energy and plan file; the caller adds what else it knows.
+py::dict ChosenPointDict(int point_index, const plan::FrontierPoint& point,
+                         const std::filesystem::path& plan_path) {
+  py::dict d;
+  d["point_index"] = point_index;
+  d["time_s"] = point.time_s;
+  d["energy_j"] = point.energy_j;
+  d["plan_path"] = plan_path.string();
+  return d;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_kareus, m) {
@@ -263,11 +275,7 @@ PYBIND11_MODULE(_kareus, m) {
       "pick_plan",
       [](const std::filesystem::path& folder, double deadline_s, double power_w) {
         const rt::PickedPlan picked = rt::PickPlan(folder, deadline_s, power_w);
-        py::dict d;
-        d["point_index"] = picked.point_index;
-        d["time_s"] = picked.point.time_s;
-        d["energy_j"] = picked.point.energy_j;
-        d["plan_path"] = picked.plan_path.string();
+        py::dict d = ChosenPointDict(picked.point_index, picked.point, picked.plan_path);
         d["meets"] = picked.meets;
         return d;
       },
@@ -430,11 +438,7 @@ PYBIND11_MODULE(_kareus, m) {
           "swap_to_frontier",
           [](rt::PlanExecutor& e, const std::filesystem::path& folder, double target_time_s) {
             const rt::FrontierChoice choice = e.SwapToFrontier(folder, target_time_s);
-            py::dict d;
-            d["point_index"] = choice.point_index;
-            d["time_s"] = choice.point.time_s;
-            d["energy_j"] = choice.point.energy_j;
-            d["plan_path"] = choice.plan_path.string();
+            py::dict d = ChosenPointDict(choice.point_index, choice.point, choice.plan_path);
             d["meets_target"] = choice.meets_target;
             return d;
           },
@@ -443,12 +447,8 @@ PYBIND11_MODULE(_kareus, m) {
           "swap_to_power_budget",
           [](rt::PlanExecutor& e, const std::filesystem::path& folder, double budget_w_per_gpu) {
             const rt::PowerChoice choice = e.SwapToPowerBudget(folder, budget_w_per_gpu);
-            py::dict d;
-            d["point_index"] = choice.point_index;
-            d["time_s"] = choice.point.time_s;
-            d["energy_j"] = choice.point.energy_j;
+            py::dict d = ChosenPointDict(choice.point_index, choice.point, choice.plan_path);
             d["power_w_per_gpu"] = choice.power_w_per_gpu;
-            d["plan_path"] = choice.plan_path.string();
             d["fits"] = choice.fits;
             return d;
           },

@@ -56,9 +56,7 @@ Json ScheduleFromRun(const ScheduleOptions& options) {
   }
   problem.idle_power_w = static_power / static_cast<double>(problem.plans.size());
   // The GPUs of the job: the stages' GPUs in its plan (tp x cp x dp each).
-  const plan::Plan first = plan::ReadPlanFile(sources.front());
-  problem.gpus = 0;
-  for (const plan::PlannedStage& stage : first.stages) problem.gpus += stage.gpus;
+  problem.gpus = plan::JobGpus(plan::ReadPlanFile(sources.front()));
   problem.iterations = options.iterations;
   problem.allow_pause = options.allow_pause;
 

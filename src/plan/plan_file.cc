@@ -250,6 +250,12 @@ schedule::Instruction Scheduled(const PlannedStage& stage, const PlannedInstruct
           .kind = instruction.kind};
 }
 
+int JobGpus(const Plan& plan) {
+  int gpus = 0;
+  for (const PlannedStage& stage : plan.stages) gpus += stage.gpus;
+  return gpus;
+}
+
 int NanobatchedInstructions(const Plan& plan) {
   int count = 0;
   for (const PlannedStage& stage : plan.stages) {

@@ -291,9 +291,8 @@ FrontierChoice PlanExecutor::SwapToFrontier(const std::filesystem::path& frontie
 PowerChoice PlanExecutor::SwapToPowerBudget(const std::filesystem::path& frontier_folder,
                                             double budget_w_per_gpu) {
   const plan::FrontierFile frontier = plan::ReadFrontierFile(frontier_folder / "frontier.json");
-  int gpus = 0;
-  for (const plan::PlannedStage& stage : plan_.stages) gpus += stage.gpus;
-  PowerChoice choice = ChooseFrontierPointForPower(frontier, budget_w_per_gpu, gpus, frontier_folder);
+  PowerChoice choice = ChooseFrontierPointForPower(frontier, budget_w_per_gpu,
+                                                   plan::JobGpus(plan_), frontier_folder);
   SwapPlan(plan::ReadPlanFile(choice.plan_path));
   return choice;
 }

@@ -76,10 +76,15 @@ PickedPlan PickPlan(const std::filesystem::path& folder, double deadline_s,
     picked = {c.point_index, c.point, c.plan_path, c.meets_target, 0};
     return picked;
   }
-  // The job's GPUs from one of its plans (every plan of a run is for the same job).
-  const PowerChoice any = ChooseFrontierPointForPower(frontier, power_w_per_gpu, 1, folder);
-  int gpus = 0;
-  for (const plan::PlannedStage& stage : plan::ReadPlanFile(any.plan_path).stages) gpus += stage.gpus;
+  // The job's GPUs from one of its plans (every plan of a run is for the same job); without
+  // any, ChooseFrontierPointForPower refuses the frontier.
+  int gpus = 1;
+  for (const plan::FrontierPoint& point : frontier.points) {
+    if (const std::string file = plan::FrontierPlanPath(point); !file.empty()) {
+      gpus = plan::JobGpus(plan::ReadPlanFile(folder / file));
+      break;
+    }
+  }
   const PowerChoice c = ChooseFrontierPointForPower(frontier, power_w_per_gpu, gpus, folder);
   picked = {c.point_index, c.point, c.plan_path, c.fits, gpus};
   return picked;

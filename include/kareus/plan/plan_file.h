@@ -96,6 +96,9 @@ schedule::Instruction Scheduled(const PlannedStage& stage, const PlannedInstruct
 // overlapping the other nanobatch's compute (Kareus's execution model, kareus.torch).
 int NanobatchedInstructions(const Plan& plan);
 
+// The job's GPUs: the sum of its stages' (TP x CP x DP each). What a power per GPU divides by.
+int JobGpus(const Plan& plan);
+
 // Why a job that runs every instruction sequentially (stock Megatron-LM, a Zeus/Perseus client)
 // should not apply the plan, or nullopt when it may: the plan has nanobatched instructions, so
 // its clocks and times assume an execution such a job does not have. `plan_name` is how the
