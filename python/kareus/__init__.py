@@ -19,6 +19,13 @@ Run a plan's partitions (nanobatches, comm SMs and launch slots) in a PyTorch jo
 Plan a workload end to end (what `kareus run` does, on the built-in emulator)::
 
     summary = kareus.optimize("examples/paper/01-llama3.2-3b-tp8-mbs8-seq4096.yaml", out="out")
+    summary = kareus.optimize({"name": "w", "model": "llama3.2-3b", ...})  # the file as a dict
+    plan = kareus.Frontier.load("out").pick(deadline_s=4.0)["plan_path"]
+
+Solve a Perseus profile and export plans for Zeus (`kareus solve`, `kareus export`)::
+
+    kareus.solve("profile.csv", stages=4, microbatches=16, static_power_w=90, out="solved")
+    kareus.export("solved/plans", format="zeus", out="zeus")
 """
 
 from ._kareus import (  # noqa: F401
@@ -29,12 +36,14 @@ from ._kareus import (  # noqa: F401
     InputError,
     Measurement,
     PlanExecutor,
+    export,
     load_plan,
     nvml_index_for_cuda_device,
     optimize,
     partitions,
     pick_plan,
     sequential_job_refusal,
+    solve,
 )
 
 __all__ = [
@@ -45,12 +54,14 @@ __all__ = [
     "InputError",
     "Measurement",
     "PlanExecutor",
+    "export",
     "load_plan",
     "nvml_index_for_cuda_device",
     "optimize",
     "partitions",
     "pick_plan",
     "sequential_job_refusal",
+    "solve",
     "Frontier",
 ]
 __version__ = "0.1.0"

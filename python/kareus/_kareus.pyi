@@ -25,13 +25,40 @@ def load_plan(plan_path: str | os.PathLike[str]) -> Dict[str, Any]:
 def sequential_job_refusal(plan_path: str | os.PathLike[str]) -> Optional[str]:
     """Why a job that runs every instruction sequentially should not apply this plan, or None."""
 def optimize(
-    workload: str,
-    out: Optional[str] = None,
+    workload: str | os.PathLike[str] | Dict[str, Any],
+    out: str | os.PathLike[str] | None = None,
     methods: Optional[List[str]] = None,
     budget_fraction: Optional[float] = None,
     seed: int = 1,
     quiet: bool = True,
-) -> Dict[str, Any]: ...
+) -> Dict[str, Any]:
+    """`kareus run` on a workload file or its mapping as a dict: summary.json as a dict; with
+    `out`, the run's files there."""
+
+class SolveCost(TypedDict):
+    time_s: float
+    energy_j: float
+    static_energy_j: float
+
+class SolveResult(TypedDict):
+    status: str
+    message: str
+    steps: int
+    points: int
+    fastest: SolveCost
+    lowest_energy: SolveCost
+    plan: str
+    frontier: Optional[str]
+    plans: List[str]
+
+def solve(profile: str | os.PathLike[str], *, stages: int, microbatches: int,
+          static_power_w: float, out: str | os.PathLike[str], unit_time_s: float = 1e-3,
+          gpus_per_stage: int = 1, schedule: Literal["1f1b", "gpipe"] = "1f1b",
+          deadline_s: float = 0.0) -> SolveResult:
+    """`kareus solve`: a Perseus profile CSV's frontier, written to `out`."""
+def export(plan: str | os.PathLike[str], *, format: Literal["zeus", "kareus-scheds"],
+           out: str | os.PathLike[str], clocks_only: bool = False) -> List[str]:
+    """`kareus export`: Zeus or Kareus schedule files in `out`; the files written."""
 
 class ControllerStats(TypedDict):
     requests: int

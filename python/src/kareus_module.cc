@@ -20,6 +20,7 @@
 #include "kareus/measure/emulator_backend.h"
 #include "kareus/methods/run.h"
 #include "kareus/plan/check.h"
+#include "kareus/plan/perseus.h"
 #include "kareus/plan/plan_file.h"
 #include "kareus/runtime/energy_monitor.h"
 #include "kareus/runtime/frequency_controller.h"
@@ -123,6 +124,28 @@ kareus::workload::Workload LoadWorkloadArgument(const py::object& workload) {
   return kw::LoadWorkloadFile(py::str(py::module_::import("os").attr("fspath")(workload)).cast<std::string>());
 }
 
+py::dict CostDict(const kareus::pipeline::Evaluation& e) {
+  py::dict d;
+  d["time_s"] = e.time_s;
+  d["energy_j"] = e.energy_j;
+  d["static_energy_j"] = e.static_energy_j;
+  return d;
+}
+
+py::list PathList(const std::vector<std::filesystem::path>& paths) {
+  py::list list;
+  for (const auto& path : paths) list.append(path.string());
+  return list;
+}
+
+schedule::ScheduleKind ScheduleArgument(const std::string& text) {
+  try {
+    return schedule::ScheduleKindFromString(text);
+  } catch (const kareus::InputError&) {
+    kareus::ThrowInput("schedule", text, "must be 1f1b or gpipe");
+  }
+}
+
 // ZeusMonitor's Measurement shape: time, gpu_energy {index: J}, total_energy.
 struct Measurement {
   double time_s = 0.0;
@@ -167,7 +190,7 @@ PYBIND11_MODULE(_kareus, m) {
 
   m.def(
       "optimize",
-      [](const std::string& workload, std::optional<std::string> out,
+      [](const py::object& workload, std::optional<std::filesystem::path> out,
          std::optional<std::vector<std::string>> methods, std::optional<double> budget_fraction,
          uint64_t seed, bool quiet) {
         namespace km = kareus::methods;
@@ -183,11 +206,11 @@ PYBIND11_MODULE(_kareus, m) {
                              error->value, error->rule);
         }
         options.quiet = quiet;
-        const kareus::workload::Workload loaded = kareus::workload::LoadWorkloadFile(workload);
+        const kareus::workload::Workload loaded = LoadWorkloadArgument(workload);
         std::optional<kareus::OutputFolder> folder;  // replaced as a whole at the end
         if (out) {
           folder.emplace(*out);
-          options.profile.store = std::filesystem::path(*out) / "measurements.sqlite";
+          options.profile.store = *out / "measurements.sqlite";
           folder->Keep(options.profile.store);
         }
         std::string summary;
@@ -206,7 +229,8 @@ PYBIND11_MODULE(_kareus, m) {
       },
       py::arg("workload"), py::arg("out") = py::none(), py::arg("methods") = py::none(),
       py::arg("budget_fraction") = py::none(), py::arg("seed") = 1, py::arg("quiet") = true,
-      "Run Kareus end to end on a workload file (what `kareus run` does): every method's "
+      "Run Kareus end to end on a workload, a file or its mapping as a dict (what `kareus run` "
+      "does): every method's "
       "frontier on the built-in emulator, the comparison tables; with `out`, also plan.json, "
       "frontier.json, plans/, summary.json and report.html. Returns summary.json as a dict.");
 
@@ -283,6 +307,81 @@ PYBIND11_MODULE(_kareus, m) {
       "The plan of a finished run (`kareus pick`): for deadline_s, the lowest-energy plan within "
       "it (none: the fastest, meets False); for power_w (average watts per GPU), the fastest "
       "plan within it (none: the lowest-power one). Give exactly one.");
+
+  m.def(
+      "solve",
+      [](const std::filesystem::path& profile, int stages, int microbatches,
+         double static_power_w, const std::filesystem::path& out, double unit_time_s,
+         int gpus_per_stage, const std::string& schedule_name, double deadline_s) {
+        const plan::SolveProfileOptions options{
+            .profile = profile,
+            .num_stages = stages,
+            .num_microbatches = microbatches,
+            .p_static_w = static_power_w,
+            .unit_time_s = unit_time_s,
+            .gpus_per_stage = gpus_per_stage,
+            .out = out,
+            .deadline_s = deadline_s,
+            .schedule = ScheduleArgument(schedule_name)};
+        if (const auto error = options.Validate()) {
+          // Python names the arguments; the struct's names differ for three of them.
+          const std::map<std::string, std::string> names = {{"num_stages", "stages"},
+                                                            {"num_microbatches", "microbatches"},
+                                                            {"p_static_w", "static_power_w"}};
+          const auto it = names.find(error->field);
+          kareus::ThrowInput(it == names.end() ? error->field : it->second, error->value,
+                             error->rule);
+        }
+        plan::SolveProfileSummary s;
+        {
+          py::gil_scoped_release release;
+          s = plan::SolveProfile(options);
+        }
+        py::dict d;
+        d["status"] = kareus::pipeline::ToString(s.solver.status);
+        d["message"] = s.solver.message;
+        d["steps"] = s.solver.steps;
+        d["points"] = s.points;
+        d["fastest"] = CostDict(s.fastest);
+        d["lowest_energy"] = CostDict(s.cheapest);
+        d["plan"] = s.files.plan.string();
+        d["frontier"] = s.files.frontier.empty() ? py::object(py::none())
+                                                 : py::object(py::str(s.files.frontier.string()));
+        d["plans"] = PathList(s.files.plans);
+        return d;
+      },
+      py::arg("profile"), py::kw_only(), py::arg("stages"), py::arg("microbatches"),
+      py::arg("static_power_w"), py::arg("out"),
+      py::arg("unit_time_s") = plan::SolveProfileOptions{}.unit_time_s,
+      py::arg("gpus_per_stage") = plan::SolveProfileOptions{}.gpus_per_stage,
+      py::arg("schedule") = "1f1b", py::arg("deadline_s") = 0.0,
+      "Solve a Perseus profile CSV (stage,instruction,frequency,time,energy; energy per GPU) "
+      "for the iteration time-energy frontier (`kareus solve`): writes plan.json, "
+      "frontier.json and plans/ into `out` (with deadline_s > 0, only plan.json: the "
+      "least-energy plan within it). Returns what `kareus solve --json` prints: the solver's "
+      "status, the number of points, the fastest and lowest-energy iteration costs, the files.");
+
+  m.def(
+      "export",
+      [](const std::filesystem::path& plan_path, const std::string& format,
+         const std::filesystem::path& out, bool clocks_only) {
+        const plan::ExportOptions options{.plan = plan_path,
+                                          .format = plan::ExportFormatFromString(format),
+                                          .out = out,
+                                          .clocks_only = clocks_only};
+        plan::ExportSummary s;
+        {
+          py::gil_scoped_release release;
+          s = plan::ExportPlans(options);
+        }
+        return PathList(s.files);
+      },
+      py::arg("plan"), py::kw_only(), py::arg("format"), py::arg("out"),
+      py::arg("clocks_only") = false,
+      "Export a plan.json, or a folder of plan_NNNNN.json, as Zeus freqs_pipeline_%05d.py "
+      "(format='zeus') or Kareus scheds_pipeline_%05d.py (format='kareus-scheds') files in "
+      "`out` (`kareus export`); a nanobatched plan is refused for Zeus unless clocks_only. "
+      "Returns the files written.");
 
   m.def("nvml_index_for_cuda_device", &rt::NvmlIndexForCudaDevice, py::arg("cuda_device"),
         "NVML index of a CUDA device ordinal (e.g. LOCAL_RANK), through CUDA_VISIBLE_DEVICES.");

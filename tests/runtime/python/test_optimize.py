@@ -99,3 +99,77 @@ def test_frontier_pick_and_kareus_pick_agree_with_brute_force(tmp_path):
         frontier.pick()
     with pytest.raises(kareus.InputError, match="frontier.json"):
         kareus.Frontier.load(tmp_path)
+
+
+def small_workload_dict():
+    """SMALL as the mapping a YAML loader makes of it (the module takes either)."""
+    return {"name": "small-dict",
+            "model": {"name": "small", "hidden": 2048, "heads": 16, "kv_groups": 8,
+                      "head_dim": 128, "ffn": 8192, "layers": 4, "vocab": 32000},
+            "gpu": "A100-SXM4-40GB", "parallelism": {"tp": 4, "pp": 2},
+            "microbatch_size": 4, "sequence_length": 2048, "microbatches": 4,
+            "recompute": "full"}
+
+
+def test_optimize_takes_a_dict_as_the_file_would_be(tmp_path):
+    workload = tmp_path / "small.yaml"
+    workload.write_text(SMALL.replace("name: small\n", "name: small-dict\n", 1))
+    from_file = kareus.optimize(workload, methods=["kareus"])  # a PathLike too
+    from_dict = kareus.optimize(small_workload_dict(), methods=["kareus"])
+    assert from_dict["workload"] == from_file["workload"]
+    assert from_dict["max_throughput"] == from_file["max_throughput"]
+    bad = small_workload_dict()
+    bad["microbatch_sise"] = bad.pop("microbatch_size")
+    with pytest.raises(kareus.InputError, match="microbatch_sise.*microbatch_size"):
+        kareus.optimize(bad)
+    with pytest.raises(kareus.InputError, match="parallelism.tp"):
+        kareus.optimize(dict(small_workload_dict(), parallelism={"tp": 0, "pp": 2}))
+
+
+PROFILE = """stage,instruction,frequency,time,energy
+0,forward,1410,0.010,4.0
+0,forward,1200,0.012,3.4
+0,backward,1410,0.020,8.0
+0,backward,1200,0.024,6.9
+1,forward,1410,0.011,4.2
+1,forward,1200,0.013,3.6
+1,backward,1410,0.022,8.4
+1,backward,1200,0.026,7.2
+"""
+
+
+def test_solve_and_export_write_what_the_cli_writes(tmp_path):
+    import subprocess
+    profile = tmp_path / "profile.csv"
+    profile.write_text(PROFILE)
+    out = tmp_path / "solved"
+    solved = kareus.solve(profile, stages=2, microbatches=4, static_power_w=60.0, out=out)
+    assert solved["status"] == "reached_minimum_time" and solved["points"] >= 2
+    assert solved["fastest"]["time_s"] < solved["lowest_energy"]["time_s"]
+    assert solved["fastest"]["energy_j"] > solved["lowest_energy"]["energy_j"]
+    assert os.path.exists(solved["plan"]) and os.path.exists(solved["frontier"])
+    assert len(solved["plans"]) == min(solved["points"], 10)  # the published sample
+    binary = os.environ.get("KAREUS_BIN")
+    if binary:
+        run = subprocess.run([binary, "solve", str(profile), "--stages", "2", "--microbatches",
+                              "4", "--static-power", "60", "--out", str(tmp_path / "cli"),
+                              "--json"], capture_output=True, text=True, check=True)
+        cli = json.loads(run.stdout)
+        for key in ("status", "points", "steps", "fastest", "lowest_energy"):
+            assert cli[key] == solved[key], key
+    deadline = (solved["fastest"]["time_s"] + solved["lowest_energy"]["time_s"]) / 2
+    one = kareus.solve(profile, stages=2, microbatches=4, static_power_w=60.0,
+                       out=tmp_path / "one", deadline_s=deadline)
+    assert one["fastest"]["time_s"] <= deadline and one["plans"] == []
+    files = kareus.export(out / "plans", format="zeus", out=tmp_path / "zeus")
+    assert len(files) == len(solved["plans"])
+    assert all(os.path.basename(f).startswith("freqs_pipeline_") for f in files)
+    assert "1200" in open(files[0]).read() or "1410" in open(files[0]).read()
+    with pytest.raises(kareus.InputError, match="stages"):
+        kareus.solve(profile, stages=0, microbatches=4, static_power_w=60.0, out=tmp_path / "x")
+    with pytest.raises(kareus.InputError, match="schedule.*1f1b or gpipe"):
+        kareus.solve(profile, stages=2, microbatches=4, static_power_w=60.0,
+                     out=tmp_path / "x", schedule="zb")
+    with pytest.raises(kareus.InputError, match="zeus"):
+        kareus.export(out / "plan.json", format="onnx", out=tmp_path / "y")
+    assert not os.path.exists(tmp_path / "x") and not os.path.exists(tmp_path / "y")
