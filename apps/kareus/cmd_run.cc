@@ -149,6 +149,7 @@ void AddRunCommand(CLI::App& app) {
       std::fputs(DumpJson(summary).c_str(), stdout);
       return;
     }
+    if (!run.summary.caveat.empty()) std::printf("%s\n\n", run.summary.caveat.c_str());
     std::printf("%s (%d GPUs; measured by %s; %s)\n\n", workload.name.c_str(), workload.TotalGpus(),
                 run.backend.c_str(), run.evaluator.c_str());
     std::fputs(report::RenderTables(summary).c_str(), stdout);

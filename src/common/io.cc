@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "kareus/common/io.h"
 
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <fnmatch.h>
 #include <pthread.h>
@@ -451,11 +452,24 @@ fs::path DataDir() {
   if (const char* env = std::getenv("KAREUS_DATA_DIR"); env != nullptr && *env != '\0') {
     return fs::path(env);
   }
+  // A wheel (pip install .) carries the presets in the package: kareus/data beside the module
+  // and the program it runs.
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  Dl_info info{};
+  for (const fs::path& holder :
+       {dladdr(reinterpret_cast<void*>(&DataDir), &info) != 0 && info.dli_fname != nullptr &&
+                info.dli_fname[0] == '/'
+            ? fs::path(info.dli_fname)
+            : fs::path(),
+        ec ? fs::path() : exe}) {
+    if (holder.empty()) continue;
+    const fs::path beside = holder.parent_path() / "data";
+    if (fs::exists(beside / "gpus") && fs::exists(beside / "models")) return beside;
+  }
 #ifdef KAREUS_SOURCE_DATA_DIR
   if (fs::exists(fs::path(KAREUS_SOURCE_DATA_DIR) / "gpus")) return fs::path(KAREUS_SOURCE_DATA_DIR);
 #endif
-  std::error_code ec;
-  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
   if (!ec) {
     const fs::path installed = exe.parent_path().parent_path() / "share" / "kareus" / "data";
     if (fs::exists(installed)) return installed;

@@ -13,6 +13,7 @@
 #include "kareus/common/error.h"
 #include "kareus/common/progress.h"
 #include "kareus/methods/run.h"
+#include "kareus/pareto/pareto.h"
 #include "kareus/plan/compose.h"
 #include "methods/compose.h"
 #include "methods/summary_builder.h"
@@ -214,6 +215,7 @@ class MethodRun {
     }
     start = Clock::now();
     Evaluate();
+    DropDominatedPoints();
     result_.phase_wall_s["evaluate"] = Seconds(start);
     return std::move(result_);
   }
@@ -738,6 +740,50 @@ class MethodRun {
     }
     EvaluateComposition();
     result_.evaluation_gpu_seconds = evaluator_.GpuSeconds() - before;
+  }
+
+  // The solver's frontier is Pareto-optimal on its predictions; evaluated, a plan can turn out
+  // slower and costlier than another (the prediction error differs between plans). Such plans
+  // are dropped (recorded in result_.dropped) and the rest ordered slowest evaluated time
+  // first; the published sample is then taken over what remains, so every sampled plan and
+  // every plan file is on the evaluated frontier.
+  void DropDominatedPoints() {
+    std::vector<pipeline::IterationPoint>& points = result_.solved.solve.points;
+    std::vector<pareto::Point> all;
+    for (std::size_t i = 0; i < points.size(); ++i) {
+      all.push_back({.time_s = result_.evaluated[i].time_s,
+                     .energy_j = result_.evaluated[i].energy_j,
+                     .payload = static_cast<int64_t>(i)});
+    }
+    const std::vector<pareto::Point> front = pareto::Filter(all);  // time ascending
+    if (front.size() == points.size()) return;
+    std::vector<bool> kept(points.size(), false);
+    for (const auto& p : front) kept[static_cast<std::size_t>(p.payload)] = true;
+    // Kept points slowest first: the new index of front[k] is front.size() - 1 - k.
+    std::vector<pipeline::IterationPoint> kept_points;
+    std::vector<pipeline::Evaluation> kept_evaluated;
+    for (auto it = front.rbegin(); it != front.rend(); ++it) {
+      kept_points.push_back(points[static_cast<std::size_t>(it->payload)]);
+      kept_evaluated.push_back(result_.evaluated[static_cast<std::size_t>(it->payload)]);
+    }
+    for (std::size_t i = 0; i < points.size(); ++i) {
+      if (kept[i]) continue;
+      // The fastest-ordered front's last point no slower than this one has the least energy of
+      // all such points, so it dominates it.
+      const auto after = std::upper_bound(
+          front.begin(), front.end(), result_.evaluated[i].time_s,
+          [](double t, const pareto::Point& p) { return t < p.time_s; });
+      KAREUS_CHECK(after != front.begin()) << "a dropped point with no point no slower";
+      const std::size_t k = static_cast<std::size_t>(after - front.begin()) - 1;
+      result_.dropped.push_back({.solver_index = i,
+                                 .dominated_by = front.size() - 1 - k,
+                                 .predicted = points[i].cost,
+                                 .evaluated = result_.evaluated[i]});
+    }
+    points = std::move(kept_points);
+    result_.evaluated = std::move(kept_evaluated);
+    result_.solved.sampled = plan::SamplePlanIndices(points.size());
+    result_.solved.fastest = points.size() - 1;
   }
 
   // Composition error: every composed option the method planned on (nanobatched with tuned

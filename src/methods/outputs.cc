@@ -18,29 +18,32 @@ namespace {
 
 // The solve with every point's cost replaced by its evaluation, so that plans and frontier
 // files carry evaluated iteration costs (instructions keep their predicted costs), plan.json is
-// the plan with the lowest evaluated time, and that plan is among the written ones, as are the
-// plans a power budget or a timetable can need (plan::BudgetPlanIndices, on the evaluated
-// costs). summary.json's sampled plans stay the published sample (m.solved.sampled).
+// the plan with the lowest evaluated time, and the plans written are WrittenPlanIndices.
+// summary.json's sampled plans stay the published sample (m.solved.sampled).
 plan::PlanResult EvaluatedResult(const MethodResult& m) {
   plan::PlanResult out = m.solved;
-  std::vector<double> time_s, energy_j, static_energy_j;
-  for (std::size_t i = 0; i < out.solve.points.size(); ++i) {
-    out.solve.points[i].cost = m.evaluated[i];
-    time_s.push_back(m.evaluated[i].time_s);
-    energy_j.push_back(m.evaluated[i].energy_j);
-    static_energy_j.push_back(m.evaluated[i].static_energy_j);
-  }
+  for (std::size_t i = 0; i < out.solve.points.size(); ++i) out.solve.points[i].cost = m.evaluated[i];
   out.fastest = m.Fastest();
-  out.sampled.push_back(out.fastest);
-  for (std::size_t i : plan::BudgetPlanIndices(time_s, energy_j, static_energy_j)) {
-    out.sampled.push_back(i);
-  }
-  std::sort(out.sampled.begin(), out.sampled.end());
-  out.sampled.erase(std::unique(out.sampled.begin(), out.sampled.end()), out.sampled.end());
+  out.sampled = WrittenPlanIndices(m);
   return out;
 }
 
 }  // namespace
+
+std::vector<std::size_t> WrittenPlanIndices(const MethodResult& m) {
+  std::vector<double> time_s, energy_j, static_energy_j;
+  for (const auto& e : m.evaluated) {
+    time_s.push_back(e.time_s);
+    energy_j.push_back(e.energy_j);
+    static_energy_j.push_back(e.static_energy_j);
+  }
+  std::vector<std::size_t> indices = m.solved.sampled;
+  indices.push_back(m.Fastest());
+  for (std::size_t i : plan::BudgetPlanIndices(time_s, energy_j, static_energy_j)) indices.push_back(i);
+  std::sort(indices.begin(), indices.end());
+  indices.erase(std::unique(indices.begin(), indices.end()), indices.end());
+  return indices;
+}
 
 const MethodResult& MainMethod(const RunResult& run) {
   KAREUS_CHECK(!run.methods.empty()) << "a run without methods";

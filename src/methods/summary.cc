@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "kareus/methods/metrics.h"
+#include "kareus/plan/plan_file.h"
 #include "methods/summary_builder.h"
 
 namespace kareus::methods {
@@ -86,6 +87,12 @@ MethodSummary Summarize(const MethodResult& m) {
       m.evaluated.begin(), m.evaluated.end(),
       [](const auto& a, const auto& b) { return a.energy_j < b.energy_j; }));
   out.sampled_plans = m.solved.sampled;
+  for (const auto& d : m.dropped) {
+    out.dropped_after_evaluation.push_back({.solver_index = d.solver_index,
+                                            .dominated_by = d.dominated_by,
+                                            .predicted = Point(d.predicted),
+                                            .evaluated = Point(d.evaluated)});
+  }
   out.profiling_gpu_hours = m.profiling_gpu_seconds / 3600.0;
   out.measurements = m.measurements;
   for (const auto& [kind, cost] : m.profiling_by_kind) {
@@ -170,6 +177,60 @@ std::vector<PartitionFrontier> PartitionFrontiers(const MethodResult& m) {
   return out;
 }
 
+// GPUs of the job a method's plans run on (the stages' GPUs, plan::JobGpus of its plans).
+int JobGpus(const MethodResult& m) {
+  int gpus = 0;
+  for (std::size_t u = 0; u < m.problem.stages.size(); u += static_cast<std::size_t>(std::max(m.problem.num_chunks, 1))) {
+    gpus += m.problem.stages[u].gpus;
+  }
+  return gpus;
+}
+
+std::vector<PlanFileRow> PlanFiles(const MethodResult& m, const MethodResult* baseline) {
+  std::vector<PlanFileRow> rows;
+  const int gpus = std::max(JobGpus(m), 1);
+  const std::size_t fastest = m.Fastest();
+  for (std::size_t i : WrittenPlanIndices(m)) {
+    const pipeline::Evaluation& e = m.evaluated[i];
+    plan::FrontierPoint point;
+    point.plan_index = static_cast<int>(i);
+    PlanFileRow row{.file = plan::FrontierPlanPath(point),
+                    .plan_index = static_cast<int>(i),
+                    .is_plan_json = i == fastest,
+                    .time_s = e.time_s,
+                    .energy_j = e.energy_j,
+                    .average_power_w = e.energy_j / e.time_s / gpus,
+                    .delta_time_pct = std::nullopt,
+                    .delta_energy_pct = std::nullopt};
+    if (baseline) {
+      const auto& ref = baseline->evaluated[baseline->Fastest()];
+      row.delta_time_pct = ReductionPercent(ref.time_s, e.time_s);
+      row.delta_energy_pct = ReductionPercent(ref.energy_j, e.energy_j);
+    }
+    rows.push_back(row);
+  }
+  // Fastest last, as the frontier's files are ordered slowest first.
+  std::sort(rows.begin(), rows.end(), [](const PlanFileRow& a, const PlanFileRow& b) {
+    return a.time_s != b.time_s ? a.time_s > b.time_s : a.plan_index < b.plan_index;
+  });
+  return rows;
+}
+
+// What a reader must know first: numbers from the emulator are not a GPU's, and a prior that
+// is the emulator's own noise-free model makes the profiling look better than it would be.
+std::string Caveat(const RunResult& run, bool prior_is_measuring_model) {
+  if (run.backend.rfind("emulator(", 0) != 0) return "";
+  std::string caveat =
+      "Emulator results: every measurement and evaluation comes from Kareus's built-in GPU "
+      "emulator, not from a GPU; read them as what the planner does, not as measured savings.";
+  if (prior_is_measuring_model) {
+    caveat += " The profiler's prior is the emulator's own noise-free model (the default), so "
+              "the profiling results are flattering: they hold largely by construction. "
+              "bench/profile_prior.py measures the method with a mismatched prior.";
+  }
+  return caveat;
+}
+
 }  // namespace
 
 RunSummary BuildSummary(const RunResult& run) {
@@ -216,8 +277,10 @@ RunSummary BuildSummary(const RunResult& run) {
     summary.settings.methods.push_back(m.method.name);
     summary.methods.push_back(Summarize(m));
   }
+  summary.caveat = Caveat(run, summary.settings.prior_is_measuring_model);
   // The max-throughput table: each method's fastest plan against the baseline's.
   const MethodResult* baseline = Find(run, kBaselineMethod);
+  summary.plan_files = PlanFiles(MainMethod(run), baseline);
   for (const auto& m : run.methods) {
     const auto& f = m.evaluated[m.Fastest()];
     MaxThroughputRow row{.method = m.method.name, .time_s = f.time_s, .energy_j = f.energy_j,
@@ -350,6 +413,14 @@ Json ToJson(const RunSummary& summary) {
                {"phase_wall_s", phases},
                {"options_per_instruction", {{"forward", m.forward_options}, {"backward", m.backward_options}}},
                {"solver", {{"status", m.solver.status}, {"message", m.solver.message}, {"steps", m.solver.steps}}}};
+    Json dropped = Json::array();
+    for (const auto& d : m.dropped_after_evaluation) {
+      dropped.push_back({{"solver_index", d.solver_index},
+                         {"dominated_by", d.dominated_by},
+                         {"predicted", {{"time_s", d.predicted.time_s}, {"energy_j", d.predicted.energy_j}}},
+                         {"evaluated", PointJson(d.evaluated)}});
+    }
+    entry["dropped_after_evaluation"] = dropped;
     if (!m.note.empty()) entry["note"] = m.note;
     if (m.composition_error) entry["composition_error"] = CompositionJson(*m.composition_error);
     methods.push_back(entry);
@@ -439,8 +510,21 @@ Json ToJson(const RunSummary& summary) {
                 {"evaluation", s.evaluation},
                 {"backend", summary.backend},
                 {"evaluator", summary.evaluator}};
+  Json plan_files = Json::array();
+  for (const PlanFileRow& r : summary.plan_files) {
+    plan_files.push_back({{"file", r.file},
+                          {"plan_index", r.plan_index},
+                          {"plan_json", r.is_plan_json},
+                          {"time_s", r.time_s},
+                          {"energy_j", r.energy_j},
+                          {"average_power_w", r.average_power_w},
+                          {"delta_time_pct", OptionalNumber(r.delta_time_pct)},
+                          {"delta_energy_pct", OptionalNumber(r.delta_energy_pct)}});
+  }
   return Json{{"format", kSummaryFormat},
+              {"caveat", summary.caveat},
               {"source_note", summary.source_note},
+              {"plan_files", plan_files},
               {"backend", summary.backend},
               {"evaluator", summary.evaluator},
               {"evaluated", summary.evaluated},

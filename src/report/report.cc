@@ -36,7 +36,9 @@ std::string Label(const Json& method) {
 
 std::string Percent(const Json& value) {
   if (value.is_null()) return "--";
-  return (value.get<double>() >= 0 ? "+" : "") + FormatFixed(value.get<double>(), 1);
+  const std::string text = FormatFixed(value.get<double>(), 1);
+  if (text == "-0.0") return "+0.0";  // a value that rounds to zero has no sign
+  return (text.front() == '-' ? "" : "+") + text;
 }
 
 std::string FrontierPlot(const Json& summary) {
@@ -79,7 +81,7 @@ std::string FrontierPlot(const Json& summary) {
     plot.HorizontalLine(m["lowest_energy"]["energy_j"].get<double>() / 1e3, "#2f7ed8",
                         "Perseus lowest energy (iso-energy)");
   }
-  plot.Legend(legend);
+  plot.LegendBelow(legend);
   return plot.Finish();
 }
 
@@ -212,6 +214,11 @@ struct Tables {
   std::vector<std::string> cost_header = {"method", "profile (s)", "compose (s)", "solve (s)", "evaluate (s)", "profiling GPU-hours"};
   std::vector<std::vector<std::string>> cost;
   std::string peak_memory;  // "" when the summary has none
+  std::vector<std::string> plans_header = {"plan file", "time (s)", "energy (kJ)", "average power per GPU (W)", "ΔT % vs Megatron-LM", "ΔE % vs Megatron-LM"};
+  std::vector<std::vector<std::string>> plans;
+  std::vector<std::string> dropped_header = {"method", "solver point", "predicted time (s)", "predicted energy (kJ)", "evaluated time (s)", "evaluated energy (kJ)", "dominated by plan"};
+  std::vector<std::vector<std::string>> dropped;
+  std::vector<std::string> dropped_counts;  // "Kareus: 1 of 18"
 };
 
 Tables BuildTables(const Json& summary) {
@@ -271,10 +278,39 @@ Tables BuildTables(const Json& summary) {
                       phase("evaluate"),
                       m.contains("profiling_gpu_hours") ? FormatFixed(m["profiling_gpu_hours"], 2) : "--"});
   }
+  for (const Json& row : summary.value("plan_files", Json::array())) {
+    t.plans.push_back({row["file"].get<std::string>() + (row["plan_json"].get<bool>() ? " (plan.json)" : ""),
+                       FormatFixed(row["time_s"], 4),
+                       FormatFixed(row["energy_j"].get<double>() / 1e3, 3),
+                       FormatFixed(row["average_power_w"], 1), Percent(row["delta_time_pct"]),
+                       Percent(row["delta_energy_pct"])});
+  }
+  for (const Json& m : summary["methods"]) {
+    const Json dropped = m.value("dropped_after_evaluation", Json::array());
+    if (dropped.empty()) continue;
+    t.dropped_counts.push_back(Label(m) + ": " + std::to_string(dropped.size()) + " of " +
+                               std::to_string(dropped.size() + m["frontier"].size()));
+    for (const Json& d : dropped) {
+      t.dropped.push_back({Label(m), std::to_string(d["solver_index"].get<int>()),
+                           FormatFixed(d["predicted"]["time_s"], 4),
+                           FormatFixed(d["predicted"]["energy_j"].get<double>() / 1e3, 3),
+                           FormatFixed(d["evaluated"]["time_s"], 4),
+                           FormatFixed(d["evaluated"]["energy_j"].get<double>() / 1e3, 3),
+                           std::to_string(d["dominated_by"].get<int>())});
+    }
+  }
   if (summary.contains("peak_rss_mib")) {
     t.peak_memory = "Peak memory of the planning process: " + FormatFixed(summary["peak_rss_mib"], 0) + " MiB";
   }
   return t;
+}
+
+// "Kareus: 1 of 18, Perseus: 1 of 15" frontier points dropped, in words.
+std::string DroppedSentence(const Tables& t) {
+  std::string counts;
+  for (const auto& c : t.dropped_counts) counts += (counts.empty() ? "" : "; ") + c;
+  return "Frontier points dominated once evaluated (another plan's evaluated time and energy "
+         "both no worse), dropped from the frontier, its files and its sample: " + counts + ".";
 }
 
 std::string TextTable(const std::vector<std::string>& header,
@@ -296,6 +332,7 @@ std::string RenderTables(const Json& summary) {
   out += "\nWhole frontier vs Perseus (energy saving at equal time, at every deadline from the later "
          "fastest plan to the later slowest plan):\n";
   out += TextTable(t.interpolated_header, t.interpolated);
+  if (!t.dropped_counts.empty()) out += DroppedSentence(t) + "\n";
   if (!t.composition.empty()) {
     out += "\nComposition error (composed estimate vs the instruction evaluated end to end):\n";
     out += TextTable(t.composition_header, t.composition);
@@ -320,11 +357,34 @@ std::string RenderHtml(const Json& summary) {
       "pre{background:#f6f6f8;padding:8px;font-size:12px;overflow:auto}.note{color:#555;font-size:13px}"
       "</style></head><body>";
   html += "<h1>Kareus report: " + Escape(w.value("name", std::string())) + "</h1>";
+  const std::string caveat = summary.value("caveat", std::string());
+  if (!caveat.empty()) {
+    html += "<p style='background:#fff4d6;border:1px solid #e0b84c;padding:8px 12px;font-size:14px'>"
+            "<b>Read first.</b> " + Escape(caveat) + "</p>";
+  }
   html += "<p class='note'>" + Escape(summary.value("source_note", std::string())) + "</p>";
   html += "<h2>Iteration time–energy frontiers</h2>" + FrontierPlot(summary);
   html += "<p class='note'>Lines: every frontier point of each method; dots: the sampled plans "
           "(the published evaluation's 10); rings: each method's fastest plan; dashed: "
           "Perseus's fastest time and lowest energy, the references of the iso metrics.</p>";
+  if (!t.plans.empty()) {
+    std::string main_label = "Kareus";
+    for (const Json& m : summary["methods"]) {
+      if (m["method"] == summary["timeline"].value("method", std::string("kareus"))) main_label = Label(m);
+    }
+    html += "<h2>Plan files: which plan to run (" + Escape(main_label) + ")</h2>" +
+            HtmlTable(t.plans_header, t.plans) +
+            "<p class='note'>Every plan in plans/, slowest first, with its evaluated iteration "
+            "time and energy (all GPUs), the average power of one GPU over the iteration, and "
+            "both against Megatron-LM's fastest plan (+ = less). For a deadline, run the "
+            "lowest-energy plan within it; for a power budget, the fastest plan within it: "
+            "<code>kareus pick OUT --deadline S</code> or <code>--power W</code> prints it.</p>";
+  }
+  if (!t.dropped.empty()) {
+    html += "<h3>Plans dropped after evaluation</h3><p class='note'>" + Escape(DroppedSentence(t)) +
+            " The solver ranked them on the frontier by their predicted costs.</p>" +
+            HtmlTable(t.dropped_header, t.dropped);
+  }
   html += "<h2>Comparison tables</h2>";
   html += "<h3>Max-throughput plans vs Megatron-LM</h3>" + HtmlTable(t.throughput_header, t.throughput);
   html += "<h3>Frontier vs Perseus (published definition)</h3>" + HtmlTable(t.frontier_header, t.frontier);

@@ -133,10 +133,30 @@ void Plot::Legend(const std::vector<std::pair<std::string, std::string>>& entrie
   }
 }
 
+void Plot::LegendBelow(const std::vector<std::pair<std::string, std::string>>& entries) {
+  constexpr double kRow = 20, kEntryGap = 22, kCharWidth = 6.6;  // 12 px sans-serif, generous
+  double x = kLeft;
+  double y = height_ + legend_rows_height_ + 14;
+  legend_rows_height_ += static_cast<int>(kRow);
+  for (const auto& [label, color] : entries) {
+    const double width = 18 + kCharWidth * static_cast<double>(label.size());
+    if (x > kLeft && x + width > width_ - kRight) {  // next row
+      x = kLeft;
+      y += kRow;
+      legend_rows_height_ += static_cast<int>(kRow);
+    }
+    body_ += "<rect x='" + Num(x, 0) + "' y='" + Num(y - 9, 0) + "' width='12' height='12' fill='" +
+             color + "'/><text x='" + Num(x + 18, 0) + "' y='" + Num(y + 1, 0) +
+             "' font-size='12'>" + Escape(label) + "</text>";
+    x += width + kEntryGap;
+  }
+}
+
 std::string Plot::Finish() const {
+  const int height = height_ + legend_rows_height_;
   return "<svg xmlns='http://www.w3.org/2000/svg' width='" + std::to_string(width_) +
-         "' height='" + std::to_string(height_) + "' viewBox='0 0 " + std::to_string(width_) + " " +
-         std::to_string(height_) + "' font-family='sans-serif'>" + body_ + "</svg>";
+         "' height='" + std::to_string(height) + "' viewBox='0 0 " + std::to_string(width_) + " " +
+         std::to_string(height) + "' font-family='sans-serif'>" + body_ + "</svg>";
 }
 
 std::string HeatColor(double t) {

@@ -38,6 +38,9 @@ class Plot {
   void VerticalLine(double x, const std::string& color, const std::string& label);
   void HorizontalLine(double y, const std::string& color, const std::string& label);
   void Legend(const std::vector<std::pair<std::string, std::string>>& entries);  // (label, color)
+  // The same as one row under the plot, outside the data area (the figure grows by the row),
+  // so no line label or point inside can be covered by it.
+  void LegendBelow(const std::vector<std::pair<std::string, std::string>>& entries);
   void Raw(const std::string& svg) { body_ += svg; }
   std::string Finish() const;
   const Axis& X() const { return x_; }
@@ -45,6 +48,7 @@ class Plot {
 
  private:
   int width_, height_;
+  int legend_rows_height_ = 0;  // LegendBelow's rows, under height_
   Axis x_, y_;
   std::string body_;
 };

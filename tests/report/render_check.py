@@ -5,8 +5,9 @@
 usage: render_check.py REPORT.html OUT_DIR [--timetable]
 
 Checks: the DOM Chromium built holds the report's SVG plots (frontier, timeline, partition
-frontiers; with --timetable, kareus schedule's power and signal plots) and its tables, and the screenshot is not blank (a real share of pixels is neither
-white nor one flat colour). Exit 0 on success, 1 with a reason otherwise, 77 (CTest skip) when
+frontiers; with --timetable, kareus schedule's power and signal plots) and its tables (the plan
+files' table among them), no two text labels of one plot overlap in Chromium's layout, and the
+screenshot is not blank (a real share of pixels is neither white nor one flat colour). Exit 0 on success, 1 with a reason otherwise, 77 (CTest skip) when
 no Chromium is installed.
 """
 import os
@@ -79,6 +80,47 @@ def png_pixels(path):
     return width, height, channels, rows
 
 
+# Appended to a copy of the report: every pair of text labels (or legend swatches) of one SVG
+# plot whose boxes intersect (more than a pixel each way) is written into the DOM, which --dump-dom returns.
+OVERLAP_SCRIPT = """<script>
+window.addEventListener('load', () => {
+  const found = [];
+  document.querySelectorAll('svg').forEach((svg, plot) => {
+    // Labels, and the legends' colour swatches (12 x 12 squares).
+    const swatches = [...svg.querySelectorAll('rect')].filter(
+        r => r.getAttribute('width') === '12' && r.getAttribute('height') === '12');
+    const boxes = [...svg.querySelectorAll('text')].map(t => [t.textContent, t.getBoundingClientRect()])
+        .concat(swatches.map(r => ['legend swatch', r.getBoundingClientRect()]));
+    for (let i = 0; i < boxes.length; ++i) for (let j = i + 1; j < boxes.length; ++j) {
+      const [a, p] = boxes[i], [b, q] = boxes[j];
+      const w = Math.min(p.right, q.right) - Math.max(p.left, q.left);
+      const h = Math.min(p.bottom, q.bottom) - Math.max(p.top, q.top);
+      if (w > 1 && h > 1) found.push('plot ' + plot + ': ' + JSON.stringify(a) + ' overlaps ' + JSON.stringify(b));
+    }
+  });
+  const pre = document.createElement('pre');
+  pre.id = 'label-overlaps';
+  pre.textContent = found.length ? found.join('\\n') : 'none';
+  document.body.appendChild(pre);
+});
+</script>"""
+
+
+def label_overlaps(browser, report):
+    """The overlapping label pairs Chromium's layout finds in the report's plots."""
+    with tempfile.TemporaryDirectory() as work:
+        copy = os.path.join(work, "report.html")
+        html = open(report, encoding="utf-8").read()
+        open(copy, "w", encoding="utf-8").write(html.replace("</body>", OVERLAP_SCRIPT + "</body>"))
+        profile = os.path.join(work, "profile")
+        dom = run(browser, ["--dump-dom", "file://" + copy], profile)
+    start = dom.stdout.find('<pre id="label-overlaps">')
+    if start < 0:
+        return ["the overlap check did not run: " + dom.stderr[-500:]]
+    text = dom.stdout[start + len('<pre id="label-overlaps">'):dom.stdout.find("</pre>", start)]
+    return [] if text == "none" else text.split("\n")
+
+
 def main():
     if len(sys.argv) not in (3, 4) or (len(sys.argv) == 4 and sys.argv[3] != "--timetable"):
         print(__doc__)
@@ -102,11 +144,16 @@ def main():
         print(f"expected at least {wanted} SVG plots in the rendered DOM, found {svgs}")
         return 1
     needles = (("<table", "Power and signal over time", "Intervals", "<polyline") if timetable else
-               ("<table", "Max-throughput", "timeline", "Partition frontiers", "<polyline", "<rect"))
+               ("<table", "Max-throughput", "timeline", "Partition frontiers", "<polyline", "<rect",
+                "Plan files: which plan to run"))
     for needle in needles:
         if needle not in html:
             print(f"rendered DOM lacks {needle!r}")
             return 1
+    overlaps = label_overlaps(browser, report)
+    if overlaps:
+        print(f"{len(overlaps)} overlapping labels in the plots, e.g.:", *overlaps[:8], sep="\n  ")
+        return 1
     shot = os.path.join(out_dir, "report.png")
     size = "--window-size=1100,900" if timetable else "--window-size=1280,2400"
     with tempfile.TemporaryDirectory() as profile:

@@ -33,6 +33,17 @@ Json SyntheticSummary() {
     methods.push_back({{"method", name}, {"label", label}, {"frontier", f}, {"sampled_plans", sampled},
                        {"fastest", f[0]}, {"lowest_energy", f[n - 1]}});
   }
+  methods.back()["dropped_after_evaluation"] = {
+      {{"solver_index", 3}, {"dominated_by", 4},
+       {"predicted", {{"time_s", 4.71}, {"energy_j", 2481.0}}},
+       {"evaluated", {{"time_s", 4.83}, {"energy_j", 2490.0}}}}};
+  Json plan_files = Json::array();
+  for (int i : {11, 8, 5, 2, 0}) {
+    plan_files.push_back({{"file", "plans/plan_" + std::string(i < 10 ? "0000" : "000") + std::to_string(i) + ".json"},
+                          {"plan_index", i}, {"plan_json", i == 0}, {"time_s", 4.4 + 0.1 * i},
+                          {"energy_j", 2600.0 - 40.0 * i}, {"average_power_w", 300.0 - 10 * i},
+                          {"delta_time_pct", i == 8 ? -0.01 : 18.5 - 2 * i}, {"delta_energy_pct", 13.3 + i}});
+  }
   Json timeline{{"label", "Kareus"}, {"stages", Json::array()}};
   for (int s = 0; s < 2; ++s) {
     Json ins = Json::array();
@@ -49,6 +60,8 @@ Json SyntheticSummary() {
                                   {{"time_s", 0.012 * 1410 / f}, {"energy_j", 2.8 - f / 1000.0}, {"sms", 6}, {"slot", "rope_0"}}}}});
   }
   return {{"format", "kareus.summary/1"},
+          {"caveat", "Emulator results: a synthetic summary."},
+          {"plan_files", plan_files},
           {"workload", {{"name", "synthetic"}}},
           {"settings", {{"seed", 1}}},
           {"methods", methods},
@@ -73,6 +86,32 @@ TEST(Report, HtmlIsSelfContainedWithThePlots) {
   EXPECT_EQ(html.find("https://"), std::string::npos);
   EXPECT_NE(html.find("Kareus &lt;&amp;&gt;"), std::string::npos);  // labels are escaped
   EXPECT_NE(html.find("iso-time"), std::string::npos);
+}
+
+// A user picks a plan from the report: the plan files' table (fastest marked as plan.json),
+// the caveat before anything else, and the plans the evaluation dropped, with numbers.
+TEST(Report, PlanTableCaveatFirstAndDroppedPlans) {
+  const std::string html = RenderHtml(SyntheticSummary());
+  const auto caveat = html.find("Emulator results: a synthetic summary.");
+  ASSERT_NE(caveat, std::string::npos);
+  EXPECT_LT(caveat, html.find("<svg"));
+  const auto table = html.find("Plan files: which plan to run");
+  ASSERT_NE(table, std::string::npos);
+  EXPECT_NE(html.find("plans/plan_00011.json", table), std::string::npos);
+  EXPECT_NE(html.find("plans/plan_00000.json (plan.json)", table), std::string::npos);
+  EXPECT_NE(html.find("<td>300.0</td>", table), std::string::npos);  // average power per GPU
+  EXPECT_EQ(html.find("-0.0"), std::string::npos);  // -0.01 % has no sign at one decimal
+  EXPECT_NE(html.find("Plans dropped after evaluation"), std::string::npos);
+  EXPECT_NE(html.find("<td>4.8300</td>"), std::string::npos);
+  EXPECT_NE(html.find("Kareus &lt;&amp;&gt;: 1 of 13"), std::string::npos);
+  const std::string text = RenderTables(SyntheticSummary());
+  EXPECT_NE(text.find("Kareus <&>: 1 of 13"), std::string::npos) << text;
+  Json without = SyntheticSummary();
+  without.erase("caveat");
+  without.erase("plan_files");
+  const std::string plain = RenderHtml(without);  // older summaries render too
+  EXPECT_EQ(plain.find("Read first"), std::string::npos);
+  EXPECT_EQ(plain.find("Plan files"), std::string::npos);
 }
 
 TEST(Report, TerminalTablesShowDashForInfeasible) {

@@ -88,8 +88,9 @@ void RemoveTemporariesOnTermination();
 // must outlive the process (a string literal).
 void SetTerminationMessage(const char* message);
 
-// The folder holding GPU and model presets: $KAREUS_DATA_DIR, else the source tree's data/
-// recorded at build time, else <prefix>/share/kareus/data next to the executable.
+// The folder holding GPU and model presets: $KAREUS_DATA_DIR, else data/ beside the loaded
+// Kareus object or the executable (a pip-installed package: kareus/data), else the source
+// tree's data/ recorded at build time, else <prefix>/share/kareus/data next to the executable.
 std::filesystem::path DataDir();
 
 // The presets of one kind: the stems of DataDir()/<folder>/*.yaml, sorted.

@@ -75,7 +75,17 @@ struct MethodResult {
                               // published 10-plan sample (solved.sampled)
   // Per frontier point (same order): the plan as evaluated (or, when plans are not evaluated,
   // as predicted). Tables and files report these; predictions stay in solved.solve.points.
+  // The points are the solver's frontier less `dropped`, slowest evaluated time first.
   std::vector<pipeline::Evaluation> evaluated;
+  // Points of the solver's (predicted) frontier that the evaluation showed to be dominated:
+  // another plan's evaluated time and energy are both no worse, one of them better. They are
+  // dropped from the frontier, its files and its sample, and listed here.
+  struct DroppedPoint {
+    std::size_t solver_index = 0;  // the point's index in the solver's frontier (0 = slowest)
+    std::size_t dominated_by = 0;  // the kept point (index into evaluated) that dominates it
+    pipeline::Evaluation predicted, evaluated;
+  };
+  std::vector<DroppedPoint> dropped;
   // The evaluated duration and energy of every instruction option some frontier plan uses,
   // per (stage, chunk) unit: [unit][0 forward | 1 backward][option index]; with a gradient
   // sync, of the stages' last instructions [stage][option] and of the sync nodes
@@ -128,6 +138,11 @@ RunResult RunWorkload(const workload::Workload& workload, const RunOptions& opti
 // The plan of frontier point `point` of `method` (instructions in schedule order with their
 // knobs and predicted costs; the iteration cost as evaluated).
 plan::Plan MakePlan(const MethodResult& method, std::size_t point);
+
+// The frontier points whose plans `kareus run` writes to plans/ for `method`, ascending: the
+// published sample, the fastest plan (plan.json), and the plans a power budget or a timetable
+// can need (plan::BudgetPlanIndices, on the evaluated costs).
+std::vector<std::size_t> WrittenPlanIndices(const MethodResult& method);
 
 // The main method of a run: kareus when it ran, else the last method.
 const MethodResult& MainMethod(const RunResult& run);

@@ -76,8 +76,15 @@ struct MethodSummary {
   std::map<std::string, std::string> traits;  // execution, clock, comm (method.h)
   PointSummary fastest;        // lowest evaluated time
   PointSummary lowest_energy;
-  std::vector<FrontierPointSummary> frontier;  // solver order, slowest first
+  std::vector<FrontierPointSummary> frontier;  // slowest evaluated time first
   std::vector<std::size_t> sampled_plans;
+  // Solver frontier points the evaluation found dominated (MethodResult::dropped).
+  struct DroppedPoint {
+    std::size_t solver_index = 0;
+    std::size_t dominated_by = 0;  // plan_index of the frontier point that dominates it
+    PointSummary predicted, evaluated;
+  };
+  std::vector<DroppedPoint> dropped_after_evaluation;
   double profiling_gpu_hours = 0.0;   // seconds of measurement x GPUs of the group
   int64_t measurements = 0;
   // The profiling cost by kind of measurement (MethodResult::profiling_by_kind), GPU-hours.
@@ -183,6 +190,18 @@ struct RunSettings {
   std::string evaluation;  // EvaluationMode asked for
 };
 
+// One plan file of the main method (plans/plan_NNNNN.json) as a user picks among them: its
+// evaluated iteration cost, the average power of one GPU over the iteration, and its time and
+// energy against Megatron-LM's fastest plan (+ = less; absent without the baseline).
+struct PlanFileRow {
+  std::string file;     // "plans/plan_00012.json"
+  int plan_index = 0;   // the frontier point
+  bool is_plan_json = false;  // the fastest plan, also written as plan.json
+  double time_s = 0.0, energy_j = 0.0;
+  double average_power_w = 0.0;  // energy / time / GPUs of the job
+  std::optional<double> delta_time_pct, delta_energy_pct;
+};
+
 struct RunSummary {
   Json workload;
   std::string backend;      // measure::Backend::Description()
@@ -190,6 +209,10 @@ struct RunSummary {
   bool evaluated = true;    // false: every figure is the planner's prediction
   std::string gpu_hours_basis;
   std::string source_note;  // where the numbers come from, in words
+  // What a reader must know before trusting the numbers, in words, first in the printed output
+  // and the report; empty when there is nothing to say (a real GPU's measurements).
+  std::string caveat;
+  std::vector<PlanFileRow> plan_files;  // the main method's plans/, fastest last
   RunSettings settings;
   std::vector<MethodSummary> methods;
   std::vector<MaxThroughputRow> max_throughput;
