@@ -12,6 +12,7 @@ packages=(
   clang libclang-rt-14-dev
   libglpk-dev  # the exact mixed-integer reference of tests/pipeline (pipeline_test only)
   python3 python3-dev pybind11-dev python3-pytest python3-jsonschema
+  python3-venv python3-pip  # pip install . into a fresh virtualenv (tests/integration/pip_install_test.py)
   openmpi-bin libopenmpi-dev
   python3-torch  # examples/pytorch and its test (PyTorch 1.13, CPU, gloo; about 3 min to install)
   chromium
