@@ -28,6 +28,9 @@ Solve a Perseus profile and export plans for Zeus (`kareus solve`, `kareus expor
     kareus.export("solved/plans", format="zeus", out="zeus")
 """
 
+import os
+from typing import Any, Dict, Iterator, Optional
+
 from ._kareus import (  # noqa: F401
     EnergyMonitor,
     EnvironmentError,
@@ -79,7 +82,7 @@ class Frontier:
     plan within it (none: the lowest-power one).
     """
 
-    def __init__(self, folder, document):
+    def __init__(self, folder: "os.PathLike[str]", document: "Dict[str, Any]") -> None:
         self.folder = folder
         self.method = document.get("method")
         self.points = []
@@ -89,7 +92,7 @@ class Frontier:
             self.points.append(dict(point, plan_path=str(folder / plan) if plan else None))
 
     @classmethod
-    def load(cls, folder):
+    def load(cls, folder: "str | os.PathLike[str]") -> "Frontier":
         import json
         import pathlib
         folder = pathlib.Path(folder)
@@ -102,13 +105,14 @@ class Frontier:
             raise InputError(f"{path}: not JSON: {error}") from None
         return cls(folder, document)
 
-    def __iter__(self):
+    def __iter__(self) -> "Iterator[Dict[str, Any]]":
         return iter(self.points)
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self.points)
 
-    def pick(self, deadline_s=None, power_w=None):
+    def pick(self, deadline_s: Optional[float] = None,
+             power_w: Optional[float] = None) -> "Dict[str, Any]":
         if (deadline_s is None) == (power_w is None):
             raise InputError("Frontier.pick: give exactly one of deadline_s and power_w")
         return pick_plan(self.folder, deadline_s=deadline_s or 0.0, power_w=power_w or 0.0)
