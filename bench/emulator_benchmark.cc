@@ -24,8 +24,8 @@ const kareus::workload::WorkloadModel& Model(const char* file) {
     const char* dir = std::getenv("KAREUS_SOURCE_DIR");
     const std::filesystem::path root = dir != nullptr ? dir : KAREUS_BENCH_SOURCE_DIR;
     it = models
-             .emplace(file, kareus::workload::BuildWorkloadModel(kareus::workload::LoadWorkloadFile(
-                                root / "examples/paper" / file)))
+             .emplace(file, kareus::workload::BuildWorkloadModel(
+                                kareus::workload::LoadWorkloadFile(root / "examples/paper" / file)))
              .first;
   }
   return it->second;
@@ -41,8 +41,8 @@ void BM_SimulatePartition(benchmark::State& state) {
   const auto& type = kareus::emulator::FindPartitionType(model, "fwd_attn");
   const int freq = static_cast<int>(state.range(0));
   for (auto _ : state) {
-    benchmark::DoNotOptimize(
-        SimulatePartition(model.workload.gpu, type, {.freq_mhz = freq, .sms = 12, .slot = "norm_0"}));
+    benchmark::DoNotOptimize(SimulatePartition(model.workload.gpu, type,
+                                               {.freq_mhz = freq, .sms = 12, .slot = "norm_0"}));
   }
 }
 BENCHMARK(BM_SimulatePartition)->Arg(1410)->Arg(1110);
@@ -59,8 +59,8 @@ void BM_SweepFwdQkvAg1080(benchmark::State& state) {
     benchmark::DoNotOptimize(sweep.data());
   }
   state.counters["points"] = static_cast<double>(points);
-  state.counters["points_per_s"] =
-      benchmark::Counter(static_cast<double>(points), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["points_per_s"] = benchmark::Counter(
+      static_cast<double>(points), benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_SweepFwdQkvAg1080)->Unit(benchmark::kMillisecond);
 

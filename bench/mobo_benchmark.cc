@@ -27,9 +27,9 @@ struct Fixture {
 const Fixture& Data() {
   static const Fixture fixture = [] {
     Fixture f;
-    f.model = workload::BuildWorkloadModel(workload::LoadWorkloadFile(
-        std::filesystem::path(KAREUS_BENCH_SOURCE_DIR) /
-        "examples/paper/02-llama3.2-3b-cp2-tp4-mbs8-seq4096.yaml"));
+    f.model = workload::BuildWorkloadModel(
+        workload::LoadWorkloadFile(std::filesystem::path(KAREUS_BENCH_SOURCE_DIR) /
+                                   "examples/paper/02-llama3.2-3b-cp2-tp4-mbs8-seq4096.yaml"));
     f.type = &f.model.Type("fwd_qkv_ag");  // 1,080 configurations, the largest published space
     f.space = mobo::SearchSpace::For(f.model.workload.gpu, *f.type, false);
     measure::EmulatorBackendOptions options;

@@ -31,8 +31,8 @@ std::vector<Option> ClockOptions(double t_max_clock_s, double dynamic_w) {
   for (int f = 1410; f >= 840; f -= 30) {
     const double r = f / 1410.0;
     const double time_s = t_max_clock_s / std::pow(r, 0.9);
-    options.push_back({.time_s = time_s,
-                       .energy_j = (85.0 + dynamic_w * std::pow(r, 2.5)) * time_s});
+    options.push_back(
+        {.time_s = time_s, .energy_j = (85.0 + dynamic_w * std::pow(r, 2.5)) * time_s});
   }
   return options;
 }
@@ -89,8 +89,9 @@ void Run(benchmark::State& state, const Problem& problem, int reference_runs) {
   struct rusage usage {};
   getrusage(RUSAGE_SELF, &usage);
   state.counters["peak_rss_mib"] = static_cast<double>(usage.ru_maxrss) / 1024.0;
-  state.counters["plans_mib"] = static_cast<double>(result.points.size() * result.dag.nodes.size() *
-                                                    sizeof(int)) / (1024.0 * 1024.0);
+  state.counters["plans_mib"] =
+      static_cast<double>(result.points.size() * result.dag.nodes.size() * sizeof(int)) /
+      (1024.0 * 1024.0);
   state.counters["cuts"] = static_cast<double>(result.summary.steps);
   state.counters["deadlines"] = static_cast<double>(result.summary.deadlines);
   state.counters["points"] = static_cast<double>(result.points.size());

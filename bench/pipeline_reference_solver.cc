@@ -6,8 +6,8 @@
 #include "kareus/pipeline/solver.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <numeric>
 #include <string>
@@ -74,7 +74,8 @@ Spec BuildSpec(const std::vector<Option>& options, int gpus, double p_static_w, 
     const double eff = gpus * (options[i].energy_j - p_static_w * options[i].time_s);
     spec.option_time.push_back(options[i].time_s);
     spec.option_eff.push_back(eff);
-    points.push_back({.time_s = options[i].time_s, .energy_j = eff, .payload = static_cast<int64_t>(i)});
+    points.push_back(
+        {.time_s = options[i].time_s, .energy_j = eff, .payload = static_cast<int64_t>(i)});
   }
   const std::vector<pareto::Point> front = pareto::Filter(points);
   for (const pareto::Point& p : front) {
@@ -104,9 +105,12 @@ Spec BuildSpec(const std::vector<Option>& options, int gpus, double p_static_w, 
 
 int SyncNodesPerStage(const Problem& problem) {
   switch (problem.gradient_sync) {
-    case schedule::GradientSync::kNone: return 0;
-    case schedule::GradientSync::kAtEnd: return 1;
-    case schedule::GradientSync::kOverlapped: return problem.num_chunks;
+    case schedule::GradientSync::kNone:
+      return 0;
+    case schedule::GradientSync::kAtEnd:
+      return 1;
+    case schedule::GradientSync::kOverlapped:
+      return problem.num_chunks;
   }
   return 0;
 }
@@ -127,9 +131,11 @@ int ClassOf(const Problem& problem, const Dag& dag, int node) {
 const std::vector<Option>& ClassOptions(const Problem& problem, int cls) {
   const int units = problem.num_stages * problem.num_chunks;
   if (cls >= 2 * units + problem.num_stages) {
-    return problem.gradient_sync_options[static_cast<std::size_t>(cls - 2 * units - problem.num_stages)];
+    return problem
+        .gradient_sync_options[static_cast<std::size_t>(cls - 2 * units - problem.num_stages)];
   }
-  if (cls >= 2 * units) return problem.last_backward_options[static_cast<std::size_t>(cls - 2 * units)];
+  if (cls >= 2 * units)
+    return problem.last_backward_options[static_cast<std::size_t>(cls - 2 * units)];
   const std::size_t u = static_cast<std::size_t>(cls / 2);
   return cls % 2 == 0 ? problem.forward_options[u] : problem.backward_options[u];
 }
@@ -197,7 +203,7 @@ class Engine {
   double Length(int a) const { return arc_act_[a] >= 0 ? dur_[arc_act_[a]] : arc_lag_[a]; }
   double Upper(int a) const;
   double Lower(int a) const;
-  double ForwardPass();               // earliest_ from dur_; returns the makespan
+  double ForwardPass();                // earliest_ from dur_; returns the makespan
   void BackwardPass(double makespan);  // latest_ and critical_ (needs earliest_)
   // Augments the flow to a maximum on the critical sub-DAG; false when it is unbounded (a
   // critical path cannot be shortened). Leaves side_ = the source side of a minimum cut.
@@ -212,7 +218,8 @@ class Engine {
   double Energy(const std::vector<int>& front_choice) const;
   void Repair(std::vector<int>& choice, double deadline) const;
   bool FillForward(std::vector<int>& choice, double deadline, const std::vector<double>* cap) const;
-  bool FillBackward(std::vector<int>& choice, double deadline, const std::vector<double>* cap) const;
+  bool FillBackward(std::vector<int>& choice, double deadline,
+                    const std::vector<double>* cap) const;
   void Refine(std::vector<int>& choice, double deadline, const std::vector<double>* cap) const;
   void Exchange(std::vector<int>& choice, double deadline) const;
   // Chains: the maximal paths of same-stage edges (a stage's instructions in order); empty when
@@ -245,13 +252,13 @@ class Engine {
   Dag dag_;
   int n_ = 0;
   std::vector<Spec> specs_;
-  std::vector<int> class_;  // per node: index into specs_
-  bool small_ = false;      // few node-options: exact search at every deadline
+  std::vector<int> class_;    // per node: index into specs_
+  bool small_ = false;        // few node-options: exact search at every deadline
   int64_t node_options_ = 0;  // sum over nodes of their real front's size
   double gpus_total_ = 0.0;
-  double pg_ = 0.0;         // static power of all GPUs, W
-  double time_tol_ = 0.0;   // times closer than this are equal
-  double flow_tol_ = 0.0;   // residual capacities below this are zero
+  double pg_ = 0.0;        // static power of all GPUs, W
+  double time_tol_ = 0.0;  // times closer than this are equal
+  double flow_tol_ = 0.0;  // residual capacities below this are zero
   Adjacency preds_;
   Adjacency succs_;
   std::vector<std::vector<int>> chains_;
@@ -276,7 +283,7 @@ class Engine {
   std::vector<int> pos_;     // per node: 2k = at hull vertex k, 2k+1 = inside segment k
   std::vector<double> flow_;
   std::vector<char> critical_;
-  std::vector<char> side_;  // per event: on the source side of the current cut
+  std::vector<char> side_;   // per event: on the source side of the current cut
   std::vector<int> parent_;  // BFS: arc into the event (+1), negated for a backward arc
   std::vector<int> queue_;
   std::vector<int> shorten_;
@@ -757,7 +764,8 @@ void Engine::Schedule(const std::vector<int>& choice, double deadline, bool late
       double es = 0.0;
       for (int i = preds_.start[v]; i < preds_.start[v + 1]; ++i) {
         const int p = preds_.node[i];
-        es = std::max(es, start[p] + SpecOf(p).time[static_cast<std::size_t>(choice[p])] + preds_.lag[i]);
+        es = std::max(
+            es, start[p] + SpecOf(p).time[static_cast<std::size_t>(choice[p])] + preds_.lag[i]);
       }
       start[v] = es;
     }
@@ -787,8 +795,9 @@ bool Engine::OptimizeChain(const std::vector<int>& chain, std::vector<int>& choi
     for (int j = preds_.start[v]; j < preds_.start[v + 1]; ++j) {
       const int p = preds_.node[j];
       if (p == chain_prev_[v]) continue;
-      release[i] = std::max(release[i], start[p] + SpecOf(p).time[static_cast<std::size_t>(choice[p])] +
-                                            preds_.lag[j]);
+      release[i] =
+          std::max(release[i],
+                   start[p] + SpecOf(p).time[static_cast<std::size_t>(choice[p])] + preds_.lag[j]);
     }
     for (int j = succs_.start[v]; j < succs_.start[v + 1]; ++j) {
       const int w = succs_.node[j];
@@ -822,8 +831,8 @@ bool Engine::OptimizeChain(const std::vector<int>& chain, std::vector<int>& choi
       for (std::size_t j = 0; j < spec.time.size(); ++j) {
         const double finish = begin + spec.time[j];
         if (finish > due[i] + time_tol_) break;
-        candidates.push_back({finish, from[k].energy + spec.eff[j], static_cast<int>(k),
-                              static_cast<int>(j)});
+        candidates.push_back(
+            {finish, from[k].energy + spec.eff[j], static_cast<int>(k), static_cast<int>(j)});
       }
     }
     if (candidates.empty()) return false;  // the current choice is feasible; numerical trouble
@@ -838,7 +847,8 @@ bool Engine::OptimizeChain(const std::vector<int>& chain, std::vector<int>& choi
     if (to.size() > kMaxStates) {
       // Keep an evenly spread subset (always the fastest and the cheapest).
       std::vector<State> kept;
-      for (std::size_t q = 0; q < kMaxStates; ++q) kept.push_back(to[q * (to.size() - 1) / (kMaxStates - 1)]);
+      for (std::size_t q = 0; q < kMaxStates; ++q)
+        kept.push_back(to[q * (to.size() - 1) / (kMaxStates - 1)]);
       to.swap(kept);
     }
   }
@@ -921,7 +931,8 @@ void Engine::RecordPoint(double deadline, int64_t k, double offset) {
   }
   IterationPoint point;
   point.choice.resize(static_cast<std::size_t>(n_));
-  for (int v = 0; v < n_; ++v) point.choice[v] = SpecOf(v).option[static_cast<std::size_t>(choice[v])];
+  for (int v = 0; v < n_; ++v)
+    point.choice[v] = SpecOf(v).option[static_cast<std::size_t>(choice[v])];
   point.cost = EvaluateWith(problem_, dag_, point.choice, options_.p_static_w);
   point.step = steps_;
   point.quanta = k;
@@ -1013,17 +1024,18 @@ bool Engine::ExactAt(int64_t budget, double deadline, std::vector<int>& choice,
     const double span = deadline - tail[chain.back()] - free_from;
     if (span < -time_tol_) return kInf;
     const double units = std::floor(std::max(0.0, span) / grid + 1e-9);
-    const std::size_t b = units >= static_cast<double>(cells - 1) ? cells - 1 : static_cast<std::size_t>(units);
+    const std::size_t b =
+        units >= static_cast<double>(cells - 1) ? cells - 1 : static_cast<std::size_t>(units);
     return table[c][static_cast<std::size_t>(next)][b];
   };
 
   struct Layer {
-    std::vector<int> open;        // instructions whose finish a state records
-    std::vector<double> finish;   // states x open
+    std::vector<int> open;       // instructions whose finish a state records
+    std::vector<double> finish;  // states x open
     std::vector<double> makespan;
     std::vector<double> energy;
     std::vector<int> parent;
-    std::vector<int> option;      // front index of the placed instruction
+    std::vector<int> option;  // front index of the placed instruction
   };
   std::vector<Layer> layers(static_cast<std::size_t>(n_) + 1);
   layers[0].makespan = {0.0};
@@ -1085,7 +1097,8 @@ bool Engine::ExactAt(int64_t budget, double deadline, std::vector<int>& choice,
     candidates.clear();
     for (std::size_t s = 0; s < count; ++s) {
       double start = 0.0;
-      for (auto [slot, lag] : pred_slots) start = std::max(start, from.finish[s * d_from + slot] + lag);
+      for (auto [slot, lag] : pred_slots)
+        start = std::max(start, from.finish[s * d_from + slot] + lag);
       double open_low = 0.0;  // the makespan is at least each open finish plus its tail
       for (std::size_t i = 0; i < d_from; ++i) {
         const int u = from.open[i];
@@ -1093,19 +1106,22 @@ bool Engine::ExactAt(int64_t budget, double deadline, std::vector<int>& choice,
       }
       for (std::size_t j = 0; j < spec.time.size(); ++j) {
         const double finish = start + spec.time[j];
-        const double makespan = last_use[v] < 0 ? std::max(from.makespan[s], finish) : from.makespan[s];
+        const double makespan =
+            last_use[v] < 0 ? std::max(from.makespan[s], finish) : from.makespan[s];
         const double makespan_low = std::max({makespan, finish + tail[v], open_low});
         if (makespan_low > deadline + time_tol_) continue;
-        double low = from.energy[s] + spec.eff[j] + pg_ * makespan_low + loose_after[static_cast<std::size_t>(k)];
+        double low = from.energy[s] + spec.eff[j] + pg_ * makespan_low +
+                     loose_after[static_cast<std::size_t>(k)];
         for (auto [c, src] : chain_sources) {
           const double free_from =
-              src == -2 ? head[chains_[c][static_cast<std::size_t>(next[c])]]
-                        : (src == -1 ? finish : from.finish[s * d_from + static_cast<std::size_t>(src)]);
+              src == -2
+                  ? head[chains_[c][static_cast<std::size_t>(next[c])]]
+                  : (src == -1 ? finish : from.finish[s * d_from + static_cast<std::size_t>(src)]);
           low += chain_bound(c, next[c], free_from);
         }
         if (low >= incumbent * (1 - 1e-12)) continue;
-        candidates.push_back({from.energy[s] + spec.eff[j], static_cast<int>(s), static_cast<int>(j),
-                              makespan, finish, low});
+        candidates.push_back({from.energy[s] + spec.eff[j], static_cast<int>(s),
+                              static_cast<int>(j), makespan, finish, low});
       }
     }
     // Exact: cheapest first (a kept state is then never more energetic than a later one). Beam:
@@ -1196,8 +1212,8 @@ Result Engine::Run() {
   BackwardPass(makespan);
   // Deadlines are realized as the descent passes them, slowest first (the first one is at or
   // above the cheapest plan's time).
-  int64_t k_next = one_deadline ? -1
-                                : static_cast<int64_t>(std::ceil((makespan - t_min) / unit - 1e-9));
+  int64_t k_next =
+      one_deadline ? -1 : static_cast<int64_t>(std::ceil((makespan - t_min) / unit - 1e-9));
   auto deadline_of = [&](int64_t k) {
     return k < 0 ? options_.deadline_s : t_min + static_cast<double>(k) * unit;
   };
@@ -1208,8 +1224,10 @@ Result Engine::Run() {
       const double deadline = deadline_of(k_next);
       if (deadline < makespan - delta - time_tol_) break;
       RecordPoint(deadline, k_next, std::clamp(makespan - deadline, 0.0, delta));
-      if (one_deadline) deadline_done = true;
-      else --k_next;
+      if (one_deadline)
+        deadline_done = true;
+      else
+        --k_next;
     }
   };
   realize_passed(0.0);
@@ -1262,7 +1280,8 @@ Result Engine::Run() {
         if (v < 0 || !critical_[a] || side_[arc_from_[a]] || !(Lower(a) > 0.0)) continue;
         lengthen_.push_back(v);
         rate_[v] = 1;
-        delta = std::min(delta, SpecOf(v).hull_time[static_cast<std::size_t>(pos_[v] / 2 + 1)] - dur_[v]);
+        delta = std::min(delta,
+                         SpecOf(v).hull_time[static_cast<std::size_t>(pos_[v] / 2 + 1)] - dur_[v]);
       }
     }
     if (shorten_.empty() || !(delta > 0.0)) {
@@ -1283,7 +1302,9 @@ Result Engine::Run() {
       delta = (makespan - base) / (1.0 + rate);
     }
     if (options_.progress) {
-      options_.progress({.step = steps_, .time_now_s = reached, .time_fastest_s = t_min,
+      options_.progress({.step = steps_,
+                         .time_now_s = reached,
+                         .time_fastest_s = t_min,
                          .time_slowest_s = start_s});
     }
     realize_passed(delta);
@@ -1307,7 +1328,8 @@ Result Engine::Run() {
   if (t_star_seen) {
     // Deadlines above T*: the relaxation's least energy there is its energy at T*.
     for (IterationPoint& point : raw_) {
-      if (point.deadline_s > t_star) point.model_energy_j = std::min(point.model_energy_j, t_star_energy);
+      if (point.deadline_s > t_star)
+        point.model_energy_j = std::min(point.model_energy_j, t_star_energy);
     }
   }
   if (one_deadline && raw_.size() > 1) {
@@ -1354,8 +1376,9 @@ std::string CheckOptions(const std::vector<Option>& list, const std::string& whe
   for (const Option& o : list) {
     if (!(o.time_s > 0.0) || !std::isfinite(o.time_s) || !std::isfinite(o.energy_j) ||
         o.energy_j < 0.0) {
-      return what + " option with time_s = " + std::to_string(o.time_s) + ", energy_j = " +
-             std::to_string(o.energy_j) + ": time must be > 0 and energy >= 0, finite";
+      return what + " option with time_s = " + std::to_string(o.time_s) +
+             ", energy_j = " + std::to_string(o.energy_j) +
+             ": time must be > 0 and energy >= 0, finite";
     }
     t_min = std::min(t_min, o.time_s);
     t_max = std::max(t_max, o.time_s);
@@ -1388,10 +1411,13 @@ std::string Validate(const Problem& problem, const Options& options) {
                       : "last_backward_options are for an overlapped gradient sync only";
   }
   if (static_cast<int>(problem.gradient_sync_options.size()) != stages * syncs) {
-    return "gradient_sync_options need " + std::to_string(syncs) + " list(s) per stage for this "
-           "gradient sync (" + std::to_string(stages * syncs) + " in all)";
+    return "gradient_sync_options need " + std::to_string(syncs) +
+           " list(s) per stage for this "
+           "gradient sync (" +
+           std::to_string(stages * syncs) + " in all)";
   }
-  if (!problem.gpus_per_stage.empty() && static_cast<int>(problem.gpus_per_stage.size()) != stages) {
+  if (!problem.gpus_per_stage.empty() &&
+      static_cast<int>(problem.gpus_per_stage.size()) != stages) {
     return "gpus_per_stage needs one entry per stage (or none)";
   }
   for (int g : problem.gpus_per_stage) {
@@ -1405,20 +1431,26 @@ std::string Validate(const Problem& problem, const Options& options) {
                                   ? "stage " + std::to_string(u)
                                   : "stage " + std::to_string(u / problem.num_chunks) + " chunk " +
                                         std::to_string(u % problem.num_chunks);
-    if (std::string error = CheckOptions(problem.forward_options[u], where, "forward", options); !error.empty()) return error;
-    if (std::string error = CheckOptions(problem.backward_options[u], where, "backward", options); !error.empty()) return error;
+    if (std::string error = CheckOptions(problem.forward_options[u], where, "forward", options);
+        !error.empty())
+      return error;
+    if (std::string error = CheckOptions(problem.backward_options[u], where, "backward", options);
+        !error.empty())
+      return error;
   }
   for (int s = 0; s < static_cast<int>(problem.last_backward_options.size()); ++s) {
-    if (std::string error = CheckOptions(problem.last_backward_options[s], "stage " + std::to_string(s),
-                                         "last backward", options);
+    if (std::string error = CheckOptions(problem.last_backward_options[s],
+                                         "stage " + std::to_string(s), "last backward", options);
         !error.empty()) {
       return error;
     }
   }
   for (int i = 0; i < static_cast<int>(problem.gradient_sync_options.size()); ++i) {
-    const std::string where = "stage " + std::to_string(i / std::max(syncs, 1)) +
-                              (i % std::max(syncs, 1) == 0 ? std::string() : " chunk " + std::to_string(i % syncs));
-    if (std::string error = CheckOptions(problem.gradient_sync_options[i], where, "gradient sync", options);
+    const std::string where =
+        "stage " + std::to_string(i / std::max(syncs, 1)) +
+        (i % std::max(syncs, 1) == 0 ? std::string() : " chunk " + std::to_string(i % syncs));
+    if (std::string error =
+            CheckOptions(problem.gradient_sync_options[i], where, "gradient sync", options);
         !error.empty()) {
       return error;
     }
@@ -1454,8 +1486,9 @@ Result SolveReference(const Problem& problem, const Options& options) {
     result.summary.message = error;
     return result;
   }
-  schedule::Dag dag = schedule::BuildDag(problem.schedule, problem.num_stages, problem.num_microbatches,
-                                         problem.num_chunks, problem.gradient_sync);
+  schedule::Dag dag =
+      schedule::BuildDag(problem.schedule, problem.num_stages, problem.num_microbatches,
+                         problem.num_chunks, problem.gradient_sync);
   reference::Engine engine(problem, options, std::move(dag));
   return engine.Run();
 }

@@ -27,16 +27,25 @@ std::shared_ptr<Nvml> OpenFake() { return Nvml::Open({.library_path = KAREUS_FAK
 
 plan::Plan BenchPlan(int num_stages, int num_microbatches) {
   static constexpr int kClocks[] = {1980, 1410, 1200, 1605};
-  plan::Plan plan{.method = "bench", .workload = Json::object(), .schedule = schedule::ScheduleKind::k1F1B,
-                  .num_microbatches = num_microbatches, .iteration = {}, .stages = {}};
+  plan::Plan plan{.method = "bench",
+                  .workload = Json::object(),
+                  .schedule = schedule::ScheduleKind::k1F1B,
+                  .num_microbatches = num_microbatches,
+                  .iteration = {},
+                  .stages = {}};
   for (int s = 0; s < num_stages; ++s) {
     plan::PlannedStage stage{.stage = s, .gpus = 1, .instructions = {}};
     int i = 0;
-    for (const auto& slot : schedule::StageOrder(schedule::ScheduleKind::k1F1B, num_stages, s, num_microbatches)) {
-      stage.instructions.push_back({.kind = slot.kind, .chunk = 0, .microbatch = slot.microbatch,
+    for (const auto& slot :
+         schedule::StageOrder(schedule::ScheduleKind::k1F1B, num_stages, s, num_microbatches)) {
+      stage.instructions.push_back({.kind = slot.kind,
+                                    .chunk = 0,
+                                    .microbatch = slot.microbatch,
                                     .freq_mhz = kClocks[(i++ / 2) % 4],
-                                    .mode = schedule::ExecutionMode::kSequential, .partitions = {},
-                                    .time_s = 0.0, .energy_j = 0.0});
+                                    .mode = schedule::ExecutionMode::kSequential,
+                                    .partitions = {},
+                                    .time_s = 0.0,
+                                    .energy_j = 0.0});
     }
     plan.stages.push_back(stage);
   }
@@ -58,9 +67,9 @@ void BM_StepHooks(benchmark::State& state) {
     executor.OnStepEnd();
   }
   controller.WaitIdle();
-  state.counters["per_instruction"] = benchmark::Counter(
-      static_cast<double>(state.iterations() * order.size()),
-      benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  state.counters["per_instruction"] =
+      benchmark::Counter(static_cast<double>(state.iterations() * order.size()),
+                         benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
 }
 BENCHMARK(BM_StepHooks);
 
@@ -114,7 +123,8 @@ void BM_SoakInstructionHooks(benchmark::State& state) {
         }
         const auto t1 = Clock::now();
         if (record && *calls < kHookCalls) {
-          latency_ns[*calls] = static_cast<float>(std::chrono::duration<double, std::nano>(t1 - t0).count());
+          latency_ns[*calls] =
+              static_cast<float>(std::chrono::duration<double, std::nano>(t1 - t0).count());
         }
         ++*calls;
       }
@@ -136,7 +146,9 @@ void BM_SoakInstructionHooks(benchmark::State& state) {
   controller.WaitIdle();
   const double rss_end = ResidentKib();
   std::sort(latency_ns.begin(), latency_ns.end());
-  const auto at = [&](double q) { return latency_ns[static_cast<std::size_t>(q * (kHookCalls - 1))]; };
+  const auto at = [&](double q) {
+    return latency_ns[static_cast<std::size_t>(q * (kHookCalls - 1))];
+  };
   state.counters["hook_calls"] = static_cast<double>(calls);
   state.counters["p50_ns"] = at(0.50);
   state.counters["p99_ns"] = at(0.99);
@@ -144,11 +156,12 @@ void BM_SoakInstructionHooks(benchmark::State& state) {
   state.counters["rss_start_kib"] = rss_start;
   state.counters["rss_tenth_kib"] = rss_tenth;
   state.counters["rss_end_kib"] = rss_end;
-  std::printf("soak: %zu hook calls, latency p50 %.0f ns, p99 %.0f ns, max %.0f ns; resident "
-              "memory %.0f KiB at the start, %.0f KiB after 10^5 calls, %.0f KiB at the end "
-              "(%+.0f KiB over the last 9 x 10^5)\n",
-              calls, at(0.50), at(0.99), static_cast<double>(latency_ns.back()), rss_start,
-              rss_tenth, rss_end, rss_end - rss_tenth);
+  std::printf(
+      "soak: %zu hook calls, latency p50 %.0f ns, p99 %.0f ns, max %.0f ns; resident "
+      "memory %.0f KiB at the start, %.0f KiB after 10^5 calls, %.0f KiB at the end "
+      "(%+.0f KiB over the last 9 x 10^5)\n",
+      calls, at(0.50), at(0.99), static_cast<double>(latency_ns.back()), rss_start, rss_tenth,
+      rss_end, rss_end - rss_tenth);
 }
 BENCHMARK(BM_SoakInstructionHooks)->Iterations(1)->Unit(benchmark::kMillisecond);
 

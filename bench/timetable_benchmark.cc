@@ -18,11 +18,12 @@ kareus::plan::ScheduleProblem Problem(int hours) {
   p.idle_power_w = 1360.0;
   for (int i = 0; i < 10; ++i) {
     const double t = 3.75 + 0.034 * i;
-    p.plans.push_back({.name = "plan" + std::to_string(i), .time_s = t,
-                       .energy_j = 18578.0 - 310.0 * i});
+    p.plans.push_back(
+        {.name = "plan" + std::to_string(i), .time_s = t, .energy_j = 18578.0 - 310.0 * i});
   }
   for (int k = 0; k < hours; ++k) {
-    p.intervals.push_back({.start = 3600.0 * k, .end = 3600.0 * (k + 1),
+    p.intervals.push_back({.start = 3600.0 * k,
+                           .end = 3600.0 * (k + 1),
                            .signal = 300 + 130 * std::sin(k * 2 * M_PI / 24)});
   }
   p.iterations = std::floor(0.8 * 3600.0 * hours / p.plans.back().time_s);
@@ -45,7 +46,10 @@ void BM_FinishCosts(benchmark::State& state) {
   state.SetLabel(incremental ? "incremental" : "from scratch (baseline)");
 }
 BENCHMARK(BM_FinishCosts)
-    ->Args({168, 0})->Args({168, 1})->Args({720, 0})->Args({720, 1})
+    ->Args({168, 0})
+    ->Args({168, 1})
+    ->Args({720, 0})
+    ->Args({720, 1})
     ->Unit(benchmark::kMillisecond);
 
 }  // namespace

@@ -17,7 +17,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const kareus::plan::Signal s = kareus::plan::ParseSignalCsv(text, "fuzz.csv", "--signal");
     if (s.time.size() < 2 || s.time.size() != s.value.size()) __builtin_trap();
     for (std::size_t i = 0; i < s.time.size(); ++i) {
-      if (!std::isfinite(s.time[i]) || !std::isfinite(s.value[i]) || s.value[i] < 0) __builtin_trap();
+      if (!std::isfinite(s.time[i]) || !std::isfinite(s.value[i]) || s.value[i] < 0)
+        __builtin_trap();
       if (i > 0 && !(s.time[i] > s.time[i - 1])) __builtin_trap();
     }
     if (!(s.end > s.time.back())) __builtin_trap();

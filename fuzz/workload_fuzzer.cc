@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // libFuzzer harness: the workload loader (YAML -> validated Workload) and, for a workload it
-// accepts with at most 16 layers, the workload model (kernel lists, partitions). Any input must end in a Workload or
-// an InputError; a crash, a sanitizer report or an exception of another type is a bug.
+// accepts with at most 16 layers, the workload model (kernel lists, partitions). Any input must end
+// in a Workload or an InputError; a crash, a sanitizer report or an exception of another type is a
+// bug.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>

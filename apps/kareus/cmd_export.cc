@@ -20,9 +20,10 @@ struct ExportArgs {
 };
 
 void Run(const ExportArgs& a) {
-  const plan::ExportSummary s = plan::ExportPlans(
-      {.plan = a.plan, .format = plan::ExportFormatFromString(a.format), .out = a.out,
-       .clocks_only = a.clocks_only});
+  const plan::ExportSummary s = plan::ExportPlans({.plan = a.plan,
+                                                   .format = plan::ExportFormatFromString(a.format),
+                                                   .out = a.out,
+                                                   .clocks_only = a.clocks_only});
   if (a.json) {
     Json files = Json::array();
     for (const auto& path : s.files) files.push_back(path.string());
@@ -42,8 +43,8 @@ void AddExportCommand(CLI::App& app) {
   cmd->add_option("--format", args->format, "zeus | kareus-scheds")->required();
   cmd->add_option("--out", args->out, "Output folder")->required();
   cmd->add_flag("--clocks-only", args->clocks_only,
-                 "Zeus format: export the clocks of a plan with nanobatched instructions (refused "
-                 "otherwise: its times assume Kareus's execution, kareus.torch)");
+                "Zeus format: export the clocks of a plan with nanobatched instructions (refused "
+                "otherwise: its times assume Kareus's execution, kareus.torch)");
   cmd->add_flag("--json", args->json, "Print JSON");
   cmd->callback([args]() { Run(*args); });
 }

@@ -33,11 +33,14 @@ void AddPartitionsCommand(CLI::App& app) {
       return;
     }
     const auto& w = model.workload;
-    std::printf("%s: %s on %s, TP %d CP %d PP %d DP %d, microbatch %d x %lld tokens, %d microbatches, recompute %s\n",
-                w.name.c_str(), w.model.name.c_str(), w.gpu.name.c_str(), w.parallelism.tp,
-                w.parallelism.cp, w.parallelism.pp, w.parallelism.dp, w.microbatch_size,
-                static_cast<long long>(w.sequence_length), w.microbatches, ToString(w.recompute));
-    std::printf("iteration: %.1f PFLOP over %d GPUs\n\n", model.IterationFlops() / 1e15, w.TotalGpus());
+    std::printf(
+        "%s: %s on %s, TP %d CP %d PP %d DP %d, microbatch %d x %lld tokens, %d microbatches, "
+        "recompute %s\n",
+        w.name.c_str(), w.model.name.c_str(), w.gpu.name.c_str(), w.parallelism.tp,
+        w.parallelism.cp, w.parallelism.pp, w.parallelism.dp, w.microbatch_size,
+        static_cast<long long>(w.sequence_length), w.microbatches, ToString(w.recompute));
+    std::printf("iteration: %.1f PFLOP over %d GPUs\n\n", model.IterationFlops() / 1e15,
+                w.TotalGpus());
     if (!model.nanobatching) {
       std::printf("%s\n\n", model.ToJson()["nanobatching_note"].get<std::string>().c_str());
     }

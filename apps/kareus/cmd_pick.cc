@@ -26,7 +26,8 @@ struct PickArgs {
 
 void Run(const PickArgs& a) {
   if ((a.deadline_s > 0) == (a.power_w > 0)) {
-    ThrowInput("--deadline, --power", a.deadline_s > 0 ? "both" : "neither", "give exactly one, > 0");
+    ThrowInput("--deadline, --power", a.deadline_s > 0 ? "both" : "neither",
+               "give exactly one, > 0");
   }
   const runtime::PickedPlan picked = runtime::PickPlan(a.run, a.deadline_s, a.power_w);
   const int index = picked.point_index;
@@ -60,9 +61,11 @@ void AddPickCommand(CLI::App& app) {
   auto args = std::make_shared<PickArgs>();
   auto* cmd = app.add_subcommand(
       "pick", "The plan of a finished run for an iteration deadline or an average power per GPU");
-  cmd->add_option("OUT", args->run, "A kareus run output folder (frontier.json, plans/)")->required();
-  cmd->add_option("--deadline", args->deadline_s,
-                  "Iteration time in seconds: the lowest-energy plan within it (none: the fastest)");
+  cmd->add_option("OUT", args->run, "A kareus run output folder (frontier.json, plans/)")
+      ->required();
+  cmd->add_option(
+      "--deadline", args->deadline_s,
+      "Iteration time in seconds: the lowest-energy plan within it (none: the fastest)");
   cmd->add_option("--power", args->power_w,
                   "Average watts per GPU: the fastest plan within it (none: the lowest-power one)");
   cmd->add_flag("--json", args->json, "Print JSON");

@@ -58,7 +58,8 @@ void AddProfileCommand(CLI::App& app) {
     };
     const auto make_spec = [args, rank_backend]() {
       distributed::WorkerSpec spec;
-      spec.models.push_back(workload::BuildWorkloadModel(workload::LoadWorkloadFile(args->workload)));
+      spec.models.push_back(
+          workload::BuildWorkloadModel(workload::LoadWorkloadFile(args->workload)));
       spec.make_backend = MakeBackendFactory(rank_backend(spec.models.front()));
       spec.seed = args->seed;
       return spec;
@@ -92,36 +93,38 @@ void AddProfileCommand(CLI::App& app) {
     std::printf("%s on %s: surrogate %s, strategy %s, seed %llu\n", model.workload.name.c_str(),
                 summary.gpu.c_str(), summary.surrogate.c_str(), summary.strategy.c_str(),
                 static_cast<unsigned long long>(summary.seed));
-    std::vector<std::string> header = {"type", "space", "evals", "share", "reused", "GPU-h",
-                                       "frontier"};
+    std::vector<std::string> header = {"type",   "space", "evals",   "share",
+                                       "reused", "GPU-h", "frontier"};
     if (args->oracle) {
       header.insert(header.end(), {"hv_ratio", "random", "clock_hv", "random_clock"});
     }
     Table table(header);
     for (const auto& r : summary.partitions) {
       std::vector<std::string> row = {
-          r.type + (r.tunable ? "" : " (fixed)"), std::to_string(r.space_size),
+          r.type + (r.tunable ? "" : " (fixed)"),
+          std::to_string(r.space_size),
           std::to_string(r.evaluations.size()),
           FormatFixed(100.0 * static_cast<double>(r.evaluations.size()) / r.space_size, 1) + "%",
-          std::to_string(r.reused), FormatFixed(r.cost_gpu_seconds / 3600.0, 2),
+          std::to_string(r.reused),
+          FormatFixed(r.cost_gpu_seconds / 3600.0, 2),
           std::to_string(r.frontier.size())};
       if (r.oracle) {
-        row.insert(row.end(), {FormatFixed(r.oracle->hv_ratio, 4),
-                               FormatFixed(r.oracle->random_hv_ratio, 4),
-                               FormatFixed(r.oracle->clock_hv_ratio, 4),
-                               FormatFixed(r.oracle->random_clock_hv_ratio, 4)});
+        row.insert(row.end(),
+                   {FormatFixed(r.oracle->hv_ratio, 4), FormatFixed(r.oracle->random_hv_ratio, 4),
+                    FormatFixed(r.oracle->clock_hv_ratio, 4),
+                    FormatFixed(r.oracle->random_clock_hv_ratio, 4)});
       } else if (args->oracle) {
         row.insert(row.end(), {"-", "-", "-", "-"});
       }
       table.AddRow(row);
     }
     std::fputs(table.ToString().c_str(), stdout);
-    std::printf("measured %lld configurations (%lld from the store) on %s: %.2f GPU-hours in "
-                "this run, %.2f for the whole profile\n(GPU-hours = %s)\n",
-                static_cast<long long>(summary.measurements_taken),
-                static_cast<long long>(summary.measurements_reused), summary.backend.c_str(),
-                summary.gpu_seconds / 3600.0, summary.cost_gpu_seconds / 3600.0,
-                mobo::kGpuHoursBasis);
+    std::printf(
+        "measured %lld configurations (%lld from the store) on %s: %.2f GPU-hours in "
+        "this run, %.2f for the whole profile\n(GPU-hours = %s)\n",
+        static_cast<long long>(summary.measurements_taken),
+        static_cast<long long>(summary.measurements_reused), summary.backend.c_str(),
+        summary.gpu_seconds / 3600.0, summary.cost_gpu_seconds / 3600.0, mobo::kGpuHoursBasis);
   });
 }
 

@@ -45,8 +45,8 @@ std::string DefaultMethodNames() {
 void AddSharedOptions(CLI::App* cmd, RunArgs& args, const std::string& store_help) {
   cmd->add_option("--out", args.out, "Output folder")->required();
   cmd->add_option("--methods", args.methods,
-                  "Comma-separated methods (default: " + DefaultMethodNames() + "; valid: " +
-                      methods::MethodNames() + ")");
+                  "Comma-separated methods (default: " + DefaultMethodNames() +
+                      "; valid: " + methods::MethodNames() + ")");
   AddProfilerFlags(cmd, args.profiler, store_help);
   AddBackendFlags(cmd, args.backend);
   AddDistributedFlags(cmd, args.distributed);
@@ -55,11 +55,13 @@ void AddSharedOptions(CLI::App* cmd, RunArgs& args, const std::string& store_hel
                   "measured runs) | noise-free | measured | none (tables say 'not evaluated')")
       ->capture_default_str();
   AddSeedOption(cmd, args.seed, "Root seed");
-  cmd->add_option("--unit-time", args.unit_time_ms, "Solver time quantum in ms")->capture_default_str();
-  cmd->add_option("--sweep-anchor-stride", args.sweep_anchor_stride,
-                  "Kareus's whole-instruction fallbacks and gradient-sync SM counts: measured in full at "
-                  "every N-th planning clock (and the lowest); between those, only the choices near the "
-                  "front there (nothing derived; 1: every clock in full)")
+  cmd->add_option("--unit-time", args.unit_time_ms, "Solver time quantum in ms")
+      ->capture_default_str();
+  cmd->add_option(
+         "--sweep-anchor-stride", args.sweep_anchor_stride,
+         "Kareus's whole-instruction fallbacks and gradient-sync SM counts: measured in full at "
+         "every N-th planning clock (and the lowest); between those, only the choices near the "
+         "front there (nothing derived; 1: every clock in full)")
       ->capture_default_str();
   cmd->add_flag("--quiet", args.quiet, "No progress on the terminal");
   cmd->add_flag("--json", args.json, "Print the summary as JSON instead of tables");
@@ -96,7 +98,8 @@ void AddRunCommand(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "run", "Optimize a workload end to end: every method's frontier, plans, tables, report");
   cmd->add_option("WORKLOAD", args->workloads, "Workload file (YAML)")->required()->expected(1);
-  AddSharedOptions(cmd, *args, "SQLite measurement store (default: OUT/measurements.sqlite); a rerun resumes");
+  AddSharedOptions(cmd, *args,
+                   "SQLite measurement store (default: OUT/measurements.sqlite); a rerun resumes");
   cmd->callback([args]() {
     // Under mpirun every rank runs this command; ranks other than 0 measure the partition
     // units rank 0 plans; rank 0 runs the rest of the flow and writes every file.
@@ -161,7 +164,8 @@ void AddRunCommand(CLI::App& app) {
 void AddEvaluateCommand(CLI::App& app) {
   auto args = std::make_shared<RunArgs>();
   auto* cmd = app.add_subcommand(
-      "evaluate", "Run several workloads (e.g. examples/paper/*.yaml) and print one combined table");
+      "evaluate",
+      "Run several workloads (e.g. examples/paper/*.yaml) and print one combined table");
   cmd->add_option("WORKLOAD", args->workloads, "Workload files (YAML)")->required();
   AddSharedOptions(cmd, *args,
                    "SQLite measurement store shared by every workload (default: one per "
@@ -220,7 +224,8 @@ void AddEvaluateCommand(CLI::App& app) {
       return;
     }
     std::fputs(result.table.c_str(), stdout);
-    std::printf("\nWrote %s/evaluation.{json,txt} and one folder per workload\n", args->out.c_str());
+    std::printf("\nWrote %s/evaluation.{json,txt} and one folder per workload\n",
+                args->out.c_str());
   });
 }
 

@@ -54,16 +54,16 @@ std::vector<std::string> SlotNames(const workload::PartitionType& type) {
 std::string Fixed(double value, int decimals) { return FormatFixed(value, decimals); }
 
 std::vector<std::string> ResultCells(const emulator::SimResult& r) {
-  return {Fixed(r.time_s * 1e3, 4),          Fixed(r.energy_j, 4),
-          Fixed(r.static_energy_j, 4),       Fixed(r.dynamic_energy_j, 4),
-          Fixed(r.avg_power_w, 1),           Fixed(r.effective_freq_mhz, 0),
-          Fixed(r.compute_busy_s * 1e3, 4),  Fixed(r.comm_busy_s * 1e3, 4),
+  return {Fixed(r.time_s * 1e3, 4),         Fixed(r.energy_j, 4),
+          Fixed(r.static_energy_j, 4),      Fixed(r.dynamic_energy_j, 4),
+          Fixed(r.avg_power_w, 1),          Fixed(r.effective_freq_mhz, 0),
+          Fixed(r.compute_busy_s * 1e3, 4), Fixed(r.comm_busy_s * 1e3, 4),
           Fixed(r.overlap_s * 1e3, 4)};
 }
 
-const std::vector<std::string> kResultHeader = {
-    "time_ms", "energy_j", "static_j", "dynamic_j", "power_w", "eff_mhz", "compute_ms", "comm_ms",
-    "overlap_ms"};
+const std::vector<std::string> kResultHeader = {"time_ms",    "energy_j", "static_j",
+                                                "dynamic_j",  "power_w",  "eff_mhz",
+                                                "compute_ms", "comm_ms",  "overlap_ms"};
 
 std::string SweepCsv(const std::vector<emulator::SweepPoint>& points) {
   std::ostringstream out;
@@ -88,8 +88,7 @@ void RunPartition(const SimulateArgs& a, const workload::WorkloadModel& model) {
     if (a.freq_mhz) options.freqs_mhz = {*a.freq_mhz};
     if (a.sms) options.sms = {*a.sms};
     if (!a.slot.empty()) options.slots = {a.slot};
-    const std::vector<emulator::SweepPoint> points =
-        emulator::SweepPartition(gpu, type, options);
+    const std::vector<emulator::SweepPoint> points = emulator::SweepPartition(gpu, type, options);
     if (!a.csv.empty()) WriteFileAtomic(a.csv, SweepCsv(points));
     if (a.json) {
       Json rows = Json::array();
@@ -136,8 +135,8 @@ void RunPartition(const SimulateArgs& a, const workload::WorkloadModel& model) {
       const auto* t = it->second.second;
       summary.AddRow({std::to_string(it->first), std::to_string(e->knobs.sms), e->knobs.slot,
                       Fixed(e->result.time_s * 1e3, 4), Fixed(e->result.energy_j, 4),
-                      std::to_string(t->knobs.sms), t->knobs.slot,
-                      Fixed(t->result.time_s * 1e3, 4), Fixed(t->result.energy_j, 4)});
+                      std::to_string(t->knobs.sms), t->knobs.slot, Fixed(t->result.time_s * 1e3, 4),
+                      Fixed(t->result.energy_j, 4)});
     }
     std::printf("%s %s on %s: best schedule per clock\n", model.workload.name.c_str(),
                 type.name.c_str(), gpu.name.c_str());
@@ -161,8 +160,8 @@ void RunPartition(const SimulateArgs& a, const workload::WorkloadModel& model) {
       .freq_mhz = a.freq_mhz ? *a.freq_mhz : gpu.clock.default_mhz, .sms = *a.sms, .slot = a.slot};
   const emulator::SimResult r = emulator::SimulatePartition(gpu, type, knobs);
   if (a.json) {
-    Json j{{"workload", model.workload.name}, {"gpu", gpu.name},     {"partition", type.name},
-           {"freq_mhz", knobs.freq_mhz},      {"sms", knobs.sms},    {"slot", knobs.slot},
+    Json j{{"workload", model.workload.name}, {"gpu", gpu.name},  {"partition", type.name},
+           {"freq_mhz", knobs.freq_mhz},      {"sms", knobs.sms}, {"slot", knobs.slot},
            {"power_limit_w", gpu.power.cap_w}};
     j.update(emulator::ToJson(r));
     std::fputs(DumpJson(j).c_str(), stdout);
@@ -245,9 +244,12 @@ void RunInstruction(const SimulateArgs& a, const workload::WorkloadModel& model)
   if (a.json) {
     Json rows = Json::array();
     for (const auto& [f, r] : results) {
-      Json j{{"workload", model.workload.name}, {"gpu", gpu.name},
-             {"stage", *a.stage},               {"instruction", a.instruction},
-             {"mode", schedule::ToString(mode)}, {"freq_mhz", f},
+      Json j{{"workload", model.workload.name},
+             {"gpu", gpu.name},
+             {"stage", *a.stage},
+             {"instruction", a.instruction},
+             {"mode", schedule::ToString(mode)},
+             {"freq_mhz", f},
              {"power_limit_w", gpu.power.cap_w}};
       j.update(emulator::ToJson(r));
       rows.push_back(j);

@@ -66,10 +66,11 @@ void Run(const SolveArgs& a) {
       std::fputs(DumpJson(out).c_str(), stdout);
       return;
     }
-    std::printf("plan for deadline %.6f s: iteration time %.6f s, energy %.1f J (static %.1f J); "
-                "wrote %s\n",
-                a.deadline_s, s.fastest.time_s, s.fastest.energy_j, s.fastest.static_energy_j,
-                s.files.plan.string().c_str());
+    std::printf(
+        "plan for deadline %.6f s: iteration time %.6f s, energy %.1f J (static %.1f J); "
+        "wrote %s\n",
+        a.deadline_s, s.fastest.time_s, s.fastest.energy_j, s.fastest.static_energy_j,
+        s.files.plan.string().c_str());
     return;
   }
   if (a.json) {
@@ -104,16 +105,20 @@ void Run(const SolveArgs& a) {
 void AddSolveCommand(CLI::App& app) {
   auto args = std::make_shared<SolveArgs>();
   auto* cmd = app.add_subcommand(
-      "solve", "Solve a Perseus profile CSV (stage,instruction,frequency,time,energy) for the "
-               "iteration time-energy frontier; writes plan.json, frontier.json and plans/");
+      "solve",
+      "Solve a Perseus profile CSV (stage,instruction,frequency,time,energy) for the "
+      "iteration time-energy frontier; writes plan.json, frontier.json and plans/");
   cmd->add_option("PROFILE", args->profile, "Perseus profile CSV (energy per GPU)")->required();
   cmd->add_option("--stages", args->stages, "Pipeline stages")->required();
   cmd->add_option("--microbatches", args->microbatches, "Microbatches per iteration")->required();
-  cmd->add_option("--static-power", args->static_power_w,
-                  "Static (blocking) power of one GPU, W")->required();
-  cmd->add_option("--unit-time", args->unit_time_ms, "Solver time quantum, ms")->capture_default_str();
-  cmd->add_option("--gpus-per-stage", args->gpus_per_stage, "GPUs per stage")->capture_default_str();
-  cmd->add_option("--schedule", args->schedule, "Pipeline schedule: 1f1b | gpipe")->capture_default_str();
+  cmd->add_option("--static-power", args->static_power_w, "Static (blocking) power of one GPU, W")
+      ->required();
+  cmd->add_option("--unit-time", args->unit_time_ms, "Solver time quantum, ms")
+      ->capture_default_str();
+  cmd->add_option("--gpus-per-stage", args->gpus_per_stage, "GPUs per stage")
+      ->capture_default_str();
+  cmd->add_option("--schedule", args->schedule, "Pipeline schedule: 1f1b | gpipe")
+      ->capture_default_str();
   cmd->add_option("--out", args->out, "Output folder")->required();
   cmd->add_option("--deadline", args->deadline_s,
                   "Only the least-energy plan with iteration time <= this many seconds "

@@ -37,12 +37,10 @@ void ThrowAsFlag(const std::optional<OptionError>& error, const std::vector<Flag
 }
 
 std::vector<FlagName> ProfilerFlagNames(const std::string& prefix) {
-  return {{prefix + "budget", "--budget"},
-          {prefix + "budget_fraction", "--budget-fraction"},
-          {prefix + "min_budget", "--min-budget"},
-          {prefix + "initial_design", "--initial"},
-          {prefix + "batch_size", "--batch"},
-          {prefix + "unit_size", "--unit-size"}};
+  return {
+      {prefix + "budget", "--budget"},         {prefix + "budget_fraction", "--budget-fraction"},
+      {prefix + "min_budget", "--min-budget"}, {prefix + "initial_design", "--initial"},
+      {prefix + "batch_size", "--batch"},      {prefix + "unit_size", "--unit-size"}};
 }
 
 void AddProfilerFlags(CLI::App* cmd, ProfilerFlags& flags, const std::string& store_help) {
@@ -59,13 +57,15 @@ void AddProfilerFlags(CLI::App* cmd, ProfilerFlags& flags, const std::string& st
                   "type and at least one per profiled clock (at most its space; 0: no floor; the "
                   "share actually measured is reported per type)")
       ->capture_default_str();
-  cmd->add_option("--surrogate", flags.surrogate, "Profiler surrogate: gp | xgb")->capture_default_str();
+  cmd->add_option("--surrogate", flags.surrogate, "Profiler surrogate: gp | xgb")
+      ->capture_default_str();
   cmd->add_option("--strategy", flags.strategy,
                   "Profiler batch acquisition: per-clock | published | believer | thompson")
       ->capture_default_str();
   cmd->add_option("--initial", flags.initial, "Initial design size per type; 0: automatic")
       ->capture_default_str();
-  cmd->add_option("--batch", flags.batch, "Acquisition batch size; 0: automatic")->capture_default_str();
+  cmd->add_option("--batch", flags.batch, "Acquisition batch size; 0: automatic")
+      ->capture_default_str();
   cmd->add_option("--unit-size", flags.unit_size,
                   "Configurations per measurement unit (one backend batch with its own warm-up); "
                   "under mpirun the units of a batch are measured on several ranks at once; the "
@@ -164,8 +164,9 @@ void AddBackendFlags(CLI::App* cmd, BackendFlags& flags) {
                 "level profiled");
   cmd->add_option("--window", flags.window_s,
                   "cuda, torch: seconds of timed work (the energy window) per measurement; 0: the "
-                  "backend's default (cuda " + fmt::format("{}", measure::CudaBackendOptions{}.window_s) +
-                      ", torch " + fmt::format("{}", measure::TorchBackendOptions{}.window_s) + ")")
+                  "backend's default (cuda " +
+                      fmt::format("{}", measure::CudaBackendOptions{}.window_s) + ", torch " +
+                      fmt::format("{}", measure::TorchBackendOptions{}.window_s) + ")")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 3600.0));
   cmd->add_option("--devices", flags.devices,
@@ -179,7 +180,8 @@ void AddBackendFlags(CLI::App* cmd, BackendFlags& flags) {
 
 measure::BackendFactory MakeBackendFactory(const BackendFlags& flags) {
   if (flags.backend == "torch") {
-    if (!flags.devices.empty()) ThrowInput("--devices", Describe(flags.devices.front()), "applies to --backend cuda only");
+    if (!flags.devices.empty())
+      ThrowInput("--devices", Describe(flags.devices.front()), "applies to --backend cuda only");
     if (!flags.measurement_log.empty()) {
       ThrowInput("--measurement-log", flags.measurement_log, "applies to --backend cuda only");
     }
@@ -190,9 +192,12 @@ measure::BackendFactory MakeBackendFactory(const BackendFlags& flags) {
     return measure::TorchBackendFactory(options);
   }
   if (flags.backend == "emulator") {
-    if (flags.allow_clock_control) ThrowInput("--allow-clock-control", "true", "applies to --backend cuda and torch only");
-    if (flags.window_s > 0.0) ThrowInput("--window", Describe(flags.window_s), "applies to --backend cuda and torch only");
-    if (!flags.devices.empty()) ThrowInput("--devices", Describe(flags.devices.front()), "applies to --backend cuda only");
+    if (flags.allow_clock_control)
+      ThrowInput("--allow-clock-control", "true", "applies to --backend cuda and torch only");
+    if (flags.window_s > 0.0)
+      ThrowInput("--window", Describe(flags.window_s), "applies to --backend cuda and torch only");
+    if (!flags.devices.empty())
+      ThrowInput("--devices", Describe(flags.devices.front()), "applies to --backend cuda only");
     if (!flags.measurement_log.empty()) {
       ThrowInput("--measurement-log", flags.measurement_log, "applies to --backend cuda only");
     }
@@ -210,9 +215,11 @@ measure::BackendFactory MakeBackendFactory(const BackendFlags& flags) {
   }
   std::string names;
   for (const std::string& name : BackendNames()) names += (names.empty() ? "" : ", ") + name;
-  ThrowInput("--backend", flags.backend,
-             "unknown backend (valid in this build: " + names + ")" +
-                 (flags.backend == "cuda" ? "; this kareus was built without CUDA (KAREUS_WITH_CUDA)" : ""));
+  ThrowInput(
+      "--backend", flags.backend,
+      "unknown backend (valid in this build: " + names + ")" +
+          (flags.backend == "cuda" ? "; this kareus was built without CUDA (KAREUS_WITH_CUDA)"
+                                   : ""));
 }
 
 }  // namespace kareus::cli

@@ -24,7 +24,8 @@ std::optional<std::string> UnknownFlag(CLI::App& app, int argc, char** argv) {
     return std::nullopt;  // an unknown command is reported by its own check
   }
   std::vector<std::string> flags;
-  for (const CLI::App* owner : {static_cast<const CLI::App*>(&app), static_cast<const CLI::App*>(command)}) {
+  for (const CLI::App* owner :
+       {static_cast<const CLI::App*>(&app), static_cast<const CLI::App*>(command)}) {
     for (const CLI::Option* option : owner->get_options()) {
       for (const std::string& name : option->get_lnames()) flags.push_back("--" + name);
     }
@@ -37,8 +38,8 @@ std::optional<std::string> UnknownFlag(CLI::App& app, int argc, char** argv) {
     if (std::find(flags.begin(), flags.end(), name) != flags.end()) continue;
     const auto closest = kareus::ClosestChoice(name, flags);
     return kareus::ShownValue(name) + ": unknown flag of kareus " + command->get_name() +
-           (closest ? "; did you mean " + *closest + "?" : "") + " (kareus " +
-           command->get_name() + " --help lists them)";
+           (closest ? "; did you mean " + *closest + "?" : "") + " (kareus " + command->get_name() +
+           " --help lists them)";
   }
   return std::nullopt;
 }

@@ -28,9 +28,9 @@ extern "C" {
 typedef enum KareusStatus {
   KAREUS_OK = 0,
   KAREUS_ERROR_INVALID_ARGUMENT = 1, /* NULL handle or out-pointer, bad flag */
-  KAREUS_ERROR_INPUT = 2,       /* bad plan/frontier file, clock, or a loop/plan mismatch */
-  KAREUS_ERROR_ENVIRONMENT = 3, /* NVML missing or failing, no such GPU, unreadable file */
-  KAREUS_ERROR_INTERNAL = 4     /* anything else: a bug, please report it */
+  KAREUS_ERROR_INPUT = 2,            /* bad plan/frontier file, clock, or a loop/plan mismatch */
+  KAREUS_ERROR_ENVIRONMENT = 3,      /* NVML missing or failing, no such GPU, unreadable file */
+  KAREUS_ERROR_INTERNAL = 4          /* anything else: a bug, please report it */
 } KareusStatus;
 
 /* The message of the calling thread's last failed call ("" if none). */
@@ -72,7 +72,10 @@ KAREUS_C_EXPORT int kareus_controller_stats(const KareusController* controller,
 /* ---- Plan executor: one pipeline stage of plan.json, driven by the training loop hooks. ---- */
 typedef struct KareusExecutor KareusExecutor;
 
-typedef enum KareusInstructionKind { KAREUS_FORWARD = 0, KAREUS_BACKWARD = 1 } KareusInstructionKind;
+typedef enum KareusInstructionKind {
+  KAREUS_FORWARD = 0,
+  KAREUS_BACKWARD = 1
+} KareusInstructionKind;
 
 typedef struct KareusInstruction {
   int kind;           /* KareusInstructionKind */
@@ -95,8 +98,7 @@ KAREUS_C_EXPORT int kareus_executor_on_step_begin(KareusExecutor* executor);
 KAREUS_C_EXPORT int kareus_executor_on_step_end(KareusExecutor* executor);
 KAREUS_C_EXPORT int kareus_executor_on_instruction_begin(KareusExecutor* executor,
                                                          const char* kind);
-KAREUS_C_EXPORT int kareus_executor_on_instruction_end(KareusExecutor* executor,
-                                                       const char* kind);
+KAREUS_C_EXPORT int kareus_executor_on_instruction_end(KareusExecutor* executor, const char* kind);
 /* Interleaved 1F1B: the same hooks with the model chunk the loop runs (Megatron-LM's
  * model_chunk_id), checked against the plan. The hooks without a chunk follow the plan's
  * order, chunks included. */
@@ -120,8 +122,7 @@ KAREUS_C_EXPORT int kareus_executor_gradient_sync(const KareusExecutor* executor
 KAREUS_C_EXPORT int kareus_executor_stage_gradient_sync(const KareusExecutor* executor, int* found,
                                                         int* freq_mhz, int* sms);
 /* The current (last begun) instruction; KAREUS_ERROR_INPUT before the first. */
-KAREUS_C_EXPORT int kareus_executor_current(const KareusExecutor* executor,
-                                            KareusInstruction* out);
+KAREUS_C_EXPORT int kareus_executor_current(const KareusExecutor* executor, KareusInstruction* out);
 /* Knobs of partition i (0 <= i < num_partitions) of the current instruction. The strings stay
  * valid until the plan is swapped (a step boundary after a swap request) or destroy. */
 KAREUS_C_EXPORT int kareus_executor_partition(const KareusExecutor* executor, int i,
@@ -134,10 +135,9 @@ KAREUS_C_EXPORT int kareus_executor_knobs(const KareusExecutor* executor, const 
 KAREUS_C_EXPORT int kareus_executor_swap_plan(KareusExecutor* executor, const char* plan_path);
 /* Straggler mode: pick from folder/frontier.json the lowest-energy point with time <=
  * target_time_s and swap to its plan. Outputs may be NULL. */
-KAREUS_C_EXPORT int kareus_executor_swap_to_frontier(KareusExecutor* executor,
-                                                     const char* folder, double target_time_s,
-                                                     double* time_s, double* energy_j,
-                                                     int* meets_target);
+KAREUS_C_EXPORT int kareus_executor_swap_to_frontier(KareusExecutor* executor, const char* folder,
+                                                     double target_time_s, double* time_s,
+                                                     double* energy_j, int* meets_target);
 
 /* Power-budget mode: pick from folder/frontier.json the fastest point whose average power per
  * GPU (energy / time / the plan's GPUs) is <= budget_w_per_gpu, or the lowest-power point with
@@ -157,9 +157,9 @@ KAREUS_C_EXPORT int kareus_executor_follow_timetable(KareusExecutor* executor,
 /* The last timetable decision: its interval (-1: past the last), whether the job is behind,
  * late (cannot finish by the deadline) or done, and the iterations planned by then. Outputs
  * may be NULL; an error before the first step in timetable mode. */
-KAREUS_C_EXPORT int kareus_executor_timetable_status(const KareusExecutor* executor,
-                                                     int* interval, int* behind, int* late,
-                                                     int* done, double* planned_iterations);
+KAREUS_C_EXPORT int kareus_executor_timetable_status(const KareusExecutor* executor, int* interval,
+                                                     int* behind, int* late, int* done,
+                                                     double* planned_iterations);
 
 /* ---- Energy monitor: named measurement windows (like ZeusMonitor). Thread-safe. ---- */
 typedef struct KareusMonitor KareusMonitor;

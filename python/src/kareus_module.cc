@@ -121,7 +121,8 @@ kareus::workload::Workload LoadWorkloadArgument(const py::object& workload) {
     const std::string text = py::str(py::module_::import("json").attr("dumps")(workload));
     return kw::WorkloadFromYaml(text, "workload");
   }
-  return kw::LoadWorkloadFile(py::str(py::module_::import("os").attr("fspath")(workload)).cast<std::string>());
+  return kw::LoadWorkloadFile(
+      py::str(py::module_::import("os").attr("fspath")(workload)).cast<std::string>());
 }
 
 py::dict CostDict(const kareus::pipeline::Evaluation& e) {
@@ -169,8 +170,9 @@ py::dict ChosenPointDict(int point_index, const plan::FrontierPoint& point,
 }  // namespace
 
 PYBIND11_MODULE(_kareus, m) {
-  m.doc() = "Kareus runtime: apply a Kareus plan (GPU clock per pipeline instruction, comm "
-            "knobs per partition) in a training job, and measure GPU energy.";
+  m.doc() =
+      "Kareus runtime: apply a Kareus plan (GPU clock per pipeline instruction, comm "
+      "knobs per partition) in a training job, and measure GPU energy.";
 
   static py::exception<kareus::Error> error(m, "Error", PyExc_RuntimeError);
   static py::exception<kareus::InputError> input_error(m, "InputError", PyExc_ValueError);
@@ -202,8 +204,9 @@ PYBIND11_MODULE(_kareus, m) {
         if (budget_fraction) options.profile.budget_fraction = *budget_fraction;
         if (const auto error = options.Validate()) {
           // Python names the arguments after the struct's fields.
-          kareus::ThrowInput(error->field == "profile.budget_fraction" ? "budget_fraction" : error->field,
-                             error->value, error->rule);
+          kareus::ThrowInput(
+              error->field == "profile.budget_fraction" ? "budget_fraction" : error->field,
+              error->value, error->rule);
         }
         options.quiet = quiet;
         const kareus::workload::Workload loaded = LoadWorkloadArgument(workload);
@@ -216,9 +219,9 @@ PYBIND11_MODULE(_kareus, m) {
         std::string summary;
         {
           py::gil_scoped_release release;  // the run is pure C++; let other threads go on
-          const auto run = km::RunWorkload(loaded, options,
-                                           kareus::measure::EmulatorBackendFactory(),
-                                           kareus::Context{.seed = seed, .quiet = quiet});
+          const auto run =
+              km::RunWorkload(loaded, options, kareus::measure::EmulatorBackendFactory(),
+                              kareus::Context{.seed = seed, .quiet = quiet});
           if (folder) {
             km::WriteRunOutputs(run, folder->staging());
             folder->Commit();
@@ -240,15 +243,16 @@ PYBIND11_MODULE(_kareus, m) {
          bool program) {
         namespace kw = kareus::workload;
         if (workload.is_none() + plan_path.is_none() + record.is_none() != 2) {
-          throw kareus::InputError("partitions: give one of a workload (file or dict), plan= "
-                                   "(a plan.json whose recorded workload is used) or record= (a "
-                                   "plan's workload record as a dict)");
+          throw kareus::InputError(
+              "partitions: give one of a workload (file or dict), plan= "
+              "(a plan.json whose recorded workload is used) or record= (a "
+              "plan's workload record as a dict)");
         }
         kw::Workload loaded;
         if (!record.is_none()) {
           const std::string text = py::str(py::module_::import("json").attr("dumps")(record));
-          loaded = kw::WorkloadFromRecord(kareus::ParseJson(text, "record"), virtual_stages,
-                                          "record");
+          loaded =
+              kw::WorkloadFromRecord(kareus::ParseJson(text, "record"), virtual_stages, "record");
         } else if (!plan_path.is_none()) {
           const std::string path =
               py::str(py::module_::import("os").attr("fspath")(plan_path)).cast<std::string>();
@@ -310,19 +314,18 @@ PYBIND11_MODULE(_kareus, m) {
 
   m.def(
       "solve",
-      [](const std::filesystem::path& profile, int stages, int microbatches,
-         double static_power_w, const std::filesystem::path& out, double unit_time_s,
-         int gpus_per_stage, const std::string& schedule_name, double deadline_s) {
-        const plan::SolveProfileOptions options{
-            .profile = profile,
-            .num_stages = stages,
-            .num_microbatches = microbatches,
-            .p_static_w = static_power_w,
-            .unit_time_s = unit_time_s,
-            .gpus_per_stage = gpus_per_stage,
-            .out = out,
-            .deadline_s = deadline_s,
-            .schedule = ScheduleArgument(schedule_name)};
+      [](const std::filesystem::path& profile, int stages, int microbatches, double static_power_w,
+         const std::filesystem::path& out, double unit_time_s, int gpus_per_stage,
+         const std::string& schedule_name, double deadline_s) {
+        const plan::SolveProfileOptions options{.profile = profile,
+                                                .num_stages = stages,
+                                                .num_microbatches = microbatches,
+                                                .p_static_w = static_power_w,
+                                                .unit_time_s = unit_time_s,
+                                                .gpus_per_stage = gpus_per_stage,
+                                                .out = out,
+                                                .deadline_s = deadline_s,
+                                                .schedule = ScheduleArgument(schedule_name)};
         if (const auto error = options.Validate()) {
           // Python names the arguments; the struct's names differ for three of them.
           const std::map<std::string, std::string> names = {{"num_stages", "stages"},
@@ -410,8 +413,7 @@ PYBIND11_MODULE(_kareus, m) {
            py::call_guard<py::gil_scoped_release>(), "Reset to the default clocks and wait.")
       .def_property_readonly("gpu", &rt::FrequencyController::gpu)
       .def_property_readonly("measure_only", &rt::FrequencyController::measure_only)
-      .def_property_readonly("supported_clocks_mhz",
-                             &rt::FrequencyController::supported_clocks_mhz)
+      .def_property_readonly("supported_clocks_mhz", &rt::FrequencyController::supported_clocks_mhz)
       .def_property_readonly("stats",
                              [](const rt::FrequencyController& c) {
                                const rt::FrequencyControllerStats s = c.stats();
@@ -424,14 +426,14 @@ PYBIND11_MODULE(_kareus, m) {
                                d["applied_mhz"] = s.applied_mhz;
                                return d;
                              })
-      .def("__enter__", [](rt::FrequencyController& c) -> rt::FrequencyController& { return c; },
-           py::return_value_policy::reference)
-      .def("__exit__",
-           [](rt::FrequencyController& c, py::object, py::object, py::object) {
-             py::gil_scoped_release release;
-             c.ResetClocks();
-             return false;
-           });
+      .def(
+          "__enter__", [](rt::FrequencyController& c) -> rt::FrequencyController& { return c; },
+          py::return_value_policy::reference)
+      .def("__exit__", [](rt::FrequencyController& c, py::object, py::object, py::object) {
+        py::gil_scoped_release release;
+        c.ResetClocks();
+        return false;
+      });
 
   py::class_<rt::PlanExecutor>(m, "PlanExecutor",
                                "One pipeline stage of plan.json, driven by the training loop's "
@@ -454,26 +456,28 @@ PYBIND11_MODULE(_kareus, m) {
            py::keep_alive<1, 4>())  // the controller lives as long as the executor
       .def("on_step_begin", &rt::PlanExecutor::OnStepBegin)
       .def("on_step_end", &rt::PlanExecutor::OnStepEnd)
-      .def("on_instruction_begin",
-           [](rt::PlanExecutor& e, const std::string& kind, std::optional<int> chunk) {
-             if (chunk) {
-               e.OnInstructionBegin(kind, *chunk);
-             } else {
-               e.OnInstructionBegin(kind);
-             }
-           },
-           py::arg("name"), py::arg("chunk") = py::none(),
-           "Begin 'forward' or 'backward'; with interleaved 1F1B optionally the model chunk "
-           "(Megatron-LM's model_chunk_id), checked against the plan.")
-      .def("on_instruction_end",
-           [](rt::PlanExecutor& e, const std::string& kind, std::optional<int> chunk) {
-             if (chunk) {
-               e.OnInstructionEnd(kind, *chunk);
-             } else {
-               e.OnInstructionEnd(kind);
-             }
-           },
-           py::arg("name"), py::arg("chunk") = py::none())
+      .def(
+          "on_instruction_begin",
+          [](rt::PlanExecutor& e, const std::string& kind, std::optional<int> chunk) {
+            if (chunk) {
+              e.OnInstructionBegin(kind, *chunk);
+            } else {
+              e.OnInstructionBegin(kind);
+            }
+          },
+          py::arg("name"), py::arg("chunk") = py::none(),
+          "Begin 'forward' or 'backward'; with interleaved 1F1B optionally the model chunk "
+          "(Megatron-LM's model_chunk_id), checked against the plan.")
+      .def(
+          "on_instruction_end",
+          [](rt::PlanExecutor& e, const std::string& kind, std::optional<int> chunk) {
+            if (chunk) {
+              e.OnInstructionEnd(kind, *chunk);
+            } else {
+              e.OnInstructionEnd(kind);
+            }
+          },
+          py::arg("name"), py::arg("chunk") = py::none())
       .def("on_gradient_sync_begin", &rt::PlanExecutor::OnGradientSyncBegin,
            "Before the stage's data-parallel gradient sync (Megatron-LM: finalize_model_grads): "
            "applies the clock of the plan's sync tail; a no-op without one.")
@@ -503,10 +507,9 @@ PYBIND11_MODULE(_kareus, m) {
       .def_property_readonly("stage", &rt::PlanExecutor::stage)
       .def_property_readonly("in_step", &rt::PlanExecutor::in_step)
       .def_property_readonly("in_instruction", &rt::PlanExecutor::in_instruction)
-      .def_property_readonly("num_instructions",
-                             [](const rt::PlanExecutor& e) {
-                               return e.stage_plan().instructions.size();
-                             })
+      .def_property_readonly(
+          "num_instructions",
+          [](const rt::PlanExecutor& e) { return e.stage_plan().instructions.size(); })
       .def_property_readonly("method", [](const rt::PlanExecutor& e) { return e.plan().method; })
       .def_property_readonly("num_stages",
                              [](const rt::PlanExecutor& e) { return e.plan().stages.size(); })
@@ -528,11 +531,12 @@ PYBIND11_MODULE(_kareus, m) {
             return py::make_tuple(knobs->sms, knobs->slot);
           },
           py::arg("partition_type"))
-      .def("swap_plan",
-           [](rt::PlanExecutor& e, const std::filesystem::path& plan_path) {
-             e.SwapPlan(plan::ReadPlanFile(plan_path));
-           },
-           py::arg("plan_path"))
+      .def(
+          "swap_plan",
+          [](rt::PlanExecutor& e, const std::filesystem::path& plan_path) {
+            e.SwapPlan(plan::ReadPlanFile(plan_path));
+          },
+          py::arg("plan_path"))
       .def(
           "swap_to_frontier",
           [](rt::PlanExecutor& e, const std::filesystem::path& folder, double target_time_s) {
@@ -574,22 +578,22 @@ PYBIND11_MODULE(_kareus, m) {
           },
           py::arg("timetable"), py::arg("first_iteration") = 0.0, py::arg("now") = py::none(),
           py::arg("sleep_until") = py::none())
-      .def_property_readonly(
-          "timetable_step",
-          [](const rt::PlanExecutor& e) -> py::object {
-            const auto& step = e.timetable_step();
-            if (!step) return py::none();
-            py::dict d;
-            d["interval"] = step->interval;
-            d["plan"] = step->plan.empty() ? py::object(py::none()) : py::str(step->plan.string());
-            d["pause_until"] = step->pause_until;
-            d["planned_iterations"] = step->planned_iterations;
-            d["behind"] = step->behind;
-            d["late"] = step->late;
-            d["done"] = step->done;
-            d["message"] = step->message;
-            return d;
-          })
+      .def_property_readonly("timetable_step",
+                             [](const rt::PlanExecutor& e) -> py::object {
+                               const auto& step = e.timetable_step();
+                               if (!step) return py::none();
+                               py::dict d;
+                               d["interval"] = step->interval;
+                               d["plan"] = step->plan.empty() ? py::object(py::none())
+                                                              : py::str(step->plan.string());
+                               d["pause_until"] = step->pause_until;
+                               d["planned_iterations"] = step->planned_iterations;
+                               d["behind"] = step->behind;
+                               d["late"] = step->late;
+                               d["done"] = step->done;
+                               d["message"] = step->message;
+                               return d;
+                             })
       .def_property_readonly("timetable_swaps", &rt::PlanExecutor::timetable_swaps)
       .def_property_readonly("swap_pending", &rt::PlanExecutor::swap_pending);
 
@@ -608,9 +612,9 @@ PYBIND11_MODULE(_kareus, m) {
                                 "Named begin/end energy windows over chosen GPUs.")
       .def(py::init([](std::optional<std::vector<int>> gpu_indices, double power_poll_period_s) {
              return std::make_unique<rt::EnergyMonitor>(
-                 SharedNvml(), rt::EnergyMonitorOptions{
-                                   .gpus = gpu_indices.value_or(std::vector<int>{}),
-                                   .power_poll_period_s = power_poll_period_s});
+                 SharedNvml(),
+                 rt::EnergyMonitorOptions{.gpus = gpu_indices.value_or(std::vector<int>{}),
+                                          .power_poll_period_s = power_poll_period_s});
            }),
            py::arg("gpu_indices") = py::none(), py::arg("power_poll_period_s") = 0.01)
       .def_property_readonly("gpu_indices", &rt::EnergyMonitor::gpus)
@@ -619,7 +623,8 @@ PYBIND11_MODULE(_kareus, m) {
           "end_window",
           [](rt::EnergyMonitor& monitor, const std::string& key) {
             const rt::EnergyMeasurement raw = monitor.EndWindow(key);
-            Measurement result{.time_s = raw.time_s, .gpu_energy_j = {},
+            Measurement result{.time_s = raw.time_s,
+                               .gpu_energy_j = {},
                                .total_energy_j = raw.total_energy_j,
                                .power_integrated = raw.power_integrated};
             for (size_t i = 0; i < raw.gpu_energy_j.size(); ++i) {

@@ -72,15 +72,22 @@ void FsyncDirectory(const fs::path& dir) {
 // Names that `kareus run/evaluate/solve/export` write, so a folder made only of them (written
 // before the marker existed) may be replaced.
 bool KnownOutputName(const std::string& name) {
-  static const char* const kPatterns[] = {
-      "plan.json",         "frontier.json",        "summary.json",          "report.html",
-      "evaluation.json",   "evaluation.txt",       "plans",                 "methods",
-      "timetable.json",
-      "measurements.sqlite*", "freqs_pipeline_*.py", "scheds_pipeline_*.py", "*.tmp.*",
-      kMarkerName};
-  return std::any_of(std::begin(kPatterns), std::end(kPatterns), [&](const char* pattern) {
-    return ::fnmatch(pattern, name.c_str(), 0) == 0;
-  });
+  static const char* const kPatterns[] = {"plan.json",
+                                          "frontier.json",
+                                          "summary.json",
+                                          "report.html",
+                                          "evaluation.json",
+                                          "evaluation.txt",
+                                          "plans",
+                                          "methods",
+                                          "timetable.json",
+                                          "measurements.sqlite*",
+                                          "freqs_pipeline_*.py",
+                                          "scheds_pipeline_*.py",
+                                          "*.tmp.*",
+                                          kMarkerName};
+  return std::any_of(std::begin(kPatterns), std::end(kPatterns),
+                     [&](const char* pattern) { return ::fnmatch(pattern, name.c_str(), 0) == 0; });
 }
 
 // The first entry of `dir` that shows it is not a Kareus output folder, or "" when it may be
@@ -158,8 +165,7 @@ std::string ReadTextFile(const fs::path& path) {
     if (n == 0) break;
     if (text.size() + static_cast<std::size_t>(n) > kMaxInputFileBytes) {
       ::close(fd);
-      throw InputError(path.string() + ": larger than " +
-                       std::to_string(kMaxInputFileBytes >> 20) +
+      throw InputError(path.string() + ": larger than " + std::to_string(kMaxInputFileBytes >> 20) +
                        " MiB; not a Kareus input file");
     }
     text.append(buffer, static_cast<std::size_t>(n));
@@ -182,8 +188,8 @@ void WriteFileAtomic(const fs::path& path, std::string_view contents) {
       fs::create_directories(path.parent_path(), ec);
       if (ec) {
         throw EnvironmentError(path.string() + ": cannot be written: its folder " +
-                               path.parent_path().string() + " cannot be created (" +
-                               ec.message() + ")");
+                               path.parent_path().string() + " cannot be created (" + ec.message() +
+                               ")");
       }
     }
     temp = path.string() + ".tmp." + RandomSuffix();
@@ -247,7 +253,8 @@ bool IsMountPoint(const fs::path& path) {
   // alone would take a btrfs subvolume, which can be renamed, for one).
   std::ifstream mounts("/proc/self/mountinfo");
   if (!mounts) {
-    struct stat self {}, parent {};
+    struct stat self {
+    }, parent{};
     return ::stat(resolved.c_str(), &self) == 0 &&
            ::stat(resolved.parent_path().c_str(), &parent) == 0 && self.st_dev != parent.st_dev;
   }
@@ -314,8 +321,8 @@ OutputFolder::OutputFolder(const fs::path& target) {
   fs::create_directories(target_.parent_path(), ec);
   if (ec) {
     throw EnvironmentError("out = " + ShownValue(target.string()) + ": its parent folder " +
-                           target_.parent_path().string() + " cannot be created (" +
-                           ec.message() + ")");
+                           target_.parent_path().string() + " cannot be created (" + ec.message() +
+                           ")");
   }
   RemoveStaleTemporaries(target_);
   std::lock_guard<std::mutex> lock(TemporariesMutex());
@@ -367,14 +374,13 @@ void OutputFolder::Commit() {
     if (swapped) {
       Temporaries().erase(staging_.string());
     } else if (errno != EEXIST && errno != ENOTEMPTY) {
-      throw EnvironmentError(target_.string() + ": cannot move the new outputs in place: " +
-                             ErrnoText());
+      throw EnvironmentError(target_.string() +
+                             ": cannot move the new outputs in place: " + ErrnoText());
     }
   }
   if (!swapped) {
     // One atomic step: afterwards the staging name holds the previous outputs.
-    if (::renameat2(AT_FDCWD, staging_.c_str(), AT_FDCWD, target_.c_str(), RENAME_EXCHANGE) ==
-        0) {
+    if (::renameat2(AT_FDCWD, staging_.c_str(), AT_FDCWD, target_.c_str(), RENAME_EXCHANGE) == 0) {
       fs::remove_all(staging_, ec);
       Temporaries().erase(staging_.string());
     } else if (errno == EINVAL || errno == ENOSYS || errno == ENOTSUP) {
@@ -382,23 +388,22 @@ void OutputFolder::Commit() {
       const fs::path previous =
           target_.parent_path() / (TemporaryName(target_, "previous-") + RandomSuffix());
       if (::rename(target_.c_str(), previous.c_str()) != 0) {
-        throw EnvironmentError(target_.string() + ": cannot move the previous outputs aside: " +
-                               ErrnoText());
+        throw EnvironmentError(target_.string() +
+                               ": cannot move the previous outputs aside: " + ErrnoText());
       }
       Temporaries().insert(previous.string());
       if (::rename(staging_.c_str(), target_.c_str()) != 0) {
         const std::string reason = ErrnoText();
         ::rename(previous.c_str(), target_.c_str());
         Temporaries().erase(previous.string());
-        throw EnvironmentError(target_.string() + ": cannot move the new outputs in place: " +
-                               reason);
+        throw EnvironmentError(target_.string() +
+                               ": cannot move the new outputs in place: " + reason);
       }
       Temporaries().erase(staging_.string());
       fs::remove_all(previous, ec);
       Temporaries().erase(previous.string());
     } else {
-      throw EnvironmentError(target_.string() + ": cannot swap in the new outputs: " +
-                             ErrnoText());
+      throw EnvironmentError(target_.string() + ": cannot swap in the new outputs: " + ErrnoText());
     }
   }
   FsyncDirectory(target_.parent_path());
@@ -457,18 +462,18 @@ fs::path DataDir() {
   std::error_code ec;
   const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
   Dl_info info{};
-  for (const fs::path& holder :
-       {dladdr(reinterpret_cast<void*>(&DataDir), &info) != 0 && info.dli_fname != nullptr &&
-                info.dli_fname[0] == '/'
-            ? fs::path(info.dli_fname)
-            : fs::path(),
-        ec ? fs::path() : exe}) {
+  for (const fs::path& holder : {dladdr(reinterpret_cast<void*>(&DataDir), &info) != 0 &&
+                                         info.dli_fname != nullptr && info.dli_fname[0] == '/'
+                                     ? fs::path(info.dli_fname)
+                                     : fs::path(),
+                                 ec ? fs::path() : exe}) {
     if (holder.empty()) continue;
     const fs::path beside = holder.parent_path() / "data";
     if (fs::exists(beside / "gpus") && fs::exists(beside / "models")) return beside;
   }
 #ifdef KAREUS_SOURCE_DATA_DIR
-  if (fs::exists(fs::path(KAREUS_SOURCE_DATA_DIR) / "gpus")) return fs::path(KAREUS_SOURCE_DATA_DIR);
+  if (fs::exists(fs::path(KAREUS_SOURCE_DATA_DIR) / "gpus"))
+    return fs::path(KAREUS_SOURCE_DATA_DIR);
 #endif
   if (!ec) {
     const fs::path installed = exe.parent_path().parent_path() / "share" / "kareus" / "data";

@@ -21,8 +21,7 @@ Json ParseJson(std::string_view text, const std::string& source) {
   // nlohmann's parser is iterative; the callback sees the depth of every value as it starts,
   // so a document nested 100,000 levels deep is refused after kMaxJsonDepth levels.
   const Json::parser_callback_t limit = [](int depth, Json::parse_event_t event, Json&) {
-    if ((event == Json::parse_event_t::object_start ||
-         event == Json::parse_event_t::array_start) &&
+    if ((event == Json::parse_event_t::object_start || event == Json::parse_event_t::array_start) &&
         depth >= kMaxJsonDepth) {
       throw TooDeep{};
     }

@@ -81,7 +81,8 @@ YamlMap YamlMap::Parse(const std::string& text, const std::string& source) {
     throw InputError(source + ": document is empty; it must be a mapping of key: value");
   }
   if (second_document) {
-    throw InputError(source + ": holds more than one YAML document (separated by --- or ...); "
+    throw InputError(source +
+                     ": holds more than one YAML document (separated by --- or ...); "
                      "it must hold exactly one");
   }
   return YamlMap(root, source);

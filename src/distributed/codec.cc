@@ -221,9 +221,9 @@ void Put(Writer& w, const mobo::PartitionResult& p) {
   w.Bool(p.oracle.has_value());
   if (p.oracle) {
     const mobo::OracleComparison& o = *p.oracle;
-    for (double v : {o.oracle_hypervolume, o.hypervolume, o.hv_ratio, o.random_hv_ratio,
-                     o.space_ref_hv_ratio, o.random_space_ref_hv_ratio, o.clock_hv_ratio,
-                     o.random_clock_hv_ratio}) {
+    for (double v :
+         {o.oracle_hypervolume, o.hypervolume, o.hv_ratio, o.random_hv_ratio, o.space_ref_hv_ratio,
+          o.random_space_ref_hv_ratio, o.clock_hv_ratio, o.random_clock_hv_ratio}) {
       w.F64(v);
     }
     Put(w, o.reference);

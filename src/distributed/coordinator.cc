@@ -49,7 +49,8 @@ void Coordinator::AwaitReady() {
       continue;
     }
     backoff.Reset();
-    KAREUS_CHECK(m->tag == kReady) << "message " << m->tag << " from " << m->source << " before ready";
+    KAREUS_CHECK(m->tag == kReady)
+        << "message " << m->tag << " from " << m->source << " before ready";
     KAREUS_CHECK(m->source >= 0 && m->source < executors() && !ready[m->source]) << m->source;
     ready[m->source] = DecodeReady(m->body);
     executors_[m->source].stats.host = ready[m->source]->host;
@@ -67,8 +68,8 @@ void Coordinator::AwaitReady() {
       const auto& ids = ready[e]->identities;
       for (std::size_t w = 0; w < std::max(ids.size(), identities_.size()); ++w) {
         if (w >= ids.size() || w >= identities_.size()) {
-          problems.push_back(Name(e) + ": " + std::to_string(ids.size()) + " workloads, rank 0 has " +
-                             std::to_string(identities_.size()));
+          problems.push_back(Name(e) + ": " + std::to_string(ids.size()) +
+                             " workloads, rank 0 has " + std::to_string(identities_.size()));
           break;
         }
         const Identity& mine = identities_[w];
@@ -84,8 +85,9 @@ void Coordinator::AwaitReady() {
     }
   }
   if (!problems.empty()) {
-    std::string message = problems.size() == 1 ? problems.front() : std::to_string(problems.size()) +
-                                                                         " ranks cannot measure: ";
+    std::string message = problems.size() == 1
+                              ? problems.front()
+                              : std::to_string(problems.size()) + " ranks cannot measure: ";
     if (problems.size() > 1) {
       for (std::size_t i = 0; i < problems.size(); ++i) message += (i ? "; " : "") + problems[i];
     }
@@ -246,7 +248,8 @@ void Coordinator::Handle(const Message& m) {
         Fail(m.source, "completed an unknown unit " + std::to_string(id));
       }
       if (measurements != static_cast<int64_t>(it->second.item.knobs.size())) {
-        Fail(m.source, "measured " + std::to_string(measurements) + " configurations of a unit of " +
+        Fail(m.source, "measured " + std::to_string(measurements) +
+                           " configurations of a unit of " +
                            std::to_string(it->second.item.knobs.size()));
       }
       Executor& x = executors_[m.source];
@@ -270,7 +273,8 @@ void Coordinator::Handle(const Message& m) {
       done.row = r.Str();
       r.ExpectDone();
       auto it = in_flight_.find(id);
-      if (it == in_flight_.end() || it->second.executor != m.source || it->second.item.slot != nullptr) {
+      if (it == in_flight_.end() || it->second.executor != m.source ||
+          it->second.item.slot != nullptr) {
         Fail(m.source, "finished an unknown job " + std::to_string(id));
       }
       Executor& x = executors_[m.source];

@@ -51,7 +51,7 @@ class Coordinator {
   struct TypeSlot {
     Profile* profile = nullptr;
     int type = 0;
-    std::size_t pending = 0;  // samples of the batch in flight not yet recorded
+    std::size_t pending = 0;    // samples of the batch in flight not yet recorded
     double sample_gpu_s = 0.0;  // observed cost of this type's samples (unit estimates)
     int64_t samples = 0;
   };

@@ -26,7 +26,7 @@ struct Ready {
   bool ok = false;
   std::string host;
   int64_t pid = 0;
-  std::string error;  // why not ok
+  std::string error;                 // why not ok
   std::vector<Identity> identities;  // per workload
 };
 std::string Encode(const Ready& ready);

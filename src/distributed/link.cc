@@ -94,7 +94,8 @@ bool HaveMpi() { return true; }
 namespace {
 
 int MessageSize(const std::string& body) {
-  KAREUS_CHECK(body.size() < static_cast<std::size_t>(INT_MAX)) << "a message of " << body.size() << " bytes";
+  KAREUS_CHECK(body.size() < static_cast<std::size_t>(INT_MAX))
+      << "a message of " << body.size() << " bytes";
   return static_cast<int>(body.size());
 }
 
@@ -141,8 +142,8 @@ class MpiPlanner final : public PlannerLink {
     Complete();
     pending_.push_back({.body = std::move(body), .request = MPI_REQUEST_NULL});
     Pending& p = pending_.back();
-    CheckMpi(MPI_Isend(p.body.data(), MessageSize(p.body), MPI_BYTE, executor, tag,
-                       MPI_COMM_WORLD, &p.request),
+    CheckMpi(MPI_Isend(p.body.data(), MessageSize(p.body), MPI_BYTE, executor, tag, MPI_COMM_WORLD,
+                       &p.request),
              "send");
   }
   std::optional<Message> TryReceive() override {
@@ -174,8 +175,7 @@ class MpiExecutor final : public ExecutorLink {
   int id() const override { return rank_; }
   // Blocking: the planner receives continuously, so a large message completes promptly.
   void Send(int tag, std::string body) override {
-    CheckMpi(MPI_Send(body.data(), MessageSize(body), MPI_BYTE, 0, tag, MPI_COMM_WORLD),
-             "send");
+    CheckMpi(MPI_Send(body.data(), MessageSize(body), MPI_BYTE, 0, tag, MPI_COMM_WORLD), "send");
   }
   std::optional<Message> TryReceive() override { return ProbeAndReceive(0); }
 

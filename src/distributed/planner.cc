@@ -4,10 +4,10 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <csignal>
-#include <cstring>
 #include <atomic>
+#include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <optional>
 #include <thread>
 
@@ -67,8 +67,8 @@ std::string RankReport::ToText() const {
                   std::to_string(r.measurements), FormatFixed(r.busy_gpu_seconds / 3600.0, 2),
                   std::to_string(r.jobs), FormatFixed(r.job_gpu_seconds / 3600.0, 2)});
   }
-  return table.ToString() + "load balance (max / mean busy GPU-seconds): " +
-         FormatFixed(LoadBalance(), 3) + "\n";
+  return table.ToString() +
+         "load balance (max / mean busy GPU-seconds): " + FormatFixed(LoadBalance(), 3) + "\n";
 }
 
 namespace {
@@ -129,7 +129,8 @@ struct Planner::State {
     }
   }
 
-  void StartExecutor(int id, const std::function<WorkerSpec()>& make_spec, const std::string& host) {
+  void StartExecutor(int id, const std::function<WorkerSpec()>& make_spec,
+                     const std::string& host) {
     std::shared_ptr<internal::ExecutorLink> link = hub->Executor(id);
     threads.emplace_back([link, make_spec, host]() {
       internal::ServeExecutor(*link, make_spec, host, static_cast<int64_t>(getpid()));
@@ -140,7 +141,8 @@ struct Planner::State {
 Planner::Planner(Session& session, const std::function<WorkerSpec()>& make_spec,
                  const PlannerOptions& options)
     : state_(std::make_unique<State>()) {
-  KAREUS_CHECK(session.distributed() && session.planner()) << "the planner runs on rank 0 of an MPI job";
+  KAREUS_CHECK(session.distributed() && session.planner())
+      << "the planner runs on rank 0 of an MPI job";
   ThrowIfInvalid(options.Validate());
   state_->hub = std::make_unique<internal::InMemoryHub>(1);
   state_->coordinator = std::make_unique<internal::Coordinator>(
@@ -193,9 +195,10 @@ namespace {
 // noise-free twin profile on their own).
 bool ProfilesOnRanks(const methods::RunOptions& options, const workload::WorkloadModel& model) {
   if (!model.nanobatching) return false;
-  return std::any_of(options.methods.begin(), options.methods.end(), [](const methods::MethodSpec& m) {
-    return m.Profiles() && !m.noise_free && m.execution != methods::Execution::kSequential;
-  });
+  return std::any_of(
+      options.methods.begin(), options.methods.end(), [](const methods::MethodSpec& m) {
+        return m.Profiles() && !m.noise_free && m.execution != methods::Execution::kSequential;
+      });
 }
 
 }  // namespace
@@ -215,8 +218,9 @@ WorkerSpec EvaluateSpec(const std::vector<std::filesystem::path>& workloads,
     methods::RunOptions per = options;
     per.profile.store = methods::EvaluationStore(options, w, out);
     per.quiet = true;
-    per.profiler = [&profile](const workload::WorkloadModel& model, const mobo::ProfileOptions& popts,
-                              measure::Backend& backend, const Context& ctx) {
+    per.profiler = [&profile](const workload::WorkloadModel& model,
+                              const mobo::ProfileOptions& popts, measure::Backend& backend,
+                              const Context& ctx) {
       if (profile && profile->workload_signature == model.workload.Signature() &&
           profile->backend == backend.Description() && profile->gpu == backend.Gpu().name) {
         return *profile;
@@ -301,7 +305,8 @@ methods::EvaluationResult Planner::Evaluate(const std::vector<std::filesystem::p
       mobo::ProfileOptions profile = options.profile;
       profile.store = methods::EvaluationStore(options, loaded[w], out);
       profile.oracle = false;  // as the flow profiles
-      profilers[w] = std::make_unique<mobo::WorkloadProfiler>(models[w], profile, *backends[w], quiet);
+      profilers[w] =
+          std::make_unique<mobo::WorkloadProfiler>(models[w], profile, *backends[w], quiet);
     }
   }
 
@@ -346,7 +351,8 @@ methods::EvaluationResult Planner::Evaluate(const std::vector<std::filesystem::p
 }
 
 void ServeWorker(Session& session, const std::function<WorkerSpec()>& make_spec) {
-  KAREUS_CHECK(session.distributed() && !session.planner()) << "ServeWorker runs on ranks other than 0";
+  KAREUS_CHECK(session.distributed() && !session.planner())
+      << "ServeWorker runs on ranks other than 0";
   const std::unique_ptr<internal::ExecutorLink> link = internal::MpiExecutorLink();
   internal::ServeExecutor(*link, make_spec, session.host(), static_cast<int64_t>(getpid()));
 }

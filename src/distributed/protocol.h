@@ -6,9 +6,9 @@
 namespace kareus::distributed::internal {
 
 enum Tag : int {
-  kReady = 1,     // executor -> planner: set up (host, pid, per-workload backend identity) or why not
-  kUnit = 2,      // planner -> executor: measure one unit (a batch slice of one partition type)
-  kSample = 3,    // executor -> planner: one measurement of a unit, as soon as it exists
+  kReady = 1,   // executor -> planner: set up (host, pid, per-workload backend identity) or why not
+  kUnit = 2,    // planner -> executor: measure one unit (a batch slice of one partition type)
+  kSample = 3,  // executor -> planner: one measurement of a unit, as soon as it exists
   kUnitDone = 4,  // executor -> planner: the unit's backend GPU-seconds and measurement count
   kJob = 5,       // planner -> executor: finish one workload (evaluate) with its profile
   kJobDone = 6,   // executor -> planner: the workload's files and evaluation row

@@ -155,15 +155,14 @@ std::vector<int> OwnedGpus(const Launch& launch, int gpus_per_node, int group_gp
   const int needed = launch.local_size * group_gpus;
   if (needed > gpus_per_node) {
     throw EnvironmentError(
-        "rank " + std::to_string(launch.rank) + " (local rank " + std::to_string(launch.local_rank) +
-        " of " + std::to_string(launch.local_size) + " on its node) needs GPUs " +
-        std::to_string(launch.local_rank * group_gpus) + ".." +
+        "rank " + std::to_string(launch.rank) + " (local rank " +
+        std::to_string(launch.local_rank) + " of " + std::to_string(launch.local_size) +
+        " on its node) needs GPUs " + std::to_string(launch.local_rank * group_gpus) + ".." +
         std::to_string((launch.local_rank + 1) * group_gpus - 1) + ", but " +
         std::to_string(launch.local_size) + " ranks x " + std::to_string(group_gpus) +
-        " GPUs exceed the node's " + std::to_string(gpus_per_node) +
-        ": launch at most " + std::to_string(gpus_per_node / group_gpus) +
-        " ranks per node (mpirun --map-by ppr:" + std::to_string(gpus_per_node / group_gpus) +
-        ":node)");
+        " GPUs exceed the node's " + std::to_string(gpus_per_node) + ": launch at most " +
+        std::to_string(gpus_per_node / group_gpus) + " ranks per node (mpirun --map-by ppr:" +
+        std::to_string(gpus_per_node / group_gpus) + ":node)");
   }
   std::vector<int> gpus;
   for (int g = 0; g < group_gpus; ++g) gpus.push_back(launch.local_rank * group_gpus + g);
@@ -179,11 +178,11 @@ std::vector<int> RankDevices(const Launch& launch, const std::vector<int>& node_
   const int listed = static_cast<int>(node_devices.size());
   if (group_gpus < 1 || launch.local_size * group_gpus > listed) {
     throw EnvironmentError(
-        "rank " + std::to_string(launch.rank) + " (local rank " + std::to_string(launch.local_rank) +
-        " of " + std::to_string(launch.local_size) + " on its node): --devices lists " +
-        std::to_string(listed) + " GPUs, but " + std::to_string(launch.local_size) + " ranks x " +
-        std::to_string(group_gpus) + " GPUs per measurement need " +
-        std::to_string(launch.local_size * group_gpus) +
+        "rank " + std::to_string(launch.rank) + " (local rank " +
+        std::to_string(launch.local_rank) + " of " + std::to_string(launch.local_size) +
+        " on its node): --devices lists " + std::to_string(listed) + " GPUs, but " +
+        std::to_string(launch.local_size) + " ranks x " + std::to_string(group_gpus) +
+        " GPUs per measurement need " + std::to_string(launch.local_size * group_gpus) +
         " (under mpirun --devices lists the node's GPUs, each rank takes its own " +
         std::to_string(group_gpus) + "): list more or launch fewer ranks per node");
   }

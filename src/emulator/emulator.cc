@@ -26,11 +26,11 @@ std::string JoinList(const std::vector<T>& values) {
 void ValidateClock(const hw::GpuSpec& gpu, int freq_mhz) {
   if (!gpu.clock.Contains(freq_mhz)) {
     ThrowInput("freq_mhz", std::to_string(freq_mhz),
-               "not a supported clock of " + gpu.name + "; valid: " +
-                   std::to_string(gpu.clock.max_mhz) + " down to " +
+               "not a supported clock of " + gpu.name +
+                   "; valid: " + std::to_string(gpu.clock.max_mhz) + " down to " +
                    std::to_string(gpu.clock.min_mhz) + " MHz in steps of " +
-                   std::to_string(gpu.clock.step_mhz) + " (profile grid: " +
-                   JoinList(gpu.clock.ProfileGrid()) + ")");
+                   std::to_string(gpu.clock.step_mhz) +
+                   " (profile grid: " + JoinList(gpu.clock.ProfileGrid()) + ")");
   }
 }
 
@@ -46,9 +46,9 @@ double Hz(int freq_mhz) { return freq_mhz * 1e6; }
 
 // Simulates one compiled partition as the profiler measures it (run back to back in a loop);
 // `with_collective` false runs the compute ops alone (the occurrences that have no collective).
-void RunCompiled(const GpuPhysics& physics, const CompiledPartition& compiled,
-                 bool with_collective, int sms, int launch_index, int freq_mhz,
-                 internal::Program& program, Accumulator& acc) {
+void RunCompiled(const GpuPhysics& physics, const CompiledPartition& compiled, bool with_collective,
+                 int sms, int launch_index, int freq_mhz, internal::Program& program,
+                 Accumulator& acc) {
   program.Clear();
   internal::AppendPartition(program, compiled, with_collective, sms, launch_index);
   internal::RunProgram(physics, program, Hz(freq_mhz), internal::HostStart::kSteadyState, acc);
@@ -98,8 +98,8 @@ void ValidatePartitionKnobs(const hw::GpuSpec& gpu, const workload::PartitionTyp
   const bool fixed = !partition.tunable && knobs.sms == partition.fixed_sms;
   if (!listed && !fixed) {
     ThrowInput("sms", std::to_string(knobs.sms),
-               "not an SM choice of partition " + partition.name + "; valid: " +
-                   JoinList(partition.sm_choices));
+               "not an SM choice of partition " + partition.name +
+                   "; valid: " + JoinList(partition.sm_choices));
   }
   ValidateCommSms(gpu, knobs.sms, "sms");
   if (partition.SlotIndex(knobs.slot) < 0) {
@@ -118,8 +118,8 @@ SimResult SimulatePartition(const hw::GpuSpec& gpu, const workload::PartitionTyp
   const CompiledPartition compiled = internal::CompilePartition(physics, partition);
   internal::Program program;
   Accumulator acc;
-  RunCompiled(physics, compiled, true, knobs.sms, partition.SlotIndex(knobs.slot),
-              knobs.freq_mhz, program, acc);
+  RunCompiled(physics, compiled, true, knobs.sms, partition.SlotIndex(knobs.slot), knobs.freq_mhz,
+              program, acc);
   return acc.Finish(physics.static_w);
 }
 
@@ -149,11 +149,10 @@ SimResult SimulateKernel(const hw::GpuSpec& gpu, const workload::Op& op, int sms
                "valid 1.." + std::to_string(gpu.sm_count) + " on " + gpu.name);
   }
   internal::SetState st;
-  const double f = kernel.collective
-                       ? internal::RealizedClockHz(physics, nullptr, 0, &kernel, sms,
-                                                   Hz(freq_mhz), &st)
-                       : internal::RealizedClockHz(physics, &kernel, sms, nullptr, 0,
-                                                   Hz(freq_mhz), &st);
+  const double f =
+      kernel.collective
+          ? internal::RealizedClockHz(physics, nullptr, 0, &kernel, sms, Hz(freq_mhz), &st)
+          : internal::RealizedClockHz(physics, &kernel, sms, nullptr, 0, Hz(freq_mhz), &st);
   const double dt = 1.0 / (kernel.collective ? st.comm_rate : st.compute_rate);
   acc.time_s = dt;
   acc.dynamic_energy_j = (st.power_w - physics.static_w) * dt;
@@ -207,12 +206,11 @@ SimResult SimulateInstruction(const workload::WorkloadModel& model, int stage, i
   ValidateClock(gpu, knobs.freq_mhz);
   const GpuPhysics physics = internal::MakePhysics(gpu);
   const workload::StageModel& stage_model = model.Unit(stage, chunk);
-  const workload::InstructionModel& instr = direction == schedule::Direction::kForward
-                                                ? stage_model.forward
-                                                : stage_model.backward;
+  const workload::InstructionModel& instr =
+      direction == schedule::Direction::kForward ? stage_model.forward : stage_model.backward;
   const int library_sms = std::clamp(physics.library_default_sms, 1, physics.sm_count - 1);
-  const bool nanobatched = knobs.mode == ExecutionMode::kNanobatched && model.nanobatching &&
-                           !instr.sequence.empty();
+  const bool nanobatched =
+      knobs.mode == ExecutionMode::kNanobatched && model.nanobatching && !instr.sequence.empty();
   if (knobs.mode == ExecutionMode::kNanobatched && !model.nanobatching) {
     ThrowInput("mode", "nanobatched",
                "workload " + model.workload.name +
@@ -223,11 +221,11 @@ SimResult SimulateInstruction(const workload::WorkloadModel& model, int stage, i
     // The library default (e.g. 32 NCCL channels on H100) is legal even where the searched
     // choices stop below it: it is what the baselines run.
     const bool library_default = comm.sms == library_sms;
-    ValidatePartitionKnobs(gpu, type, {.freq_mhz = knobs.freq_mhz,
-                                       .sms = library_default && !type.sm_choices.empty()
-                                                  ? type.sm_choices.front()
-                                                  : comm.sms,
-                                       .slot = comm.slot});
+    ValidatePartitionKnobs(
+        gpu, type,
+        {.freq_mhz = knobs.freq_mhz,
+         .sms = library_default && !type.sm_choices.empty() ? type.sm_choices.front() : comm.sms,
+         .slot = comm.slot});
   }
   // One continuous simulation of the whole instruction (DESIGN.md §5): the work before the
   // block, then every partition occurrence in execution order (NB0 and NB1 of each segment,
@@ -270,8 +268,7 @@ SimResult SimulateInstruction(const workload::WorkloadModel& model, int stage, i
   }
   internal::AppendSequential(program, after, library_sms);
   Accumulator acc;
-  internal::RunProgram(physics, program, Hz(knobs.freq_mhz), internal::HostStart::kAfterSync,
-                       acc);
+  internal::RunProgram(physics, program, Hz(knobs.freq_mhz), internal::HostStart::kAfterSync, acc);
   return acc.Finish(physics.static_w);
 }
 

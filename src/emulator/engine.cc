@@ -19,7 +19,6 @@ constexpr double kDoneFraction = 1e-12;
 // Bisection steps for the power-capped clock: the range (~2 GHz) / 2^36 < 0.1 Hz.
 constexpr int kCapBisectionSteps = 36;
 
-
 // Bytes on the wire per GPU as a fraction of the collective's buffer, for the bandwidth-optimal
 // ring/all-pairs algorithms: all-reduce 2(n-1)/n, all-gather and reduce-scatter (n-1)/n
 // (Patarasuk & Yuan 2009; NCCL's busbw convention, nccl-tests doc/PERFORMANCE.md).
@@ -125,8 +124,8 @@ CompiledKernel CompileKernel(const GpuPhysics& p, const workload::Op& op) {
   }
   // Without a tile count (a memory-bound kernel from a coarse model), assume 64 KiB per block:
   // enough blocks that wave quantization is negligible, as for real elementwise kernels.
-  k.tiles = op.tiles > 0 ? op.tiles
-                         : std::max<int64_t>(1, static_cast<int64_t>(op.bytes / 65536.0));
+  k.tiles =
+      op.tiles > 0 ? op.tiles : std::max<int64_t>(1, static_cast<int64_t>(op.bytes / 65536.0));
   const double flops_per_tile = op.flops / static_cast<double>(k.tiles);
   switch (op.kind) {
     case workload::OpKind::kGemm:
@@ -134,8 +133,7 @@ CompiledKernel CompileKernel(const GpuPhysics& p, const workload::Op& op) {
       k.core_activity = p.activity.gemm;
       break;
     case workload::OpKind::kAttention:
-      k.cycles_per_tile =
-          flops_per_tile / (p.tensor_flops_per_cycle_sm * p.attention_efficiency);
+      k.cycles_per_tile = flops_per_tile / (p.tensor_flops_per_cycle_sm * p.attention_efficiency);
       k.core_activity = p.activity.attention;
       break;
     default:
@@ -257,7 +255,7 @@ SimResult Accumulator::Finish(double static_w) const {
   r.dynamic_energy_j = dynamic_energy_j;
   r.energy_j = r.static_energy_j + r.dynamic_energy_j;
   r.avg_power_w = time_s > 0.0 ? r.energy_j / time_s : 0.0;
-  r.effective_freq_mhz = time_s <= 0.0                   ? 0.0
+  r.effective_freq_mhz = time_s <= 0.0                  ? 0.0
                          : min_freq_mhz == max_freq_mhz ? max_freq_mhz
                                                         : freq_time_mhz_s / time_s;
   r.compute_busy_s = compute_busy_s;
@@ -292,9 +290,11 @@ void PushLaunch(Program& program, Entry entry) {
 }
 
 void PushJoin(Program& program) {
-  program.entries.push_back(
-      {.kind = Entry::Kind::kJoin, .kernel = nullptr, .sms = 0, .need = program.comm_entries,
-       .launch_ordinal = program.launches});
+  program.entries.push_back({.kind = Entry::Kind::kJoin,
+                             .kernel = nullptr,
+                             .sms = 0,
+                             .need = program.comm_entries,
+                             .launch_ordinal = program.launches});
   ++program.compute_entries;
 }
 
@@ -302,8 +302,8 @@ void PushJoin(Program& program) {
 // recur: every occurrence of a partition type runs the same compiled kernels).
 class CapCache {
  public:
-  double Realize(const GpuPhysics& p, const CompiledKernel* ck, int c_sms,
-                 const CompiledKernel* mk, int m_sms, double f_lock_hz, SetState* st) {
+  double Realize(const GpuPhysics& p, const CompiledKernel* ck, int c_sms, const CompiledKernel* mk,
+                 int m_sms, double f_lock_hz, SetState* st) {
     *st = EvaluateSet(p, ck, c_sms, mk, m_sms, f_lock_hz);
     if (p.cap_w <= 0.0 || st->power_w <= p.cap_w) return f_lock_hz;
     const Key key{ck, mk, c_sms, m_sms};
@@ -343,8 +343,10 @@ void AppendPartition(Program& program, const CompiledPartition& partition, bool 
   const int launch = launch_index < 0 ? n : std::min(launch_index, n);
   bool launched = !comm;
   auto launch_comm = [&] {
-    PushLaunch(program, {.kind = Entry::Kind::kComm, .kernel = &partition.collective,
-                         .sms = comm_sms, .need = program.compute_entries});
+    PushLaunch(program, {.kind = Entry::Kind::kComm,
+                         .kernel = &partition.collective,
+                         .sms = comm_sms,
+                         .need = program.compute_entries});
     launched = true;
   };
   for (int i = 0; i < n; ++i) {
@@ -364,7 +366,9 @@ void AppendSequential(Program& program, std::span<const CompiledKernel> kernels,
   for (const CompiledKernel& k : kernels) {
     if (k.empty) continue;
     if (k.collective) {
-      PushLaunch(program, {.kind = Entry::Kind::kComm, .kernel = &k, .sms = collective_sms,
+      PushLaunch(program, {.kind = Entry::Kind::kComm,
+                           .kernel = &k,
+                           .sms = collective_sms,
                            .need = program.compute_entries});
       PushJoin(program);
     } else {
@@ -433,8 +437,8 @@ void RunProgramAt(const GpuPhysics& p, const Program& program, double f_lock_hz,
       if (!m_run && mi < n) {
         const Entry& e = entries[mi];
         if (c_done >= e.need) {
-          m_ready = std::max({enqueued(e), m_free + gap,
-                              compute_done_at[static_cast<size_t>(e.need)] + gap});
+          m_ready = std::max(
+              {enqueued(e), m_free + gap, compute_done_at[static_cast<size_t>(e.need)] + gap});
           if (m_ready <= t) {
             m_run = true;
             m_left = 1.0;

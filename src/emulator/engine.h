@@ -26,15 +26,15 @@ struct GpuPhysics {
   double cuda_flops_per_cycle_sm = 0.0;
   double gemm_efficiency = 0.0;
   double attention_efficiency = 0.0;
-  double hbm_peak_bps = 0.0;     // B_hbm, bytes/s
-  double hbm_bps = 0.0;          // achievable: B_hbm x hbm_efficiency
-  double sm_bps_at_fmax = 0.0;   // per-SM issue limit b_sm(f_max), bytes/s
-  double static_w = 0.0;         // accounting: static energy = static_w x time
-  double idle_w = 0.0;           // physics: baseline under any kernel, and all of an idle GPU
+  double hbm_peak_bps = 0.0;    // B_hbm, bytes/s
+  double hbm_bps = 0.0;         // achievable: B_hbm x hbm_efficiency
+  double sm_bps_at_fmax = 0.0;  // per-SM issue limit b_sm(f_max), bytes/s
+  double static_w = 0.0;        // accounting: static energy = static_w x time
+  double idle_w = 0.0;          // physics: baseline under any kernel, and all of an idle GPU
   double cap_w = 0.0;
-  bool cap_average = false;      // the limit holds a run's average power (PowerSpec::CapMode)
-  double kernel_gap_s = 0.0;     // device gap before each kernel of a stream
-  double host_launch_s = 0.0;    // host time per launched kernel
+  bool cap_average = false;    // the limit holds a run's average power (PowerSpec::CapMode)
+  double kernel_gap_s = 0.0;   // device gap before each kernel of a stream
+  double host_launch_s = 0.0;  // host time per launched kernel
   double dynamic_max_w = 0.0;
   double memory_w = 0.0;
   double v_max = 0.0;
@@ -55,12 +55,12 @@ GpuPhysics MakePhysics(const hw::GpuSpec& gpu);
 // One kernel with everything that does not depend on the clock or the SMs precomputed.
 struct CompiledKernel {
   bool collective = false;
-  bool empty = false;            // no work at all (zero FLOPs and bytes, or a 1-GPU collective)
+  bool empty = false;  // no work at all (zero FLOPs and bytes, or a 1-GPU collective)
   // Compute kernels: t_core(s, f) = ceil(tiles/s) x cycles_per_tile / f.
   int64_t tiles = 1;
   double cycles_per_tile = 0.0;
-  double core_activity = 0.0;    // activity while the SM computes (kind factor)
-  double hbm_bytes = 0.0;        // HBM traffic of the kernel (a collective: what it causes)
+  double core_activity = 0.0;  // activity while the SM computes (kind factor)
+  double hbm_bytes = 0.0;      // HBM traffic of the kernel (a collective: what it causes)
   // Collectives: bytes on the wire per GPU, fixed latency, and whether it is an inter-node P2P.
   double wire_bytes = 0.0;
   double latency_s = 0.0;
@@ -113,9 +113,12 @@ struct Program {
   std::vector<Entry> entries;
   int compute_entries = 0;  // kCompute + kJoin
   int comm_entries = 0;
-  int launches = 0;         // kCompute + kComm: what the host launches
+  int launches = 0;  // kCompute + kComm: what the host launches
 
-  void Clear() { entries.clear(); compute_entries = comm_entries = launches = 0; }
+  void Clear() {
+    entries.clear();
+    compute_entries = comm_entries = launches = 0;
+  }
 };
 
 // One partition: compute ops in order; the collective (when `with_collective` and the
@@ -147,8 +150,8 @@ enum class HostStart {
 // draws power.idle_w. The power limit holds every running set on its own (RealizedClockHz),
 // or, with PowerSpec::CapMode::kAverage, the program's average power: the program runs at the
 // highest clock up to the lock whose average power fits, every set at that clock.
-void RunProgram(const GpuPhysics& physics, const Program& program, double f_lock_hz,
-                HostStart host, Accumulator& acc);
+void RunProgram(const GpuPhysics& physics, const Program& program, double f_lock_hz, HostStart host,
+                Accumulator& acc);
 
 // Runs `run(f_hz, hold_each_set)` (one simulation of a program at clock limit f_hz; with
 // hold_each_set the power cap lowers every running set on its own) under the GPU's power limit:
@@ -172,8 +175,7 @@ SetState EvaluateSet(const GpuPhysics& physics, const CompiledKernel* compute, i
 // whose power fits the cap, found over the whole range so that the result is monotone in the
 // locked clock). `state` receives the set's rates and power at that clock.
 double RealizedClockHz(const GpuPhysics& physics, const CompiledKernel* compute, int compute_sms,
-                       const CompiledKernel* comm, int comm_sms, double f_lock_hz,
-                       SetState* state);
+                       const CompiledKernel* comm, int comm_sms, double f_lock_hz, SetState* state);
 
 // V(f) by linear interpolation of the GPU's curve, clamped at its ends (1 V without a curve).
 double VoltageAtHz(const GpuPhysics& physics, double f_hz);

@@ -46,7 +46,8 @@ std::vector<CompiledKernel> CompileBuckets(const GpuPhysics& reduction,
                                            const std::vector<workload::GradientBucket>& buckets) {
   std::vector<CompiledKernel> out;
   out.reserve(buckets.size());
-  for (const workload::GradientBucket& b : buckets) out.push_back(internal::CompileKernel(reduction, b.collective));
+  for (const workload::GradientBucket& b : buckets)
+    out.push_back(internal::CompileKernel(reduction, b.collective));
   return out;
 }
 
@@ -150,7 +151,8 @@ SimResult SimulateBackwardWithGradientSync(const workload::WorkloadModel& model,
     double m_left = 1.0, m_free = 0.0;
     while (true) {
       if (!c_run) {
-        for (; i < n && compute[static_cast<std::size_t>(i)].empty; ++i) done_at[static_cast<std::size_t>(i)] = c_free;
+        for (; i < n && compute[static_cast<std::size_t>(i)].empty; ++i)
+          done_at[static_cast<std::size_t>(i)] = c_free;
       }
       if (!m_run) {
         while (q < nb && comm[static_cast<std::size_t>(q)].empty) ++q;
@@ -178,7 +180,8 @@ SimResult SimulateBackwardWithGradientSync(const workload::WorkloadModel& model,
       const double next_ready = std::min(c_ready, m_ready);
       if (!c_run && !m_run) {
         if (i >= n && q >= nb) break;
-        KAREUS_CHECK(next_ready < inf) << "gradient sync simulation stalled at kernel " << i << ", bucket " << q;
+        KAREUS_CHECK(next_ready < inf)
+            << "gradient sync simulation stalled at kernel " << i << ", bucket " << q;
         Accumulate(acc, physics.static_w, physics.idle_w, f_lock, next_ready - t, false, false);
         t = next_ready;
         continue;

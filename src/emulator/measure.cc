@@ -21,7 +21,8 @@ std::optional<OptionError> MeasurementOptions::Validate() const {
     return OptionError{"energy_noise", Describe(energy_noise), "must be a finite number >= 0"};
   }
   if (!finite_non_negative(counter_period_s)) {
-    return OptionError{"counter_period_s", Describe(counter_period_s), "must be a finite number >= 0"};
+    return OptionError{"counter_period_s", Describe(counter_period_s),
+                       "must be a finite number >= 0"};
   }
   if (!finite_non_negative(settle_s)) {
     return OptionError{"settle_s", Describe(settle_s), "must be a finite number >= 0"};

@@ -129,8 +129,8 @@ void Score(StageCurve& c) {
   double time_sq = 0.0, energy_sq = 0.0;
   size_t meas_opt = 0, emu_opt = 0;
   for (size_t i = 0; i < n; ++i) {
-    const double dt = c.emulated_time_s[i] / c.emulated_time_s[0] -
-                      c.measured_time_s[i] / c.measured_time_s[0];
+    const double dt =
+        c.emulated_time_s[i] / c.emulated_time_s[0] - c.measured_time_s[i] / c.measured_time_s[0];
     const double de = c.emulated_energy_j[i] / c.emulated_energy_j[0] -
                       c.measured_energy_j[i] / c.measured_energy_j[0];
     time_sq += dt * dt;
@@ -220,8 +220,8 @@ void ReplayPowerLimitSweep(const std::filesystem::path& csv_path, const workload
     if (csv.header[i].ends_with("_energy")) c_energy = i;
   }
   if (c_energy == csv.header.size()) {
-    throw InputError(csv_path.string() + ": no *_energy column (header: " +
-                     JoinNames(csv.header) + ")");
+    throw InputError(csv_path.string() + ": no *_energy column (header: " + JoinNames(csv.header) +
+                     ")");
   }
   workload::WorkloadModel model = workload::BuildWorkloadModel(w);
   if (model.stages.size() != 1) {
@@ -257,8 +257,9 @@ void ReplayPowerLimitSweep(const std::filesystem::path& csv_path, const workload
     point.emulated_power_w = point.emulated_energy_j / point.emulated_time_s;
     out.limits.push_back(point);
   }
-  std::sort(out.limits.begin(), out.limits.end(),
-            [](const PowerLimitPoint& a, const PowerLimitPoint& b) { return a.limit_w > b.limit_w; });
+  std::sort(
+      out.limits.begin(), out.limits.end(),
+      [](const PowerLimitPoint& a, const PowerLimitPoint& b) { return a.limit_w > b.limit_w; });
   const PowerLimitPoint top = out.limits.front();
   for (PowerLimitPoint& p : out.limits) {
     p.measured_time_ratio = p.measured_time_s / top.measured_time_s;
@@ -266,7 +267,6 @@ void ReplayPowerLimitSweep(const std::filesystem::path& csv_path, const workload
     p.time_ratio_error_pct = Percent(p.emulated_time_ratio / p.measured_time_ratio - 1.0);
   }
 }
-
 
 // ---- Kareus's own real-GPU checks (device_check, power_probe) ------------------------------
 
@@ -333,8 +333,8 @@ std::string StringField(const Json& j, const std::string& key, const std::string
 // The nearest clock of the GPU's grid (the realized clock is a mean of samples).
 int OnGrid(const hw::GpuSpec& gpu, double mhz) {
   const int step = std::max(1, gpu.clock.step_mhz);
-  const int snapped = gpu.clock.min_mhz +
-                      step * static_cast<int>(std::lround((mhz - gpu.clock.min_mhz) / step));
+  const int snapped =
+      gpu.clock.min_mhz + step * static_cast<int>(std::lround((mhz - gpu.clock.min_mhz) / step));
   return std::clamp(snapped, gpu.clock.min_mhz, gpu.clock.max_mhz);
 }
 
@@ -488,15 +488,12 @@ void ReplayDeviceCheck(const std::filesystem::path& path, const workload::Worklo
     r.freq_error_pct = kNaN;  // set, not predicted
     out.rows.push_back(std::move(r));
   }
-  out.partitions = MediansOf(out.rows, [](const DeviceRow& r) {
-    return r.section == "partition" && r.comparable;
-  });
-  out.partitions_not_comparable = MediansOf(out.rows, [](const DeviceRow& r) {
-    return r.section == "partition" && !r.comparable;
-  });
-  out.kernels = MediansOf(out.rows, [](const DeviceRow& r) {
-    return r.section == "kernel" && r.comparable;
-  });
+  out.partitions = MediansOf(
+      out.rows, [](const DeviceRow& r) { return r.section == "partition" && r.comparable; });
+  out.partitions_not_comparable = MediansOf(
+      out.rows, [](const DeviceRow& r) { return r.section == "partition" && !r.comparable; });
+  out.kernels =
+      MediansOf(out.rows, [](const DeviceRow& r) { return r.section == "kernel" && r.comparable; });
 }
 
 // "gemm bf16 MxNxK..." -> {M, N, K}; false when the load is not a GEMM of that form.
@@ -567,8 +564,9 @@ void ReplayPowerProbe(const std::filesystem::path& path, const hw::GpuSpec& pres
       SetEmulated(r, SimulateKernel(gpu, op, gpu.sm_count, clock));
       if (op.tiles < gpu.sm_count) {
         r.comparable = false;
-        r.note = "cuBLAS splits K over the chip; the emulator's GEMM has one tile per 128x256 of C (" +
-                 std::to_string(op.tiles) + " tiles)";
+        r.note =
+            "cuBLAS splits K over the chip; the emulator's GEMM has one tile per 128x256 of C (" +
+            std::to_string(op.tiles) + " tiles)";
       }
     } else if (load.starts_with("copy d2d")) {
       // rate is GB/s of traffic (read + write), so the traffic of one step is rate x time.
@@ -606,8 +604,9 @@ void ReplayPowerProbe(const std::filesystem::path& path, const hw::GpuSpec& pres
       } else {
         e = duty(SimulateKernel(gpu, op, gpu.sm_count, clock), clock);
         r.comparable = false;
-        r.note = "the preset holds every kernel to the limit at once (power.cap_mode each_set); "
-                 "the board holds an average (no cap during these ~1.4 ms bursts)";
+        r.note =
+            "the preset holds every kernel to the limit at once (power.cap_mode each_set); "
+            "the board holds an average (no cap during these ~1.4 ms bursts)";
       }
       SetEmulated(r, e);
       FinishRow(r);
@@ -696,9 +695,13 @@ ValidationReport Validate(const ValidateOptions& options) {
 Json ToJson(const ValidationReport& report) {
   Json datasets = Json::array();
   for (const DatasetResult& d : report.datasets) {
-    Json j{{"name", d.name},         {"kind", d.kind}, {"file", d.file},
-           {"source", d.source},     {"workload", d.workload},
-           {"gpu", d.gpu},           {"calibrates", d.calibrates}};
+    Json j{{"name", d.name},
+           {"kind", d.kind},
+           {"file", d.file},
+           {"source", d.source},
+           {"workload", d.workload},
+           {"gpu", d.gpu},
+           {"calibrates", d.calibrates}};
     if (d.kind == "stage_profile") {
       Json curves = Json::array();
       for (const StageCurve& c : d.curves) {
@@ -734,18 +737,21 @@ Json ToJson(const ValidationReport& report) {
                         {"shape", r.shape},
                         {"comparable", r.comparable},
                         {"note", r.note},
-                        {"measured", {{"time_s", r.measured_time_s},
-                                      {"energy_j", r.measured_energy_j},
-                                      {"avg_power_w", r.measured_power_w},
-                                      {"realized_freq_mhz", r.measured_freq_mhz}}},
-                        {"emulated", {{"time_s", r.emulated_time_s},
-                                      {"energy_j", r.emulated_energy_j},
-                                      {"avg_power_w", r.emulated_power_w},
-                                      {"realized_freq_mhz", r.emulated_freq_mhz}}},
-                        {"error_pct", {{"time", r.time_error_pct},
-                                       {"energy", r.energy_error_pct},
-                                       {"avg_power", r.power_error_pct},
-                                       {"realized_freq", r.freq_error_pct}}}});
+                        {"measured",
+                         {{"time_s", r.measured_time_s},
+                          {"energy_j", r.measured_energy_j},
+                          {"avg_power_w", r.measured_power_w},
+                          {"realized_freq_mhz", r.measured_freq_mhz}}},
+                        {"emulated",
+                         {{"time_s", r.emulated_time_s},
+                          {"energy_j", r.emulated_energy_j},
+                          {"avg_power_w", r.emulated_power_w},
+                          {"realized_freq_mhz", r.emulated_freq_mhz}}},
+                        {"error_pct",
+                         {{"time", r.time_error_pct},
+                          {"energy", r.energy_error_pct},
+                          {"avg_power", r.power_error_pct},
+                          {"realized_freq", r.freq_error_pct}}}});
       }
       j["rows"] = rows;
       auto medians = [](const DeviceMedians& m) {
@@ -756,10 +762,10 @@ Json ToJson(const ValidationReport& report) {
                     {"realized_freq_pct", m.freq_pct}};
       };
       if (d.kind == "device_check") {
-        j["median_abs_error"] = {{"partitions", medians(d.partitions)},
-                                 {"partitions_not_comparable",
-                                  medians(d.partitions_not_comparable)},
-                                 {"kernels", medians(d.kernels)}};
+        j["median_abs_error"] = {
+            {"partitions", medians(d.partitions)},
+            {"partitions_not_comparable", medians(d.partitions_not_comparable)},
+            {"kernels", medians(d.kernels)}};
       } else {
         j["median_abs_error"] = {{"loads", medians(d.probe)}};
       }
@@ -814,12 +820,11 @@ void RenderDeviceRows(const DatasetResult& d, std::ostringstream& out) {
       if (it == notes.end()) notes.push_back(r.note);
       name += " *" + std::to_string(index + 1);
     }
-    table.AddRow({r.section, name, r.shape, Cell(1e6 * r.measured_time_s, 1),
-                  Cell(1e6 * r.emulated_time_s, 1), Cell(r.time_error_pct, 1),
-                  Cell(r.energy_error_pct, 1), Cell(r.measured_power_w, 0),
-                  Cell(r.emulated_power_w, 0), Cell(r.power_error_pct, 1),
-                  Cell(r.measured_freq_mhz, 0), Cell(r.emulated_freq_mhz, 0),
-                  Cell(r.freq_error_pct, 1)});
+    table.AddRow(
+        {r.section, name, r.shape, Cell(1e6 * r.measured_time_s, 1),
+         Cell(1e6 * r.emulated_time_s, 1), Cell(r.time_error_pct, 1), Cell(r.energy_error_pct, 1),
+         Cell(r.measured_power_w, 0), Cell(r.emulated_power_w, 0), Cell(r.power_error_pct, 1),
+         Cell(r.measured_freq_mhz, 0), Cell(r.emulated_freq_mhz, 0), Cell(r.freq_error_pct, 1)});
   }
   out << table.ToString();
   for (size_t i = 0; i < notes.size(); ++i) {
@@ -853,20 +858,18 @@ std::string RenderValidation(const ValidationReport& report) {
         << "\n";
     if (d.kind == "stage_profile") {
       Table table({"stage", "instr", "time_rms_pt", "energy_rms_pt", "opt_mhz", "emu_opt_mhz",
-                   "saving_%", "emu_saving_%", "P_top_w", "emu_P_top_w", "P_top_err_%",
-                   "fit_mhz", "fixed_ms", "emu_fixed_ms", "scaled_ms", "emu_scaled_ms"});
+                   "saving_%", "emu_saving_%", "P_top_w", "emu_P_top_w", "P_top_err_%", "fit_mhz",
+                   "fixed_ms", "emu_fixed_ms", "scaled_ms", "emu_scaled_ms"});
       for (const StageCurve& c : d.curves) {
-        table.AddRow({std::to_string(c.stage), schedule::ToString(c.direction),
-                      FormatFixed(c.time_rms_points, 2), FormatFixed(c.energy_rms_points, 2),
-                      std::to_string(c.measured_optimal_mhz),
-                      std::to_string(c.emulated_optimal_mhz), FormatFixed(c.measured_saving_pct, 1),
-                      FormatFixed(c.emulated_saving_pct, 1), FormatFixed(c.measured_top_power_w, 0),
-                      FormatFixed(c.emulated_top_power_w, 0),
-                      FormatFixed(c.top_power_error_pct, 1), std::to_string(c.fit_top_mhz),
-                      FormatFixed(1e3 * c.measured_fixed_s, 1),
-                      FormatFixed(1e3 * c.emulated_fixed_s, 1),
-                      FormatFixed(1e3 * c.measured_scaled_s, 1),
-                      FormatFixed(1e3 * c.emulated_scaled_s, 1)});
+        table.AddRow(
+            {std::to_string(c.stage), schedule::ToString(c.direction),
+             FormatFixed(c.time_rms_points, 2), FormatFixed(c.energy_rms_points, 2),
+             std::to_string(c.measured_optimal_mhz), std::to_string(c.emulated_optimal_mhz),
+             FormatFixed(c.measured_saving_pct, 1), FormatFixed(c.emulated_saving_pct, 1),
+             FormatFixed(c.measured_top_power_w, 0), FormatFixed(c.emulated_top_power_w, 0),
+             FormatFixed(c.top_power_error_pct, 1), std::to_string(c.fit_top_mhz),
+             FormatFixed(1e3 * c.measured_fixed_s, 1), FormatFixed(1e3 * c.emulated_fixed_s, 1),
+             FormatFixed(1e3 * c.measured_scaled_s, 1), FormatFixed(1e3 * c.emulated_scaled_s, 1)});
       }
       out << table.ToString();
     } else {

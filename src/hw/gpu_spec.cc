@@ -106,8 +106,10 @@ GpuSpec ParseGpuSpec(const std::string& text, const std::string& source) {
 
   const YamlMap power = root.Map("power");
   gpu.power.cap_w = Positive(power, "cap_w");
-  gpu.power.min_limit_w = power.Has("min_limit_w") ? Positive(power, "min_limit_w") : gpu.power.cap_w;
-  gpu.power.max_limit_w = power.Has("max_limit_w") ? Positive(power, "max_limit_w") : gpu.power.cap_w;
+  gpu.power.min_limit_w =
+      power.Has("min_limit_w") ? Positive(power, "min_limit_w") : gpu.power.cap_w;
+  gpu.power.max_limit_w =
+      power.Has("max_limit_w") ? Positive(power, "max_limit_w") : gpu.power.cap_w;
   gpu.power.idle_w = NonNegative(power, "idle_w");
   gpu.power.static_w = NonNegative(power, "static_w");
   gpu.power.dynamic_max_w = Positive(power, "dynamic_max_w");
@@ -160,17 +162,18 @@ GpuSpec ParseGpuSpec(const std::string& text, const std::string& source) {
   if (root.Has("activity")) {
     const YamlMap activity = root.Map("activity");
     ActivitySpec& a = gpu.activity;
-    for (auto [key, field] : {std::pair{"gemm", &a.gemm}, std::pair{"attention", &a.attention},
-                              std::pair{"elementwise", &a.elementwise},
-                              std::pair{"memory_stall", &a.memory_stall},
-                              std::pair{"comm", &a.comm}}) {
+    for (auto [key, field] :
+         {std::pair{"gemm", &a.gemm}, std::pair{"attention", &a.attention},
+          std::pair{"elementwise", &a.elementwise}, std::pair{"memory_stall", &a.memory_stall},
+          std::pair{"comm", &a.comm}}) {
       if (activity.Has(key)) *field = Fraction(activity, key);
     }
     activity.RejectUnknownKeys();
   }
   if (root.Has("launch")) {
     const YamlMap launch = root.Map("launch");
-    if (launch.Has("kernel_gap_us")) gpu.launch.kernel_gap_us = NonNegative(launch, "kernel_gap_us");
+    if (launch.Has("kernel_gap_us"))
+      gpu.launch.kernel_gap_us = NonNegative(launch, "kernel_gap_us");
     if (launch.Has("host_launch_us")) {
       gpu.launch.host_launch_us = NonNegative(launch, "host_launch_us");
     }
@@ -199,8 +202,8 @@ std::vector<std::string> GpuPresetNames() { return PresetNames("gpus"); }
 GpuSpec GpuPreset(const std::string& name) {
   const auto names = GpuPresetNames();
   if (std::find(names.begin(), names.end(), name) == names.end()) {
-    throw InputError("gpu = " + ShownValue(name) + ": unknown GPU preset (valid: " +
-                     JoinNames(names) + ")");
+    throw InputError("gpu = " + ShownValue(name) +
+                     ": unknown GPU preset (valid: " + JoinNames(names) + ")");
   }
   GpuSpec gpu = LoadGpuSpecFile((DataDir() / "gpus" / (name + ".yaml")).string());
   if (gpu.name != name) {

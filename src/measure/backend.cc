@@ -18,32 +18,38 @@ std::vector<Sample> Backend::MeasureAll(const workload::PartitionType& partition
 std::vector<Sample> Backend::MeasureAll(const workload::WorkloadModel& model,
                                         const std::vector<InstructionRequest>& batch) {
   std::vector<Sample> samples(batch.size());
-  MeasureInstructions(model, batch,
-                      [&samples](std::size_t index, const Sample& sample) { samples[index] = sample; });
+  MeasureInstructions(model, batch, [&samples](std::size_t index, const Sample& sample) {
+    samples[index] = sample;
+  });
   return samples;
 }
 
 std::vector<Sample> Backend::MeasureAll(const workload::WorkloadModel& model,
                                         const std::vector<FixedWorkRequest>& batch) {
   std::vector<Sample> samples(batch.size());
-  MeasureFixedWork(model, batch,
-                   [&samples](std::size_t index, const Sample& sample) { samples[index] = sample; });
+  MeasureFixedWork(model, batch, [&samples](std::size_t index, const Sample& sample) {
+    samples[index] = sample;
+  });
   return samples;
 }
 
 std::vector<Sample> Backend::MeasureAll(const workload::WorkloadModel& model,
                                         const std::vector<GradientSyncRequest>& batch) {
   std::vector<Sample> samples(batch.size());
-  MeasureGradientSync(model, batch,
-                      [&samples](std::size_t index, const Sample& sample) { samples[index] = sample; });
+  MeasureGradientSync(model, batch, [&samples](std::size_t index, const Sample& sample) {
+    samples[index] = sample;
+  });
   return samples;
 }
 
 const char* ToString(GradientSyncWork work) {
   switch (work) {
-    case GradientSyncWork::kOverlapped: return "overlapped";
-    case GradientSyncWork::kLastBuckets: return "last_buckets";
-    case GradientSyncWork::kSyncNode: return "sync_node";
+    case GradientSyncWork::kOverlapped:
+      return "overlapped";
+    case GradientSyncWork::kLastBuckets:
+      return "last_buckets";
+    case GradientSyncWork::kSyncNode:
+      return "sync_node";
   }
   return "unknown";
 }

@@ -88,10 +88,11 @@ class EmulatorBackend final : public Backend {
   void MeasureBatch(const workload::PartitionType& partition,
                     const std::vector<PartitionKnobs>& batch,
                     const SampleCallback& on_sample) override {
-    MeasureEach(batch.size(), PartitionGpus(partition), options_.seed, on_sample, [&](std::size_t i) {
-      return Run{emulator::SimulatePartition(gpu_, partition, batch[i]),
-                 ConfigurationKey(options_.workload_signature, partition.name, batch[i])};
-    });
+    MeasureEach(
+        batch.size(), PartitionGpus(partition), options_.seed, on_sample, [&](std::size_t i) {
+          return Run{emulator::SimulatePartition(gpu_, partition, batch[i]),
+                     ConfigurationKey(options_.workload_signature, partition.name, batch[i])};
+        });
   }
 
   void MeasureInstructions(const workload::WorkloadModel& model,
@@ -111,23 +112,23 @@ class EmulatorBackend final : public Backend {
                         const std::vector<FixedWorkRequest>& batch,
                         const SampleCallback& on_sample) override {
     const std::string signature = model.workload.Signature();
-    MeasureEach(batch.size(), InstructionGpus(model), DeriveSeed(options_.seed, kInstructionStream),
-                on_sample, [&](std::size_t i) {
-                  const FixedWorkRequest& request = batch[i];
-                  const std::vector<workload::Op> ops = workload::FixedWorkOps(
-                      model, request.stage, request.chunk, request.direction);
-                  KAREUS_CHECK(!ops.empty())
-                      << "stage " << request.stage << " chunk " << request.chunk << " "
-                      << schedule::ToString(request.direction) << " has no fixed work";
-                  const std::string key = signature + "|fixed|" +
-                                          UnitKey(request.stage, request.chunk) + "|" +
-                                          schedule::ToString(request.direction) + "|" +
-                                          std::to_string(request.freq_mhz);
-                  return Run{emulator::SimulateSequential(
-                                 model.workload.gpu, ops, request.freq_mhz,
-                                 model.workload.gpu.interconnect.library_default_sms),
-                             HashString(key.c_str())};
-                });
+    MeasureEach(
+        batch.size(), InstructionGpus(model), DeriveSeed(options_.seed, kInstructionStream),
+        on_sample, [&](std::size_t i) {
+          const FixedWorkRequest& request = batch[i];
+          const std::vector<workload::Op> ops =
+              workload::FixedWorkOps(model, request.stage, request.chunk, request.direction);
+          KAREUS_CHECK(!ops.empty())
+              << "stage " << request.stage << " chunk " << request.chunk << " "
+              << schedule::ToString(request.direction) << " has no fixed work";
+          const std::string key = signature + "|fixed|" + UnitKey(request.stage, request.chunk) +
+                                  "|" + schedule::ToString(request.direction) + "|" +
+                                  std::to_string(request.freq_mhz);
+          return Run{
+              emulator::SimulateSequential(model.workload.gpu, ops, request.freq_mhz,
+                                           model.workload.gpu.interconnect.library_default_sms),
+              HashString(key.c_str())};
+        });
   }
 
   void MeasureGradientSync(const workload::WorkloadModel& model,
@@ -135,10 +136,10 @@ class EmulatorBackend final : public Backend {
                            const SampleCallback& on_sample) override {
     if (batch.empty()) return;
     KAREUS_CHECK(model.gradient_sync.enabled) << "gradient sync requested without DP x CP > 1";
-    const std::string signature = model.workload.Signature() + ";dp=" +
-                                  std::to_string(model.workload.parallelism.dp);
-    MeasureEach(batch.size(), GradientSyncGpus(model), DeriveSeed(options_.seed, kInstructionStream),
-                on_sample, [&](std::size_t i) {
+    const std::string signature =
+        model.workload.Signature() + ";dp=" + std::to_string(model.workload.parallelism.dp);
+    MeasureEach(batch.size(), GradientSyncGpus(model),
+                DeriveSeed(options_.seed, kInstructionStream), on_sample, [&](std::size_t i) {
                   const GradientSyncRequest& r = batch[i];
                   const emulator::GradientSyncKnobs knobs{.freq_mhz = r.freq_mhz, .sms = r.sms};
                   emulator::SimResult truth;

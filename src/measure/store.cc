@@ -5,14 +5,14 @@
 #include <sqlite3.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
-#include <algorithm>
-#include <climits>
 #include <map>
 #include <system_error>
 #include <thread>
@@ -84,13 +84,20 @@ struct ColumnSpec {
   int pk;
 };
 constexpr ColumnSpec kMeasurementColumns[] = {
-    {"gpu", "TEXT", 1, 1},          {"workload", "TEXT", 1, 2},
-    {"partition", "TEXT", 1, 3},    {"freq_mhz", "INTEGER", 1, 4},
-    {"sms", "INTEGER", 1, 5},       {"slot", "TEXT", 1, 6},
-    {"time_s", "REAL", 1, 0},       {"energy_j", "REAL", 1, 0},
-    {"static_energy_j", "REAL", 1, 0}, {"dynamic_energy_j", "REAL", 1, 0},
-    {"realized_freq_mhz", "REAL", 1, 0}, {"gpu_seconds", "REAL", 1, 0},
-    {"noise_free", "INTEGER", 1, 0}, {"measured_at", "TEXT", 1, 0},
+    {"gpu", "TEXT", 1, 1},
+    {"workload", "TEXT", 1, 2},
+    {"partition", "TEXT", 1, 3},
+    {"freq_mhz", "INTEGER", 1, 4},
+    {"sms", "INTEGER", 1, 5},
+    {"slot", "TEXT", 1, 6},
+    {"time_s", "REAL", 1, 0},
+    {"energy_j", "REAL", 1, 0},
+    {"static_energy_j", "REAL", 1, 0},
+    {"dynamic_energy_j", "REAL", 1, 0},
+    {"realized_freq_mhz", "REAL", 1, 0},
+    {"gpu_seconds", "REAL", 1, 0},
+    {"noise_free", "INTEGER", 1, 0},
+    {"measured_at", "TEXT", 1, 0},
     {"checksum", "INTEGER", 0, 0},
 };
 constexpr int kV1Columns = 14;  // all but the checksum
@@ -137,9 +144,9 @@ class Statement {
   std::string Text(int col) const {
     const unsigned char* text = sqlite3_column_text(stmt_, col);
     const int bytes = sqlite3_column_bytes(stmt_, col);
-    return text == nullptr ? std::string()
-                           : std::string(reinterpret_cast<const char*>(text),
-                                         static_cast<std::size_t>(bytes));
+    return text == nullptr
+               ? std::string()
+               : std::string(reinterpret_cast<const char*>(text), static_cast<std::size_t>(bytes));
   }
   double Real(int col) const { return sqlite3_column_double(stmt_, col); }
   int64_t Int(int col) const { return sqlite3_column_int64(stmt_, col); }
@@ -281,13 +288,15 @@ std::optional<std::string> ReadRow(const Statement& st, int first, bool verify, 
     row->values[k] = v;
     if (!std::isfinite(v) || (k != 3 && v < 0.0) || (k == 0 && v <= 0)) {
       return fmt::format("{} = {}: must be {}", kValueNames[k], v,
-                         k == 0 ? "a finite time > 0" : k == 3 ? "finite" : "finite and >= 0");
+                         k == 0   ? "a finite time > 0"
+                         : k == 3 ? "finite"
+                                  : "finite and >= 0");
     }
   }
   const double sum = row->values[2] + row->values[3];
   if (std::abs(row->values[1] - sum) > 1e-6 * std::max(1.0, std::abs(row->values[1]))) {
-    return fmt::format("energy_j = {} but static_energy_j + dynamic_energy_j = {}",
-                       row->values[1], sum);
+    return fmt::format("energy_j = {} but static_energy_j + dynamic_energy_j = {}", row->values[1],
+                       sum);
   }
   row->noise_free = st.Int(c + 12);
   if (st.Type(c + 12) != SQLITE_INTEGER || (row->noise_free != 0 && row->noise_free != 1)) {
@@ -596,14 +605,15 @@ class Opening {
     } else if (meta["schema_version"] == current) {
       schema_version_ = MeasurementStore::kSchemaVersion;
     } else {
-      Fail(path_, "schema_version = " + ShownValue(meta["schema_version"]) +
-                      ", this build reads " + current + " (and 1)");
+      Fail(path_, "schema_version = " + ShownValue(meta["schema_version"]) + ", this build reads " +
+                      current + " (and 1)");
     }
     IntegrityCheck();
     if (schema_version_ >= 2) {
       if (!meta.contains("checksum") || meta["checksum"] != MetaChecksum(meta)) {
-        Fail(path_, "the meta table fails its checksum (damaged or hand-edited: which GPU, "
-                    "workload and backend the store belongs to cannot be trusted)");
+        Fail(path_,
+             "the meta table fails its checksum (damaged or hand-edited: which GPU, "
+             "workload and backend the store belongs to cannot be trusted)");
       }
       if (!tables.contains("set_aside")) Fail(path_, "the set_aside table is missing (damaged)");
     }
@@ -702,14 +712,16 @@ class Opening {
         Exec("ROLLBACK;", "cannot unlock the store");
         Fail(path_, "cannot upgrade the store: " + reason);
       };
-      Statement all(db_, fmt::format("SELECT rowid, {} FROM measurements", ReadColumns(false)).c_str());
+      Statement all(db_,
+                    fmt::format("SELECT rowid, {} FROM measurements", ReadColumns(false)).c_str());
       Statement update(db_, "UPDATE measurements SET checksum = ? WHERE rowid = ?");
       if (!all.ok() || !update.ok()) fail(all.ok() ? update.error() : all.error());
       std::vector<std::pair<int64_t, int64_t>> checksums;
       int step;
       while ((step = all.Step()) == SQLITE_ROW) {
         Row row;
-        if (!ReadRow(all, 0, /*verify=*/false, &row)) checksums.emplace_back(row.rowid, row.Checksum());
+        if (!ReadRow(all, 0, /*verify=*/false, &row))
+          checksums.emplace_back(row.rowid, row.Checksum());
       }
       if (step != SQLITE_DONE) fail(all.LastError());
       for (const auto& [rowid, checksum] : checksums) {
@@ -734,7 +746,8 @@ class Opening {
   DamagedList DamagedRows(bool with_checksums) {
     DamagedList damaged;
     Statement all(db_, fmt::format("SELECT rowid, {} FROM measurements ORDER BY rowid",
-                                   ReadColumns(with_checksums)).c_str());
+                                   ReadColumns(with_checksums))
+                           .c_str());
     if (!all.ok()) Fail(path_, "unreadable measurements table: " + all.error());
     int step;
     while ((step = all.Step()) == SQLITE_ROW) {
@@ -750,12 +763,12 @@ class Opening {
   [[noreturn]] void RefuseDamaged(const DamagedList& damaged) {
     std::vector<std::string> names;
     for (std::size_t i = 0; i < damaged.size() && i < 3; ++i) names.push_back(damaged[i].second);
-    Fail(path_, fmt::format("{} (a damaged or hand-edited store): {}{}; told not to measure "
-                            "them again",
-                            damaged.size() == 1 ? std::string("1 row fails its checks")
-                                                : fmt::format("{} rows fail their checks",
-                                                              damaged.size()),
-                            JoinNames(names), damaged.size() > 3 ? ", ..." : ""));
+    Fail(path_,
+         fmt::format("{} (a damaged or hand-edited store): {}{}; told not to measure "
+                     "them again",
+                     damaged.size() == 1 ? std::string("1 row fails its checks")
+                                         : fmt::format("{} rows fail their checks", damaged.size()),
+                     JoinNames(names), damaged.size() > 3 ? ", ..." : ""));
   }
 
   // Moves the damaged rows to set_aside in one transaction; under the write lock they are
@@ -765,7 +778,9 @@ class Opening {
     Exec("BEGIN IMMEDIATE;", "cannot lock the store to set damaged rows aside");
     *damaged = DamagedRows(/*with_checksums=*/true);
     Statement move(db_, fmt::format("INSERT INTO set_aside SELECT ?, ?, {} FROM measurements "
-                                    "WHERE rowid = ?", kColumns).c_str());
+                                    "WHERE rowid = ?",
+                                    kColumns)
+                            .c_str());
     Statement remove(db_, "DELETE FROM measurements WHERE rowid = ?");
     const std::string now = UtcNow();
     for (const auto& [rowid, why] : *damaged) {
@@ -786,9 +801,9 @@ class Opening {
     }
     Exec("COMMIT;", "cannot commit the rows set aside");
     if (!damaged->empty()) {
-      changes_->push_back(damaged->size() == 1 ? std::string("1 damaged row moved to set_aside")
-                                               : fmt::format("{} damaged rows moved to set_aside",
-                                                             damaged->size()));
+      changes_->push_back(damaged->size() == 1
+                              ? std::string("1 damaged row moved to set_aside")
+                              : fmt::format("{} damaged rows moved to set_aside", damaged->size()));
     }
   }
 
@@ -867,7 +882,8 @@ std::unique_ptr<MeasurementStore> MeasurementStore::OpenChecked(const std::files
   }
   const bool writable = read_only.empty();
   const bool empty_file = exists && std::filesystem::file_size(path, ec) == 0;
-  if (!writable && empty_file) Fail(path, "an empty file that cannot be written (" + read_only + ")");
+  if (!writable && empty_file)
+    Fail(path, "an empty file that cannot be written (" + read_only + ")");
   if (!exists && path.has_parent_path()) {
     std::filesystem::create_directories(path.parent_path(), ec);
   }
@@ -987,7 +1003,8 @@ std::optional<Sample> MeasurementStore::Find(const std::string& partition,
       handle_->db,
       fmt::format("SELECT rowid, {} FROM measurements WHERE gpu = ? AND workload = ? AND "
                   "partition = ? AND freq_mhz = ? AND sms = ? AND slot = ?",
-                  internal::ReadColumns(verify_checksums_)).c_str());
+                  internal::ReadColumns(verify_checksums_))
+          .c_str());
   if (!find.ok()) internal::FailInUse(path_, "query failed: " + find.error());
   find.Bind(1, identity_.gpu);
   find.Bind(2, identity_.workload_signature);
@@ -1032,7 +1049,8 @@ bool MeasurementStore::Insert(const std::string& partition, const PartitionKnobs
       handle_->db,
       fmt::format("INSERT INTO measurements({}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
                   "?, ?) ON CONFLICT DO NOTHING",
-                  internal::kColumns).c_str());
+                  internal::kColumns)
+          .c_str());
   if (!insert.ok()) internal::FailInUse(path_, "insert failed: " + insert.error());
   insert.Bind(1, row.gpu);
   insert.Bind(2, row.workload);
@@ -1080,8 +1098,8 @@ void MeasurementStore::Release(const std::string& partition, const PartitionKnob
 }
 
 void MeasurementStore::FindOrMeasure(const std::string& partition,
-                                     const std::vector<PartitionKnobs>& batch, const MeasureFn& measure,
-                                     const ReadyFn& on_ready) {
+                                     const std::vector<PartitionKnobs>& batch,
+                                     const MeasureFn& measure, const ReadyFn& on_ready) {
   if (read_only()) {
     // Nothing can be stored: everything must be there already, which is known before anything
     // is measured.
@@ -1168,7 +1186,8 @@ int64_t MeasurementStore::Count(const std::string& partition) const {
 std::vector<StoredMeasurement> MeasurementStore::All() const {
   internal::Statement all(handle_->db,
                           fmt::format("SELECT rowid, {} FROM measurements ORDER BY rowid",
-                                      internal::ReadColumns(verify_checksums_)).c_str());
+                                      internal::ReadColumns(verify_checksums_))
+                              .c_str());
   if (!all.ok()) internal::FailInUse(path_, "query failed: " + all.error());
   std::vector<StoredMeasurement> rows;
   int rc;
@@ -1180,9 +1199,8 @@ std::vector<StoredMeasurement> MeasurementStore::All() const {
                                      " (a hand-edited or damaged store; reopen it to set the "
                                      "row aside)");
     }
-    rows.push_back(StoredMeasurement{.partition = row.partition,
-                                     .knobs = row.Knobs(),
-                                     .sample = row.ToSample()});
+    rows.push_back(StoredMeasurement{
+        .partition = row.partition, .knobs = row.Knobs(), .sample = row.ToSample()});
   }
   if (rc != SQLITE_DONE) internal::FailInUse(path_, "query failed: " + all.LastError());
   return rows;

@@ -18,8 +18,10 @@ std::vector<TypeSamples> SamplesFromProfile(const mobo::ProfileSummary& profile)
     // mean): selecting fronts on raw noisy readings keeps lucky draws (measured: median
     // hv_ratio 0.987 raw vs 0.998 denoised, docs/ARCHITECTURE.md §5).
     for (const auto& e : p.evaluations) {
-      t.points.push_back({.time_s = e.estimate.time_s, .energy_j = e.estimate.energy_j,
-                          .sms = e.knobs.sms, .slot = e.knobs.slot});
+      t.points.push_back({.time_s = e.estimate.time_s,
+                          .energy_j = e.estimate.energy_j,
+                          .sms = e.knobs.sms,
+                          .slot = e.knobs.slot});
       t.freq_mhz.push_back(e.knobs.freq_mhz);
     }
     out.push_back(std::move(t));
@@ -38,14 +40,17 @@ std::vector<TypeSamples> ExhaustiveSamples(const workload::WorkloadModel& model,
     std::vector<measure::PartitionKnobs> batch;
     for (int f : clocks) {
       for (int s : sms) {
-        for (const std::string& slot : slots) batch.push_back({.freq_mhz = f, .sms = s, .slot = slot});
+        for (const std::string& slot : slots)
+          batch.push_back({.freq_mhz = f, .sms = s, .slot = slot});
       }
     }
     const std::vector<measure::Sample> samples = backend.MeasureAll(type, batch);
     TypeSamples t{.type = type.name, .points = {}, .freq_mhz = {}};
     for (std::size_t i = 0; i < batch.size(); ++i) {
-      t.points.push_back({.time_s = samples[i].time_s, .energy_j = samples[i].energy_j,
-                          .sms = batch[i].sms, .slot = batch[i].slot});
+      t.points.push_back({.time_s = samples[i].time_s,
+                          .energy_j = samples[i].energy_j,
+                          .sms = batch[i].sms,
+                          .slot = batch[i].slot});
       t.freq_mhz.push_back(batch[i].freq_mhz);
     }
     out.push_back(std::move(t));
@@ -66,14 +71,16 @@ FixedWork MeasureFixedWork(const workload::WorkloadModel& model, const std::vect
     for (int f : clocks) {
       for (Direction d : {Direction::kForward, Direction::kBackward}) {
         if (!workload::FixedWorkOps(model, unit.stage, unit.chunk, d).empty()) {
-          batch.push_back({.stage = unit.stage, .direction = d, .freq_mhz = f, .chunk = unit.chunk});
+          batch.push_back(
+              {.stage = unit.stage, .direction = d, .freq_mhz = f, .chunk = unit.chunk});
         }
       }
     }
     const std::vector<measure::Sample> samples = backend.MeasureAll(model, batch);
     for (std::size_t i = 0; i < batch.size(); ++i) {
       auto& table = batch[i].direction == Direction::kForward ? out.forward : out.backward;
-      table[batch[i].freq_mhz][static_cast<std::size_t>(u)] = {samples[i].time_s, samples[i].energy_j};
+      table[batch[i].freq_mhz][static_cast<std::size_t>(u)] = {samples[i].time_s,
+                                                               samples[i].energy_j};
     }
     out.measurements += static_cast<int64_t>(batch.size());
   }
@@ -108,18 +115,18 @@ bool NearFront(double time_s, double effective_energy_j,
   return true;
 }
 
-std::vector<plan::ClockInput> ClockInputs(const workload::WorkloadModel& model, int unit,
-                                          Direction direction,
-                                          const std::vector<TypeSamples>& samples,
-                                          const FixedWork& fixed, const std::vector<int>& clocks,
-                                          const std::map<int, std::pair<double, double>>& sequential) {
+std::vector<plan::ClockInput> ClockInputs(
+    const workload::WorkloadModel& model, int unit, Direction direction,
+    const std::vector<TypeSamples>& samples, const FixedWork& fixed, const std::vector<int>& clocks,
+    const std::map<int, std::pair<double, double>>& sequential) {
   const auto& stage_model = model.stages[static_cast<std::size_t>(unit)];
   const auto& ins = direction == Direction::kForward ? stage_model.forward : stage_model.backward;
   const std::size_t stage = static_cast<std::size_t>(unit);
   std::vector<plan::ClockInput> out;
   for (int f : clocks) {
     plan::ClockInput clock{.freq_mhz = f};
-    const auto& work = (direction == Direction::kForward ? fixed.forward : fixed.backward).at(f)[stage];
+    const auto& work =
+        (direction == Direction::kForward ? fixed.forward : fixed.backward).at(f)[stage];
     clock.nonpartition_time_s = work.first;
     clock.nonpartition_energy_j = work.second;
     if (const auto it = sequential.find(f); it != sequential.end()) {

@@ -50,11 +50,10 @@ FixedWork MeasureFixedWork(const workload::WorkloadModel& model, const std::vect
 // at least one configuration (the others are skipped, as the published composition keeps only
 // clocks every partition has). `sequential[f]` is the measured sequential execution.
 // `unit` indexes model.stages (a (stage, chunk) unit).
-std::vector<plan::ClockInput> ClockInputs(const workload::WorkloadModel& model, int unit,
-                                          schedule::Direction direction,
-                                          const std::vector<TypeSamples>& samples,
-                                          const FixedWork& fixed, const std::vector<int>& clocks,
-                                          const std::map<int, std::pair<double, double>>& sequential);
+std::vector<plan::ClockInput> ClockInputs(
+    const workload::WorkloadModel& model, int unit, schedule::Direction direction,
+    const std::vector<TypeSamples>& samples, const FixedWork& fixed, const std::vector<int>& clocks,
+    const std::map<int, std::pair<double, double>>& sequential);
 
 // Screened clock sweeps (RunOptions::sweep_anchor_stride): a sweep over the planning clocks
 // measures every choice at the anchor clocks (every `stride`-th clock in the given order, and

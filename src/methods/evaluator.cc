@@ -7,10 +7,14 @@ namespace kareus::methods {
 
 const char* ToString(EvaluationMode mode) {
   switch (mode) {
-    case EvaluationMode::kAuto: return "auto";
-    case EvaluationMode::kNoiseFree: return "noise-free";
-    case EvaluationMode::kMeasured: return "measured";
-    case EvaluationMode::kNone: return "none";
+    case EvaluationMode::kAuto:
+      return "auto";
+    case EvaluationMode::kNoiseFree:
+      return "noise-free";
+    case EvaluationMode::kMeasured:
+      return "measured";
+    case EvaluationMode::kNone:
+      return "none";
   }
   return "?";
 }
@@ -55,9 +59,7 @@ class BackendEvaluator final : public Evaluator {
 
 class NoEvaluator final : public Evaluator {
  public:
-  std::string Description() const override {
-    return "not evaluated: the planner's predictions";
-  }
+  std::string Description() const override { return "not evaluated: the planner's predictions"; }
   bool Evaluates() const override { return false; }
   std::vector<measure::Sample> EvaluateInstructions(
       const workload::WorkloadModel&, const std::vector<measure::InstructionRequest>&) override {
@@ -84,9 +86,9 @@ std::unique_ptr<Evaluator> MakeEvaluator(measure::Backend& backend, EvaluationMo
     case EvaluationMode::kNoiseFree: {
       auto twin = backend.NoiseFreeTwin();
       if (!twin) {
-        ThrowInput("evaluation", "noise-free",
-                   "backend " + backend.Description() +
-                       " has no noise-free twin (use measured or none)");
+        ThrowInput(
+            "evaluation", "noise-free",
+            "backend " + backend.Description() + " has no noise-free twin (use measured or none)");
       }
       return std::make_unique<internal::BackendEvaluator>(backend, std::move(twin));
     }

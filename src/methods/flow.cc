@@ -34,10 +34,12 @@ std::optional<OptionError> RunOptions::Validate() const {
     return OptionError{"unit_time_s", Describe(unit_time_s), "must be a finite number > 0"};
   }
   if (!(compose_epsilon >= 0.0) || !std::isfinite(compose_epsilon)) {
-    return OptionError{"compose_epsilon", Describe(compose_epsilon), "must be a finite number >= 0"};
+    return OptionError{"compose_epsilon", Describe(compose_epsilon),
+                       "must be a finite number >= 0"};
   }
   if (sweep_anchor_stride < 1) {
-    return OptionError{"sweep_anchor_stride", std::to_string(sweep_anchor_stride), "must be an integer >= 1"};
+    return OptionError{"sweep_anchor_stride", std::to_string(sweep_anchor_stride),
+                       "must be an integer >= 1"};
   }
   return std::nullopt;
 }
@@ -85,19 +87,23 @@ plan::PlanProblem EmptyProblem(const MethodSpec& method, const workload::Workloa
   problem.schedule = model.workload.Schedule();
   problem.num_microbatches = model.workload.microbatches;
   problem.num_chunks = model.num_chunks;
-  for (const auto& unit : model.stages) problem.stages.push_back({.gpus = unit.gpus, .forward = {}, .backward = {}});
+  for (const auto& unit : model.stages)
+    problem.stages.push_back({.gpus = unit.gpus, .forward = {}, .backward = {}});
   if (model.gradient_sync.enabled) {
     problem.gradient_sync = model.gradient_sync.overlap ? schedule::GradientSync::kOverlapped
                                                         : schedule::GradientSync::kAtEnd;
-    if (model.gradient_sync.overlap) problem.last_backward.assign(static_cast<std::size_t>(model.num_stages), {});
-    problem.sync_nodes.assign(static_cast<std::size_t>(model.num_stages * problem.SyncNodesPerStage()), {});
+    if (model.gradient_sync.overlap)
+      problem.last_backward.assign(static_cast<std::size_t>(model.num_stages), {});
+    problem.sync_nodes.assign(
+        static_cast<std::size_t>(model.num_stages * problem.SyncNodesPerStage()), {});
   }
   // Activations (forward) and gradients (backward) cross stages on the inter-node link.
   const auto& net = model.workload.gpu.interconnect;
   double bytes = 0.0;
   for (const auto& stage : model.stages) bytes = std::max(bytes, stage.forward.p2p_send.bytes);
   if (bytes > 0.0) {
-    problem.p2p_time_s = bytes / (net.inter_node_bandwidth_gbps * 1e9) + net.inter_node_latency_us * 1e-6;
+    problem.p2p_time_s =
+        bytes / (net.inter_node_bandwidth_gbps * 1e9) + net.inter_node_latency_us * 1e-6;
   }
   return problem;
 }
@@ -132,7 +138,8 @@ struct InstructionSweep {
   std::vector<measure::Sample> samples;
 
   void Add(const workload::StageModel& unit, Direction d, int freq_mhz, ExecutionMode mode) {
-    requests.push_back({.stage = unit.stage, .direction = d,
+    requests.push_back({.stage = unit.stage,
+                        .direction = d,
                         .knobs = {.freq_mhz = freq_mhz, .mode = mode, .partitions = {}},
                         .chunk = unit.chunk});
   }
@@ -144,17 +151,25 @@ struct InstructionSweep {
     samples.insert(samples.end(), measured.begin(), measured.end());
   }
   plan::InstructionOption Option(std::size_t i) const {
-    return {.time_s = samples[i].time_s, .energy_j = samples[i].energy_j,
-            .freq_mhz = requests[i].knobs.freq_mhz, .mode = requests[i].knobs.mode, .partitions = {}};
+    return {.time_s = samples[i].time_s,
+            .energy_j = samples[i].energy_j,
+            .freq_mhz = requests[i].knobs.freq_mhz,
+            .mode = requests[i].knobs.mode,
+            .partitions = {}};
   }
 };
 
 class MethodRun {
  public:
-  MethodRun(const MethodSpec& method, const workload::WorkloadModel& model, const RunOptions& options,
-            measure::Backend& backend, Evaluator& evaluator, const Context& context)
-      : method_(method), model_(model), options_(options), backend_(backend),
-        evaluator_(evaluator), context_(context) {}
+  MethodRun(const MethodSpec& method, const workload::WorkloadModel& model,
+            const RunOptions& options, measure::Backend& backend, Evaluator& evaluator,
+            const Context& context)
+      : method_(method),
+        model_(model),
+        options_(options),
+        backend_(backend),
+        evaluator_(evaluator),
+        context_(context) {}
 
   MethodResult Run() {
     result_.method = method_;
@@ -163,10 +178,11 @@ class MethodRun {
     const bool wants_overlap = method_.execution != Execution::kSequential;
     nanobatched_ = wants_overlap && model_.nanobatching;
     if (wants_overlap && !model_.nanobatching) {
-      result_.note = model_.workload.CanNanobatch()
-                         ? "no collective to overlap (tp = cp = 1): planned with sequential execution"
-                         : "microbatch_size < 2 cannot be split into nanobatches: planned with "
-                           "sequential execution";
+      result_.note =
+          model_.workload.CanNanobatch()
+              ? "no collective to overlap (tp = cp = 1): planned with sequential execution"
+              : "microbatch_size < 2 cannot be split into nanobatches: planned with "
+                "sequential execution";
     }
     clocks_ = method_.clock == ClockControl::kDefault
                   ? std::vector<int>{model_.workload.gpu.clock.default_mhz}
@@ -192,8 +208,8 @@ class MethodRun {
     }
 
     start = Clock::now();
-    result_.solved = plan::SolvePlans(
-        result_.problem, {.unit_time_s = options_.unit_time_s, .p_static_w = backend_.StaticPowerW()});
+    result_.solved = plan::SolvePlans(result_.problem, {.unit_time_s = options_.unit_time_s,
+                                                        .p_static_w = backend_.StaticPowerW()});
     result_.phase_wall_s["solve"] = Seconds(start);
     const pipeline::Result& solved = result_.solved.solve;
     if (solved.points.empty()) {
@@ -222,7 +238,8 @@ class MethodRun {
 
   // The clocks a method may pick per instruction: the GPU's profiling grid (published
   // sub-grid), or every supported clock with the profiler's full_grid.
-  static std::vector<int> PlanningClocks(const workload::WorkloadModel& model, const RunOptions& options) {
+  static std::vector<int> PlanningClocks(const workload::WorkloadModel& model,
+                                         const RunOptions& options) {
     const auto& clock = model.workload.gpu.clock;
     return options.profile.full_grid ? clock.Supported() : clock.ProfileGrid();
   }
@@ -234,8 +251,8 @@ class MethodRun {
     twin_ = backend_.NoiseFreeTwin();
     if (!twin_) {
       ThrowInput("--methods", method_.name,
-                 "needs a backend with noise-free values (the emulator); " + backend_.Description() +
-                     " has none");
+                 "needs a backend with noise-free values (the emulator); " +
+                     backend_.Description() + " has none");
     }
     return *twin_;
   }
@@ -249,8 +266,9 @@ class MethodRun {
     if (method_.comm == CommSource::kProfiled) {
       mobo::ProfileOptions profile = options_.profile;
       profile.oracle = false;
-      result_.profile = options_.profiler ? options_.profiler(model_, profile, backend, context_)
-                                          : mobo::ProfileWorkload(model_, profile, backend, context_);
+      result_.profile = options_.profiler
+                            ? options_.profiler(model_, profile, backend, context_)
+                            : mobo::ProfileWorkload(model_, profile, backend, context_);
       for (const auto& p : result_.profile->partitions) {
         Charge(p.tunable ? "partitions_profiled" : "partitions_exhaustive", p.cost_gpu_seconds,
                static_cast<int64_t>(p.evaluations.size()));
@@ -266,7 +284,8 @@ class MethodRun {
   // Methods whose only knobs are the clock and the execution mode: per clock one measured
   // option per instruction.
   void SweptOptions(measure::Backend& backend) {
-    const ExecutionMode mode = nanobatched_ ? ExecutionMode::kNanobatched : ExecutionMode::kSequential;
+    const ExecutionMode mode =
+        nanobatched_ ? ExecutionMode::kNanobatched : ExecutionMode::kSequential;
     const Meter meter(backend);
     for (int u = 0; u < static_cast<int>(model_.stages.size()); ++u) {
       if (reps_[u] != u) continue;
@@ -320,7 +339,8 @@ class MethodRun {
       }
       sweep.Measure(model_, backend);
       if (screen.stride > 1) {
-        for (const auto& [f, d, mode] : FallbacksBetweenAnchors(u, sweep, screen, samples, fixed)) add(f, d, mode);
+        for (const auto& [f, d, mode] : FallbacksBetweenAnchors(u, sweep, screen, samples, fixed))
+          add(f, d, mode);
         sweep.Measure(model_, backend);
       }
       for (Direction d : {Direction::kForward, Direction::kBackward}) {
@@ -337,12 +357,15 @@ class MethodRun {
         }
         std::vector<plan::InstructionOption> all;
         if (nanobatched_) {
-          all = plan::ComposeInstruction(ClockInputs(model_, u, d, samples, fixed, clocks_, sequential),
-                                         {.p_static_w = p_static, .epsilon = options_.compose_epsilon})
+          all = plan::ComposeInstruction(
+                    ClockInputs(model_, u, d, samples, fixed, clocks_, sequential),
+                    {.p_static_w = p_static, .epsilon = options_.compose_epsilon})
                     .options;
         } else {
           for (const auto& [f, seq] : sequential) {
-            all.push_back({.time_s = seq.first, .energy_j = seq.second, .freq_mhz = f,
+            all.push_back({.time_s = seq.first,
+                           .energy_j = seq.second,
+                           .freq_mhz = f,
                            .mode = ExecutionMode::kSequential});
           }
         }
@@ -382,9 +405,10 @@ class MethodRun {
           inputs.push_back(std::move(input));
         }
         if (!inputs.empty()) {
-          for (const auto& o : plan::ComposeInstruction(inputs, {.p_static_w = p_static,
-                                                                 .epsilon = options_.compose_epsilon})
-                                   .options) {
+          for (const auto& o :
+               plan::ComposeInstruction(
+                   inputs, {.p_static_w = p_static, .epsilon = options_.compose_epsilon})
+                   .options) {
             composed.emplace_back(o.time_s, o.energy_j - p_static * o.time_s);
           }
         }
@@ -395,8 +419,8 @@ class MethodRun {
         const auto& r = measured.requests[i];
         if (r.direction != d) continue;
         const auto& sample = measured.samples[i];
-        near[{r.knobs.mode, r.knobs.freq_mhz}] =
-            NearFront(sample.time_s, sample.energy_j - p_static * sample.time_s, composed, kScreenMargin);
+        near[{r.knobs.mode, r.knobs.freq_mhz}] = NearFront(
+            sample.time_s, sample.energy_j - p_static * sample.time_s, composed, kScreenMargin);
       }
       for (int f : clocks_) {
         if (screen.IsAnchor(f)) continue;
@@ -435,19 +459,24 @@ class MethodRun {
     const bool overlapped = result_.problem.gradient_sync == schedule::GradientSync::kOverlapped;
     const int per_stage = result_.problem.SyncNodesPerStage();
     auto sync_option = [](const measure::Sample& sample, int freq_mhz, int sms, bool overlap) {
-      return plan::InstructionOption{.time_s = sample.time_s, .energy_j = sample.energy_j,
-                                     .freq_mhz = freq_mhz, .mode = ExecutionMode::kSequential,
-                                     .partitions = {},
-                                     .gradient_sync = plan::InstructionGradientSync{.sms = sms, .overlapped = overlap}};
+      return plan::InstructionOption{
+          .time_s = sample.time_s,
+          .energy_j = sample.energy_j,
+          .freq_mhz = freq_mhz,
+          .mode = ExecutionMode::kSequential,
+          .partitions = {},
+          .gradient_sync = plan::InstructionGradientSync{.sms = sms, .overlapped = overlap}};
     };
     std::map<std::vector<int>, int> measured;  // distinct stages: their units' representatives
     for (int s = 0; s < model_.num_stages; ++s) {
       std::vector<int> key;
       for (int c = 0; c < model_.num_chunks; ++c) key.push_back(reps_[s * model_.num_chunks + c]);
       if (const auto it = measured.find(key); it != measured.end()) {
-        if (overlapped) result_.problem.last_backward[s] = result_.problem.last_backward[it->second];
+        if (overlapped)
+          result_.problem.last_backward[s] = result_.problem.last_backward[it->second];
         for (int c = 0; c < per_stage; ++c) {
-          result_.problem.sync_nodes[s * per_stage + c] = result_.problem.sync_nodes[it->second * per_stage + c];
+          result_.problem.sync_nodes[s * per_stage + c] =
+              result_.problem.sync_nodes[it->second * per_stage + c];
         }
         continue;
       }
@@ -455,7 +484,8 @@ class MethodRun {
       std::vector<measure::GradientSyncRequest> batch;
       const bool launches = overlapped && !workload::LastBackwardBuckets(model_, s).empty();
       std::vector<measure::GradientSyncWork> works;
-      if (launches) works = {measure::GradientSyncWork::kOverlapped, measure::GradientSyncWork::kLastBuckets};
+      if (launches)
+        works = {measure::GradientSyncWork::kOverlapped, measure::GradientSyncWork::kLastBuckets};
       works.push_back(measure::GradientSyncWork::kSyncNode);
       for (int f : clocks_) {
         if (!screen.IsAnchor(f)) continue;
@@ -467,11 +497,16 @@ class MethodRun {
       }
       for (int c = 1; c < per_stage; ++c) {
         for (int sms : sm_choices) {
-          batch.push_back({.stage = s, .chunk = c, .work = measure::GradientSyncWork::kSyncNode, .freq_mhz = top_clock, .sms = sms});
+          batch.push_back({.stage = s,
+                           .chunk = c,
+                           .work = measure::GradientSyncWork::kSyncNode,
+                           .freq_mhz = top_clock,
+                           .sms = sms});
         }
       }
       std::vector<measure::Sample> samples = backend.MeasureAll(model_, batch);
-      const auto& backward = result_.problem.stages[static_cast<std::size_t>(s * model_.num_chunks)].backward;
+      const auto& backward =
+          result_.problem.stages[static_cast<std::size_t>(s * model_.num_chunks)].backward;
       if (screen.stride > 1) {
         // Between anchors: the SM counts whose anchor readings lay near the front at one of the
         // two anchors around. The solver chooses a stage's last backward among every clock's
@@ -490,7 +525,8 @@ class MethodRun {
           if (r.work == measure::GradientSyncWork::kLastBuckets) {
             for (const plan::InstructionOption& o : backward) {
               if (o.freq_mhz == r.freq_mhz) {
-                made[i].push_back(effective(o.time_s + samples[i].time_s, o.energy_j + samples[i].energy_j));
+                made[i].push_back(
+                    effective(o.time_s + samples[i].time_s, o.energy_j + samples[i].energy_j));
               }
             }
           } else {
@@ -502,7 +538,8 @@ class MethodRun {
         std::set<std::tuple<measure::GradientSyncWork, int, int>> near;  // (work, anchor, sms)
         for (std::size_t i = 0; i < batch.size(); ++i) {
           const auto& r = batch[i];
-          const auto& front = r.work == measure::GradientSyncWork::kSyncNode ? node_front : last_front;
+          const auto& front =
+              r.work == measure::GradientSyncWork::kSyncNode ? node_front : last_front;
           for (const auto& [t, e] : made[i]) {
             if (NearFront(t, e, front, kScreenMargin)) {
               near.insert({r.work, r.freq_mhz, r.sms});
@@ -540,19 +577,23 @@ class MethodRun {
               plan::InstructionOption after = o;
               after.time_s += samples[i].time_s;
               after.energy_j += samples[i].energy_j;
-              after.gradient_sync = plan::InstructionGradientSync{.sms = r.sms, .overlapped = false};
+              after.gradient_sync =
+                  plan::InstructionGradientSync{.sms = r.sms, .overlapped = false};
               last.push_back(std::move(after));
             }
             break;
           case measure::GradientSyncWork::kSyncNode:
-            nodes[static_cast<std::size_t>(r.chunk)].push_back(sync_option(samples[i], r.freq_mhz, r.sms, r.chunk > 0));
+            nodes[static_cast<std::size_t>(r.chunk)].push_back(
+                sync_option(samples[i], r.freq_mhz, r.sms, r.chunk > 0));
             break;
         }
       }
       // Nothing to reduce with the last backward: it runs as any backward.
-      if (overlapped) result_.problem.last_backward[s] = launches ? FilterOptions(last, p_static) : backward;
+      if (overlapped)
+        result_.problem.last_backward[s] = launches ? FilterOptions(last, p_static) : backward;
       for (int c = 0; c < per_stage; ++c) {
-        result_.problem.sync_nodes[s * per_stage + c] = FilterOptions(nodes[static_cast<std::size_t>(c)], p_static);
+        result_.problem.sync_nodes[s * per_stage + c] =
+            FilterOptions(nodes[static_cast<std::size_t>(c)], p_static);
       }
     }
     meter.ChargeTo(*this, "gradient_sync");
@@ -562,9 +603,12 @@ class MethodRun {
   class Meter {
    public:
     explicit Meter(const measure::Backend& backend)
-        : backend_(backend), gpu_seconds_(backend.GpuSeconds()), measurements_(backend.Measurements()) {}
+        : backend_(backend),
+          gpu_seconds_(backend.GpuSeconds()),
+          measurements_(backend.Measurements()) {}
     void ChargeTo(MethodRun& run, const std::string& kind) const {
-      run.Charge(kind, backend_.GpuSeconds() - gpu_seconds_, backend_.Measurements() - measurements_);
+      run.Charge(kind, backend_.GpuSeconds() - gpu_seconds_,
+                 backend_.Measurements() - measurements_);
     }
 
    private:
@@ -629,7 +673,8 @@ class MethodRun {
         } else if (dag.LaunchesGradientSync(static_cast<int>(node))) {
           used_last[stage_rep[n.stage]].insert(point.choice[node]);
         } else {
-          used[reps_[n.stage * model_.num_chunks + n.chunk]][n.kind == Direction::kForward ? 0 : 1].insert(point.choice[node]);
+          used[reps_[n.stage * model_.num_chunks + n.chunk]][n.kind == Direction::kForward ? 0 : 1]
+              .insert(point.choice[node]);
         }
       }
     }
@@ -641,8 +686,10 @@ class MethodRun {
       for (int kind = 0; kind < 2; ++kind) {
         const auto& list = kind == 0 ? problem.stages[u].forward : problem.stages[u].backward;
         for (int option : used[u][kind]) {
-          batch.push_back({.stage = unit.stage, .direction = kind == 0 ? Direction::kForward : Direction::kBackward,
-                           .knobs = ToKnobs(list[static_cast<std::size_t>(option)]), .chunk = unit.chunk});
+          batch.push_back({.stage = unit.stage,
+                           .direction = kind == 0 ? Direction::kForward : Direction::kBackward,
+                           .knobs = ToKnobs(list[static_cast<std::size_t>(option)]),
+                           .chunk = unit.chunk});
         }
       }
       const std::vector<measure::Sample> samples = evaluator_.EvaluateInstructions(model_, batch);
@@ -651,7 +698,8 @@ class MethodRun {
         for (int option : used[u][kind]) result_.option_evaluations[u][kind][option] = samples[i++];
       }
     }
-    for (std::size_t u = 0; u < units; ++u) result_.option_evaluations[u] = result_.option_evaluations[reps_[u]];
+    for (std::size_t u = 0; u < units; ++u)
+      result_.option_evaluations[u] = result_.option_evaluations[reps_[u]];
     for (int s = 0; s < stages; ++s) {
       if (stage_rep[s] != s) continue;
       std::vector<measure::InstructionRequest> instructions;
@@ -659,33 +707,43 @@ class MethodRun {
       // (last backward option, instruction index, sync index)
       std::vector<std::tuple<int, int, int>> lasts;
       for (int option : s < static_cast<int>(used_last.size()) ? used_last[s] : std::set<int>{}) {
-        const plan::InstructionOption& o = problem.last_backward[s][static_cast<std::size_t>(option)];
+        const plan::InstructionOption& o =
+            problem.last_backward[s][static_cast<std::size_t>(option)];
         int instruction = -1, sync = -1;
         const bool overlap = o.gradient_sync && o.gradient_sync->overlapped;
         if (!overlap) {
           instruction = static_cast<int>(instructions.size());
-          instructions.push_back({.stage = s, .direction = Direction::kBackward, .knobs = ToKnobs(o), .chunk = 0});
+          instructions.push_back(
+              {.stage = s, .direction = Direction::kBackward, .knobs = ToKnobs(o), .chunk = 0});
         }
         if (o.gradient_sync) {
           sync = static_cast<int>(syncs.size());
-          syncs.push_back({.stage = s, .work = overlap ? measure::GradientSyncWork::kOverlapped
-                                                       : measure::GradientSyncWork::kLastBuckets,
-                           .freq_mhz = o.freq_mhz, .sms = o.gradient_sync->sms});
+          syncs.push_back({.stage = s,
+                           .work = overlap ? measure::GradientSyncWork::kOverlapped
+                                           : measure::GradientSyncWork::kLastBuckets,
+                           .freq_mhz = o.freq_mhz,
+                           .sms = o.gradient_sync->sms});
         }
         lasts.push_back({option, instruction, sync});
       }
       std::vector<std::pair<int, int>> nodes;  // (sync node list index, option)
       for (int c = 0; c < per_stage; ++c) {
         for (int option : used_sync[s * per_stage + c]) {
-          const plan::InstructionOption& o = problem.sync_nodes[s * per_stage + c][static_cast<std::size_t>(option)];
-          syncs.push_back({.stage = s, .chunk = c, .work = measure::GradientSyncWork::kSyncNode,
-                           .freq_mhz = o.freq_mhz, .sms = o.gradient_sync ? o.gradient_sync->sms : 1});
+          const plan::InstructionOption& o =
+              problem.sync_nodes[s * per_stage + c][static_cast<std::size_t>(option)];
+          syncs.push_back({.stage = s,
+                           .chunk = c,
+                           .work = measure::GradientSyncWork::kSyncNode,
+                           .freq_mhz = o.freq_mhz,
+                           .sms = o.gradient_sync ? o.gradient_sync->sms : 1});
           nodes.push_back({s * per_stage + c, option});
         }
       }
-      const std::vector<measure::Sample> ran = evaluator_.EvaluateInstructions(model_, instructions);
+      const std::vector<measure::Sample> ran =
+          evaluator_.EvaluateInstructions(model_, instructions);
       const std::vector<measure::Sample> synced =
-          syncs.empty() ? std::vector<measure::Sample>{} : evaluator_.EvaluateGradientSync(model_, syncs);
+          syncs.empty() ? std::vector<measure::Sample>{}
+                        : evaluator_.EvaluateGradientSync(model_, syncs);
       for (const auto& [option, instruction, sync] : lasts) {
         measure::Sample sample = instruction >= 0 ? ran[instruction] : synced[sync];
         if (instruction >= 0 && sync >= 0) {
@@ -706,7 +764,8 @@ class MethodRun {
         result_.last_backward_evaluations[s] = result_.last_backward_evaluations[stage_rep[s]];
       }
       for (int c = 0; c < per_stage; ++c) {
-        result_.sync_evaluations[s * per_stage + c] = result_.sync_evaluations[stage_rep[s] * per_stage + c];
+        result_.sync_evaluations[s * per_stage + c] =
+            result_.sync_evaluations[stage_rep[s] * per_stage + c];
       }
     }
     // The solver's problem with every used option replaced by its evaluation.
@@ -719,24 +778,31 @@ class MethodRun {
     auto fill = [](std::size_t size, const std::map<int, measure::Sample>& evaluated) {
       std::vector<pipeline::Option> list(size);
       for (const auto& [option, sample] : evaluated) {
-        list[static_cast<std::size_t>(option)] = {.time_s = sample.time_s, .energy_j = sample.energy_j};
+        list[static_cast<std::size_t>(option)] = {.time_s = sample.time_s,
+                                                  .energy_j = sample.energy_j};
       }
       return list;
     };
     for (std::size_t u = 0; u < units; ++u) {
-      if (u % static_cast<std::size_t>(model_.num_chunks) == 0) truth.gpus_per_stage.push_back(problem.stages[u].gpus);
-      truth.forward_options.push_back(fill(problem.stages[u].forward.size(), result_.option_evaluations[u][0]));
-      truth.backward_options.push_back(fill(problem.stages[u].backward.size(), result_.option_evaluations[u][1]));
+      if (u % static_cast<std::size_t>(model_.num_chunks) == 0)
+        truth.gpus_per_stage.push_back(problem.stages[u].gpus);
+      truth.forward_options.push_back(
+          fill(problem.stages[u].forward.size(), result_.option_evaluations[u][0]));
+      truth.backward_options.push_back(
+          fill(problem.stages[u].backward.size(), result_.option_evaluations[u][1]));
     }
     for (std::size_t s = 0; s < problem.last_backward.size(); ++s) {
-      truth.last_backward_options.push_back(fill(problem.last_backward[s].size(), result_.last_backward_evaluations[s]));
+      truth.last_backward_options.push_back(
+          fill(problem.last_backward[s].size(), result_.last_backward_evaluations[s]));
     }
     for (std::size_t i = 0; i < problem.sync_nodes.size(); ++i) {
-      truth.gradient_sync_options.push_back(fill(problem.sync_nodes[i].size(), result_.sync_evaluations[i]));
+      truth.gradient_sync_options.push_back(
+          fill(problem.sync_nodes[i].size(), result_.sync_evaluations[i]));
     }
     for (const auto& point : solved.points) {
       // A GPU that waits (pipeline bubbles, P2P receives) draws the board's idle power.
-      result_.evaluated.push_back(pipeline::Evaluate(truth, dag, point.choice, backend_.IdlePowerW()));
+      result_.evaluated.push_back(
+          pipeline::Evaluate(truth, dag, point.choice, backend_.IdlePowerW()));
     }
     EvaluateComposition();
     result_.evaluation_gpu_seconds = evaluator_.GpuSeconds() - before;
@@ -770,9 +836,9 @@ class MethodRun {
       if (kept[i]) continue;
       // The fastest-ordered front's last point no slower than this one has the least energy of
       // all such points, so it dominates it.
-      const auto after = std::upper_bound(
-          front.begin(), front.end(), result_.evaluated[i].time_s,
-          [](double t, const pareto::Point& p) { return t < p.time_s; });
+      const auto after =
+          std::upper_bound(front.begin(), front.end(), result_.evaluated[i].time_s,
+                           [](double t, const pareto::Point& p) { return t < p.time_s; });
       KAREUS_CHECK(after != front.begin()) << "a dropped point with no point no slower";
       const std::size_t k = static_cast<std::size_t>(after - front.begin()) - 1;
       result_.dropped.push_back({.solver_index = i,
@@ -798,7 +864,10 @@ class MethodRun {
       for (Direction d : {Direction::kForward, Direction::kBackward}) {
         for (const auto& option : OptionsOf(result_.problem, u, d)) {
           if (option.mode != ExecutionMode::kNanobatched || option.partitions.empty()) continue;
-          batch.push_back({.stage = s, .direction = d, .knobs = ToKnobs(option), .chunk = model_.stages[u].chunk});
+          batch.push_back({.stage = s,
+                           .direction = d,
+                           .knobs = ToKnobs(option),
+                           .chunk = model_.stages[u].chunk});
           options.push_back(&option);
         }
       }
@@ -854,8 +923,8 @@ RunResult RunWorkload(const workload::Workload& workload, const RunOptions& opti
   for (const MethodSpec& m : options.methods) {
     if (m.noise_free && !backend->NoiseFreeTwin()) {
       ThrowInput("--methods", m.name,
-                 "needs a backend with noise-free values (the emulator); " + backend->Description() +
-                     " has none");
+                 "needs a backend with noise-free values (the emulator); " +
+                     backend->Description() + " has none");
     }
   }
   run.backend = backend->Description();
@@ -870,7 +939,8 @@ RunResult RunWorkload(const workload::Workload& workload, const RunOptions& opti
   }
   // ru_maxrss is in KiB on Linux.
   rusage usage{};
-  if (getrusage(RUSAGE_SELF, &usage) == 0) run.peak_rss_mib = static_cast<double>(usage.ru_maxrss) / 1024.0;
+  if (getrusage(RUSAGE_SELF, &usage) == 0)
+    run.peak_rss_mib = static_cast<double>(usage.ru_maxrss) / 1024.0;
   run.summary = internal::BuildSummary(run);
   return run;
 }

@@ -7,9 +7,12 @@ namespace kareus::methods {
 
 const char* ToString(Execution execution) {
   switch (execution) {
-    case Execution::kSequential: return "sequential";
-    case Execution::kNanobatched: return "nanobatched";
-    case Execution::kPerInstruction: return "per_instruction";
+    case Execution::kSequential:
+      return "sequential";
+    case Execution::kNanobatched:
+      return "nanobatched";
+    case Execution::kPerInstruction:
+      return "per_instruction";
   }
   return "?";
 }
@@ -20,9 +23,12 @@ const char* ToString(ClockControl clock) {
 
 const char* ToString(CommSource source) {
   switch (source) {
-    case CommSource::kLibraryDefault: return "library_default";
-    case CommSource::kProfiled: return "profiled";
-    case CommSource::kExhaustive: return "exhaustive";
+    case CommSource::kLibraryDefault:
+      return "library_default";
+    case CommSource::kProfiled:
+      return "profiled";
+    case CommSource::kExhaustive:
+      return "exhaustive";
   }
   return "?";
 }
@@ -30,19 +36,37 @@ const char* ToString(CommSource source) {
 const std::vector<MethodSpec>& MethodTable() {
   // The methods of the published evaluation (reference/kareus-official.md §6.1) and the oracle.
   static const std::vector<MethodSpec> table = {
-      {.name = "megatron", .label = "Megatron-LM", .execution = Execution::kSequential,
-       .clock = ClockControl::kDefault, .comm = CommSource::kLibraryDefault},
-      {.name = "nanobatching", .label = "Nanobatching", .execution = Execution::kNanobatched,
-       .clock = ClockControl::kDefault, .comm = CommSource::kLibraryDefault},
-      {.name = "perseus", .label = "Perseus", .execution = Execution::kSequential,
-       .clock = ClockControl::kPerInstruction, .comm = CommSource::kLibraryDefault},
-      {.name = "nanobatching+perseus", .label = "Nanobatching+Perseus",
-       .execution = Execution::kNanobatched, .clock = ClockControl::kPerInstruction,
+      {.name = "megatron",
+       .label = "Megatron-LM",
+       .execution = Execution::kSequential,
+       .clock = ClockControl::kDefault,
        .comm = CommSource::kLibraryDefault},
-      {.name = "kareus", .label = "Kareus", .execution = Execution::kPerInstruction,
-       .clock = ClockControl::kPerInstruction, .comm = CommSource::kProfiled},
-      {.name = "kareus-oracle", .label = "Kareus (oracle)", .execution = Execution::kPerInstruction,
-       .clock = ClockControl::kPerInstruction, .comm = CommSource::kExhaustive, .noise_free = true,
+      {.name = "nanobatching",
+       .label = "Nanobatching",
+       .execution = Execution::kNanobatched,
+       .clock = ClockControl::kDefault,
+       .comm = CommSource::kLibraryDefault},
+      {.name = "perseus",
+       .label = "Perseus",
+       .execution = Execution::kSequential,
+       .clock = ClockControl::kPerInstruction,
+       .comm = CommSource::kLibraryDefault},
+      {.name = "nanobatching+perseus",
+       .label = "Nanobatching+Perseus",
+       .execution = Execution::kNanobatched,
+       .clock = ClockControl::kPerInstruction,
+       .comm = CommSource::kLibraryDefault},
+      {.name = "kareus",
+       .label = "Kareus",
+       .execution = Execution::kPerInstruction,
+       .clock = ClockControl::kPerInstruction,
+       .comm = CommSource::kProfiled},
+      {.name = "kareus-oracle",
+       .label = "Kareus (oracle)",
+       .execution = Execution::kPerInstruction,
+       .clock = ClockControl::kPerInstruction,
+       .comm = CommSource::kExhaustive,
+       .noise_free = true,
        .in_default_set = false},
   };
   return table;

@@ -22,7 +22,8 @@ namespace {
 // summary.json's sampled plans stay the published sample (m.solved.sampled).
 plan::PlanResult EvaluatedResult(const MethodResult& m) {
   plan::PlanResult out = m.solved;
-  for (std::size_t i = 0; i < out.solve.points.size(); ++i) out.solve.points[i].cost = m.evaluated[i];
+  for (std::size_t i = 0; i < out.solve.points.size(); ++i)
+    out.solve.points[i].cost = m.evaluated[i];
   out.fastest = m.Fastest();
   out.sampled = WrittenPlanIndices(m);
   return out;
@@ -39,7 +40,8 @@ std::vector<std::size_t> WrittenPlanIndices(const MethodResult& m) {
   }
   std::vector<std::size_t> indices = m.solved.sampled;
   indices.push_back(m.Fastest());
-  for (std::size_t i : plan::BudgetPlanIndices(time_s, energy_j, static_energy_j)) indices.push_back(i);
+  for (std::size_t i : plan::BudgetPlanIndices(time_s, energy_j, static_energy_j))
+    indices.push_back(i);
   std::sort(indices.begin(), indices.end());
   indices.erase(std::unique(indices.begin(), indices.end()), indices.end());
   return indices;

@@ -19,7 +19,8 @@ std::optional<OptionError> ScheduleOptions::Validate() const {
   if (!(iterations >= 1) || !std::isfinite(iterations)) {
     return OptionError{"--iterations", fmt::format("{}", iterations), "must be >= 1"};
   }
-  if (deadline.empty()) return OptionError{"--deadline", "''", "an ISO-8601 UTC time or a duration such as 36h"};
+  if (deadline.empty())
+    return OptionError{"--deadline", "''", "an ISO-8601 UTC time or a duration such as 36h"};
   if (signal.empty()) return OptionError{"--signal", "''", "name a signal CSV"};
   if (out.empty()) return OptionError{"--out", "''", "name an output folder"};
   return std::nullopt;
@@ -68,7 +69,8 @@ Json ScheduleFromRun(const ScheduleOptions& options) {
                                /*one_row_holds_on=*/true);
     for (std::size_t i = 0; i < caps->value.size(); ++i) {
       if (!(caps->value[i] > 0)) {
-        ThrowInput("--power-cap", fmt::format("{} at {}", caps->value[i], plan::FormatUtcTime(caps->time[i])),
+        ThrowInput("--power-cap",
+                   fmt::format("{} at {}", caps->value[i], plan::FormatUtcTime(caps->time[i])),
                    "a cap must be > 0 W per GPU");
       }
     }
@@ -89,16 +91,17 @@ Json ScheduleFromRun(const ScheduleOptions& options) {
                "must be after the signal's first timestamp " + plan::FormatUtcTime(start) +
                    " (the job holds its GPUs from there)");
   }
-  problem.intervals = plan::MakeIntervals(signal, caps, start, deadline, "--signal",
-                                          options.signal.string());
+  problem.intervals =
+      plan::MakeIntervals(signal, caps, start, deadline, "--signal", options.signal.string());
   const plan::Timetable timetable = plan::SolveSchedule(problem);
 
-  Json extra = {{"run", std::filesystem::absolute(options.run).lexically_normal().string()},
-                {"signal_file", options.signal.string()},
-                {"signal_column", signal.column},
-                {"signal_unit", options.signal_unit.empty()
-                                    ? (signal.column.empty() ? std::string("signal") : signal.column)
-                                    : options.signal_unit}};
+  Json extra = {
+      {"run", std::filesystem::absolute(options.run).lexically_normal().string()},
+      {"signal_file", options.signal.string()},
+      {"signal_column", signal.column},
+      {"signal_unit", options.signal_unit.empty()
+                          ? (signal.column.empty() ? std::string("signal") : signal.column)
+                          : options.signal_unit}};
   extra["power_cap_file"] = options.power_cap ? Json(options.power_cap->string()) : Json(nullptr);
   const Json json = plan::TimetableToJson(problem, timetable, extra);
 

@@ -15,14 +15,17 @@ namespace {
 using schedule::Direction;
 
 PointSummary Point(const pipeline::Evaluation& e) {
-  return {.time_s = e.time_s, .energy_j = e.energy_j, .static_energy_j = e.static_energy_j,
+  return {.time_s = e.time_s,
+          .energy_j = e.energy_j,
+          .static_energy_j = e.static_energy_j,
           .dynamic_energy_j = e.dynamic_energy_j};
 }
 
 std::vector<TimeEnergy> Evaluated(const MethodResult& m, bool sampled_only) {
   std::vector<TimeEnergy> out;
   if (sampled_only) {
-    for (std::size_t i : m.solved.sampled) out.push_back({m.evaluated[i].time_s, m.evaluated[i].energy_j});
+    for (std::size_t i : m.solved.sampled)
+      out.push_back({m.evaluated[i].time_s, m.evaluated[i].energy_j});
   } else {
     for (const auto& e : m.evaluated) out.push_back({e.time_s, e.energy_j});
   }
@@ -83,9 +86,9 @@ MethodSummary Summarize(const MethodResult& m) {
                             .predicted_energy_j = m.solved.solve.points[i].cost.energy_j});
   }
   out.fastest = Point(m.evaluated[m.Fastest()]);
-  out.lowest_energy = Point(*std::min_element(
-      m.evaluated.begin(), m.evaluated.end(),
-      [](const auto& a, const auto& b) { return a.energy_j < b.energy_j; }));
+  out.lowest_energy = Point(
+      *std::min_element(m.evaluated.begin(), m.evaluated.end(),
+                        [](const auto& a, const auto& b) { return a.energy_j < b.energy_j; }));
   out.sampled_plans = m.solved.sampled;
   for (const auto& d : m.dropped) {
     out.dropped_after_evaluation.push_back({.solver_index = d.solver_index,
@@ -96,7 +99,8 @@ MethodSummary Summarize(const MethodResult& m) {
   out.profiling_gpu_hours = m.profiling_gpu_seconds / 3600.0;
   out.measurements = m.measurements;
   for (const auto& [kind, cost] : m.profiling_by_kind) {
-    out.profiling_by_kind[kind] = {.gpu_hours = cost.gpu_seconds / 3600.0, .measurements = cost.measurements};
+    out.profiling_by_kind[kind] = {.gpu_hours = cost.gpu_seconds / 3600.0,
+                                   .measurements = cost.measurements};
   }
   out.evaluation_gpu_hours = m.evaluation_gpu_seconds / 3600.0;
   out.phase_wall_s = m.phase_wall_s;
@@ -124,37 +128,44 @@ Timeline MakeTimeline(const MethodResult& m, std::size_t point) {
     const auto& ins = dag.nodes[node];
     const std::map<int, measure::Sample>* evaluated = nullptr;
     if (ins.node == schedule::NodeKind::kGradientSync) {
-      const std::size_t i = static_cast<std::size_t>(ins.stage * m.problem.SyncNodesPerStage() + ins.chunk);
+      const std::size_t i =
+          static_cast<std::size_t>(ins.stage * m.problem.SyncNodesPerStage() + ins.chunk);
       if (i < m.sync_evaluations.size()) evaluated = &m.sync_evaluations[i];
     } else if (dag.LaunchesGradientSync(static_cast<int>(node))) {
       if (static_cast<std::size_t>(ins.stage) < m.last_backward_evaluations.size()) {
         evaluated = &m.last_backward_evaluations[ins.stage];
       }
     } else {
-      const std::size_t unit = static_cast<std::size_t>(ins.stage * m.problem.num_chunks + ins.chunk);
+      const std::size_t unit =
+          static_cast<std::size_t>(ins.stage * m.problem.num_chunks + ins.chunk);
       const int kind = ins.kind == Direction::kForward ? 0 : 1;
       if (unit < m.option_evaluations.size()) evaluated = &m.option_evaluations[unit][kind];
     }
-    const auto it = evaluated != nullptr ? evaluated->find(choice[node]) : std::map<int, measure::Sample>::const_iterator();
-    durations[node] = evaluated != nullptr && it != evaluated->end() ? it->second.time_s : option_of(node).time_s;
+    const auto it = evaluated != nullptr ? evaluated->find(choice[node])
+                                         : std::map<int, measure::Sample>::const_iterator();
+    durations[node] =
+        evaluated != nullptr && it != evaluated->end() ? it->second.time_s : option_of(node).time_s;
   }
   const schedule::Timing timing = schedule::StartTimes(dag, durations, m.problem.p2p_time_s);
-  Timeline out{.method = m.method.name, .label = m.method.label,
-               .schedule = schedule::ToString(dag.kind), .stages = {}};
+  Timeline out{.method = m.method.name,
+               .label = m.method.label,
+               .schedule = schedule::ToString(dag.kind),
+               .stages = {}};
   out.stages.resize(dag.num_stages);
   for (std::size_t node = 0; node < dag.nodes.size(); ++node) {
     const auto& ins = dag.nodes[node];
     const auto& option = option_of(node);
     const bool sync = ins.node == schedule::NodeKind::kGradientSync;
-    out.stages[ins.stage].push_back({.kind = sync ? "gradient_sync" : schedule::ToString(ins.kind),
-                                     .chunk = ins.chunk,
-                                     .microbatch = ins.microbatch,
-                                     .start_s = timing.start[node],
-                                     .end_s = timing.finish[node],
-                                     .freq_mhz = option.freq_mhz,
-                                     .mode = schedule::ToString(option.mode),
-                                     .sync_sms = option.gradient_sync ? option.gradient_sync->sms : 0,
-                                     .sync_overlapped = option.gradient_sync && option.gradient_sync->overlapped});
+    out.stages[ins.stage].push_back(
+        {.kind = sync ? "gradient_sync" : schedule::ToString(ins.kind),
+         .chunk = ins.chunk,
+         .microbatch = ins.microbatch,
+         .start_s = timing.start[node],
+         .end_s = timing.finish[node],
+         .freq_mhz = option.freq_mhz,
+         .mode = schedule::ToString(option.mode),
+         .sync_sms = option.gradient_sync ? option.gradient_sync->sms : 0,
+         .sync_overlapped = option.gradient_sync && option.gradient_sync->overlapped});
   }
   return out;
 }
@@ -168,7 +179,8 @@ std::vector<PartitionFrontier> PartitionFrontiers(const MethodResult& m) {
     for (const auto& c : p.clock_frontiers) {
       std::vector<PartitionFrontierPoint> points;
       for (const auto& q : c.points) {
-        points.push_back({.time_s = q.time_s, .energy_j = q.energy_j, .sms = q.knobs.sms, .slot = q.knobs.slot});
+        points.push_back(
+            {.time_s = q.time_s, .energy_j = q.energy_j, .sms = q.knobs.sms, .slot = q.knobs.slot});
       }
       frontier.clocks.emplace_back(c.freq_mhz, std::move(points));
     }
@@ -180,7 +192,8 @@ std::vector<PartitionFrontier> PartitionFrontiers(const MethodResult& m) {
 // GPUs of the job a method's plans run on (the stages' GPUs, plan::JobGpus of its plans).
 int JobGpus(const MethodResult& m) {
   int gpus = 0;
-  for (std::size_t u = 0; u < m.problem.stages.size(); u += static_cast<std::size_t>(std::max(m.problem.num_chunks, 1))) {
+  for (std::size_t u = 0; u < m.problem.stages.size();
+       u += static_cast<std::size_t>(std::max(m.problem.num_chunks, 1))) {
     gpus += m.problem.stages[u].gpus;
   }
   return gpus;
@@ -224,9 +237,10 @@ std::string Caveat(const RunResult& run, bool prior_is_measuring_model) {
       "Emulator results: every measurement and evaluation comes from Kareus's built-in GPU "
       "emulator, not from a GPU; read them as what the planner does, not as measured savings.";
   if (prior_is_measuring_model) {
-    caveat += " The profiler's prior is the emulator's own noise-free model (the default), so "
-              "the profiling results are flattering: they hold largely by construction. "
-              "bench/profile_prior.py measures the method with a mismatched prior.";
+    caveat +=
+        " The profiler's prior is the emulator's own noise-free model (the default), so "
+        "the profiling results are flattering: they hold largely by construction. "
+        "bench/profile_prior.py measures the method with a mismatched prior.";
   }
   return caveat;
 }
@@ -283,8 +297,11 @@ RunSummary BuildSummary(const RunResult& run) {
   summary.plan_files = PlanFiles(MainMethod(run), baseline);
   for (const auto& m : run.methods) {
     const auto& f = m.evaluated[m.Fastest()];
-    MaxThroughputRow row{.method = m.method.name, .time_s = f.time_s, .energy_j = f.energy_j,
-                         .delta_time_pct = std::nullopt, .delta_energy_pct = std::nullopt};
+    MaxThroughputRow row{.method = m.method.name,
+                         .time_s = f.time_s,
+                         .energy_j = f.energy_j,
+                         .delta_time_pct = std::nullopt,
+                         .delta_energy_pct = std::nullopt};
     if (baseline) {
       const auto& ref = baseline->evaluated[baseline->Fastest()];
       row.delta_time_pct = ReductionPercent(ref.time_s, f.time_s);
@@ -303,8 +320,10 @@ RunSummary BuildSummary(const RunResult& run) {
           {.method = m.method.name,
            .iso_time_energy_reduction_pct = IsoTimeEnergyReduction(ref_sampled, Evaluated(m, true)),
            .iso_energy_time_reduction_pct = IsoEnergyTimeReduction(ref_sampled, Evaluated(m, true)),
-           .iso_time_energy_reduction_full_pct = IsoTimeEnergyReduction(ref_all, Evaluated(m, false)),
-           .iso_energy_time_reduction_full_pct = IsoEnergyTimeReduction(ref_all, Evaluated(m, false))});
+           .iso_time_energy_reduction_full_pct =
+               IsoTimeEnergyReduction(ref_all, Evaluated(m, false)),
+           .iso_energy_time_reduction_full_pct =
+               IsoEnergyTimeReduction(ref_all, Evaluated(m, false))});
       const auto cmp = CompareAtEqualTime(ref_all, Evaluated(m, false));
       summary.interpolated.push_back({.method = m.method.name,
                                       .reference = reference->method.name,
@@ -348,7 +367,9 @@ RunSummary BuildSummary(const RunResult& run) {
 
 namespace {
 
-Json OptionalNumber(const std::optional<double>& value) { return value ? Json(*value) : Json(nullptr); }
+Json OptionalNumber(const std::optional<double>& value) {
+  return value ? Json(*value) : Json(nullptr);
+}
 
 Json SpreadJson(const Spread& s) {
   return Json{{"min", s.min}, {"median", s.median}, {"max", s.max}, {"mean_abs", s.mean_abs}};
@@ -374,7 +395,9 @@ Json CompositionJson(const CompositionError& c) {
 }
 
 Json PointJson(const PointSummary& p) {
-  return Json{{"time_s", p.time_s}, {"energy_j", p.energy_j}, {"static_energy_j", p.static_energy_j},
+  return Json{{"time_s", p.time_s},
+              {"energy_j", p.energy_j},
+              {"static_energy_j", p.static_energy_j},
               {"dynamic_energy_j", p.dynamic_energy_j}};
 }
 
@@ -399,26 +422,30 @@ Json ToJson(const RunSummary& summary) {
     for (const auto& [kind, cost] : m.profiling_by_kind) {
       by_kind[kind] = {{"gpu_hours", cost.gpu_hours}, {"measurements", cost.measurements}};
     }
-    Json entry{{"method", m.method},
-               {"label", m.label},
-               {"traits", traits},
-               {"fastest", PointJson(m.fastest)},
-               {"lowest_energy", PointJson(m.lowest_energy)},
-               {"frontier", frontier},
-               {"sampled_plans", m.sampled_plans},
-               {"profiling_gpu_hours", m.profiling_gpu_hours},
-               {"measurements", m.measurements},
-               {"profiling_by_kind", by_kind},
-               {"evaluation_gpu_hours", m.evaluation_gpu_hours},
-               {"phase_wall_s", phases},
-               {"options_per_instruction", {{"forward", m.forward_options}, {"backward", m.backward_options}}},
-               {"solver", {{"status", m.solver.status}, {"message", m.solver.message}, {"steps", m.solver.steps}}}};
+    Json entry{
+        {"method", m.method},
+        {"label", m.label},
+        {"traits", traits},
+        {"fastest", PointJson(m.fastest)},
+        {"lowest_energy", PointJson(m.lowest_energy)},
+        {"frontier", frontier},
+        {"sampled_plans", m.sampled_plans},
+        {"profiling_gpu_hours", m.profiling_gpu_hours},
+        {"measurements", m.measurements},
+        {"profiling_by_kind", by_kind},
+        {"evaluation_gpu_hours", m.evaluation_gpu_hours},
+        {"phase_wall_s", phases},
+        {"options_per_instruction",
+         {{"forward", m.forward_options}, {"backward", m.backward_options}}},
+        {"solver",
+         {{"status", m.solver.status}, {"message", m.solver.message}, {"steps", m.solver.steps}}}};
     Json dropped = Json::array();
     for (const auto& d : m.dropped_after_evaluation) {
-      dropped.push_back({{"solver_index", d.solver_index},
-                         {"dominated_by", d.dominated_by},
-                         {"predicted", {{"time_s", d.predicted.time_s}, {"energy_j", d.predicted.energy_j}}},
-                         {"evaluated", PointJson(d.evaluated)}});
+      dropped.push_back(
+          {{"solver_index", d.solver_index},
+           {"dominated_by", d.dominated_by},
+           {"predicted", {{"time_s", d.predicted.time_s}, {"energy_j", d.predicted.energy_j}}},
+           {"evaluated", PointJson(d.evaluated)}});
     }
     entry["dropped_after_evaluation"] = dropped;
     if (!m.note.empty()) entry["note"] = m.note;
@@ -439,8 +466,10 @@ Json ToJson(const RunSummary& summary) {
         {{"method", r.method},
          {"iso_time_energy_reduction_pct", OptionalNumber(r.iso_time_energy_reduction_pct)},
          {"iso_energy_time_reduction_pct", OptionalNumber(r.iso_energy_time_reduction_pct)},
-         {"iso_time_energy_reduction_full_pct", OptionalNumber(r.iso_time_energy_reduction_full_pct)},
-         {"iso_energy_time_reduction_full_pct", OptionalNumber(r.iso_energy_time_reduction_full_pct)}});
+         {"iso_time_energy_reduction_full_pct",
+          OptionalNumber(r.iso_time_energy_reduction_full_pct)},
+         {"iso_energy_time_reduction_full_pct",
+          OptionalNumber(r.iso_energy_time_reduction_full_pct)}});
   }
   Json interpolated = Json::array();
   for (const InterpolatedRow& r : summary.interpolated) {
@@ -460,12 +489,8 @@ Json ToJson(const RunSummary& summary) {
   for (std::size_t s = 0; s < summary.timeline.stages.size(); ++s) {
     Json instructions = Json::array();
     for (const TimelineInstruction& i : summary.timeline.stages[s]) {
-      Json item{{"kind", i.kind},
-                {"chunk", i.chunk},
-                {"microbatch", i.microbatch},
-                {"start_s", i.start_s},
-                {"end_s", i.end_s},
-                {"freq_mhz", i.freq_mhz},
+      Json item{{"kind", i.kind},       {"chunk", i.chunk}, {"microbatch", i.microbatch},
+                {"start_s", i.start_s}, {"end_s", i.end_s}, {"freq_mhz", i.freq_mhz},
                 {"mode", i.mode}};
       if (i.sync_sms > 0) {
         item["gradient_sync"] = {{"sms", i.sync_sms}, {"overlapped", i.sync_overlapped}};
@@ -480,7 +505,8 @@ Json ToJson(const RunSummary& summary) {
     for (const auto& [freq_mhz, points] : p.clocks) {
       Json list = Json::array();
       for (const PartitionFrontierPoint& q : points) {
-        list.push_back({{"time_s", q.time_s}, {"energy_j", q.energy_j}, {"sms", q.sms}, {"slot", q.slot}});
+        list.push_back(
+            {{"time_s", q.time_s}, {"energy_j", q.energy_j}, {"sms", q.sms}, {"slot", q.slot}});
       }
       clocks.push_back({{"freq_mhz", freq_mhz}, {"points", list}});
     }

@@ -64,7 +64,8 @@ struct Normalizer {
     reference = Apply(1.1 * *t_hi, 1.1 * *e_hi, -1);
   }
   pareto::Point Apply(double time, double energy, int64_t payload) const {
-    return {.time_s = (time - t_min) / t_range, .energy_j = (energy - e_min) / e_range,
+    return {.time_s = (time - t_min) / t_range,
+            .energy_j = (energy - e_min) / e_range,
             .payload = payload};
   }
 };
@@ -81,7 +82,8 @@ std::vector<pareto::Point> MeasuredFront(const Normalizer& norm, const std::vect
 class Selector {
  public:
   Selector(const AcquisitionInput& input, int batch_size)
-      : in_(input), k_(std::min<int>(batch_size, static_cast<int>(input.candidates.size()))),
+      : in_(input),
+        k_(std::min<int>(batch_size, static_cast<int>(input.candidates.size()))),
         taken_(input.candidates.size(), false) {
     const std::size_t n = input.candidates.size();
     total_energy_.resize(n);
@@ -105,8 +107,7 @@ class Selector {
 
   // Top `count` untaken candidates by score (descending), ties to the lower space index;
   // only positive scores when `positive_only`.
-  void TakeTop(const std::vector<double>& score, int count, PickReason reason,
-               bool positive_only) {
+  void TakeTop(const std::vector<double>& score, int count, PickReason reason, bool positive_only) {
     std::vector<std::size_t> order(score.size());
     std::iota(order.begin(), order.end(), 0);
     std::stable_sort(order.begin(), order.end(),
@@ -138,8 +139,8 @@ class Selector {
       }
       if (best_c == n) return;
       Take(best_c, reason);
-      InsertIntoFront(&front, norm.Apply(in_.predictions.time_s[best_c],
-                                         total_energy_[best_c], -1));
+      InsertIntoFront(&front,
+                      norm.Apply(in_.predictions.time_s[best_c], total_energy_[best_c], -1));
     }
   }
 
@@ -165,8 +166,8 @@ class Selector {
       double measured_best = std::numeric_limits<double>::infinity();
       for (std::size_t i = 0; i < in_.measured.size(); ++i) {
         if (space.ClockIndex(in_.measured[i]) != clock) continue;
-        measured_best = std::min(measured_best, denoised ? in_.measured_predictions.time_s[i]
-                                                         : in_.measured_time_s[i]);
+        measured_best = std::min(
+            measured_best, denoised ? in_.measured_predictions.time_s[i] : in_.measured_time_s[i]);
       }
       std::size_t best = in_.candidates.size();
       for (std::size_t c = 0; c < in_.candidates.size(); ++c) {
@@ -202,8 +203,8 @@ std::vector<Pick> SelectPublished(const AcquisitionInput& in, int batch_size) {
   for (std::size_t c = 0; c < n; ++c) {
     const double t = in.predictions.time_s[c];
     hvi_real[c] = FrontHvi(real_front, real.Apply(t, s.TotalEnergy(c), -1), real.reference);
-    hvi_dyn[c] = FrontHvi(dyn_front, dyn.Apply(t, in.predictions.dynamic_energy_j[c], -1),
-                          dyn.reference);
+    hvi_dyn[c] =
+        FrontHvi(dyn_front, dyn.Apply(t, in.predictions.dynamic_energy_j[c], -1), dyn.reference);
     neg_time[c] = -t;
     raw_std[c] = in.predictions.dynamic_energy_std_j[c] + in.predictions.time_std_s[c];
     hvi_max[c] = std::max(hvi_real[c], hvi_dyn[c]);
@@ -261,7 +262,8 @@ void ExploreNeighbours(const AcquisitionInput& in, int n_explore, bool extremes,
       std::vector<pareto::Point> points;
       for (std::size_t i = 0; i < in.measured.size(); ++i) {
         if (space.ClockIndex(in.measured[i]) != ci) continue;
-        points.push_back({.time_s = in.measured_time_s[i], .energy_j = in.measured_energy_j[i],
+        points.push_back({.time_s = in.measured_time_s[i],
+                          .energy_j = in.measured_energy_j[i],
                           .payload = in.measured[i]});
       }
       for (const pareto::Point& p : pareto::Filter(std::move(points))) {
@@ -274,9 +276,8 @@ void ExploreNeighbours(const AcquisitionInput& in, int n_explore, bool extremes,
     for (std::size_t pair = 0; pair < on_fronts.size(); ++pair) {
       if (on_fronts[pair] > 0) pairs.push_back(pair);
     }
-    std::stable_sort(pairs.begin(), pairs.end(), [&](std::size_t a, std::size_t b) {
-      return on_fronts[a] > on_fronts[b];
-    });
+    std::stable_sort(pairs.begin(), pairs.end(),
+                     [&](std::size_t a, std::size_t b) { return on_fronts[a] > on_fronts[b]; });
     int explored = 0;
     // After the neighbours, the SM extremes of every slot (an isolated optimum at the edge,
     // e.g. a 1-SM gather launched early, has no measured neighbour to lead to it), tried at the
@@ -326,8 +327,8 @@ std::vector<Pick> SelectPerClock(const AcquisitionInput& in, int batch_size) {
 
   // 1. Global HVI share (the overall frontier spans clocks).
   const int n_global = static_cast<int>(std::lround(0.3 * s.k()));
-  s.TakeBelieverHvi(real, MeasuredFront(real, in.measured_time_s, in.measured_energy_j),
-                    n_global, PickReason::kTotalHvi);
+  s.TakeBelieverHvi(real, MeasuredFront(real, in.measured_time_s, in.measured_energy_j), n_global,
+                    PickReason::kTotalHvi);
 
   // 2. Per-clock HVI share. Per clock, objectives are relative to that clock's best measured
   // time and energy, so an improvement of x % counts the same at every clock; the reference is
@@ -390,8 +391,8 @@ std::vector<Pick> SelectPerClock(const AcquisitionInput& in, int batch_size) {
       std::size_t best_c = n;
       for (std::size_t c : cs.candidates) {
         if (s.Taken(c)) continue;
-        const double hvi = FrontHvi(
-            cs.front, relative(cs, in.predictions.time_s[c], s.TotalEnergy(c)), reference);
+        const double hvi =
+            FrontHvi(cs.front, relative(cs, in.predictions.time_s[c], s.TotalEnergy(c)), reference);
         if (hvi > best) {
           best = hvi;
           best_c = c;
@@ -406,8 +407,8 @@ std::vector<Pick> SelectPerClock(const AcquisitionInput& in, int batch_size) {
       if (taken_clock >= n_clock || s.Full()) break;
       s.Take(p.candidate, PickReason::kClockHvi);
       ClockState& cs = per_clock[p.clock];
-      InsertIntoFront(&cs.front, relative(cs, in.predictions.time_s[p.candidate],
-                                          s.TotalEnergy(p.candidate)));
+      InsertIntoFront(&cs.front,
+                      relative(cs, in.predictions.time_s[p.candidate], s.TotalEnergy(p.candidate)));
       ++taken_clock;
     }
   }
@@ -423,10 +424,10 @@ std::vector<Pick> SelectPerClock(const AcquisitionInput& in, int batch_size) {
 // frontier, each pick by its total-energy HVI against the front of the measured configurations
 // (at the surrogate's means when given, else as read: a candidate predicted equal to a measured
 // configuration then adds nothing, where against a noisy reading it may seem to improve it by
-// the noise) plus the earlier picks (believer), with the strict reference the frontier is judged by (the predicted front's extremes plus a tenth of
-// its range, as ComparisonReference) rather than 1.1 x the measured maximum, so that the ends
-// of the front and the gaps between its clocks count as they do in the result; no uncertainty
-// share.
+// the noise) plus the earlier picks (believer), with the strict reference the frontier is judged by
+// (the predicted front's extremes plus a tenth of its range, as ComparisonReference) rather
+// than 1.1 x the measured maximum, so that the ends of the front and the gaps between its clocks
+// count as they do in the result; no uncertainty share.
 std::vector<Pick> SelectFrontier(const AcquisitionInput& in, int batch_size) {
   Selector s(in, batch_size);
   ExploreNeighbours(in, in.exploration_picks >= 0 ? in.exploration_picks : ExplorationPicks(s.k()),
@@ -438,9 +439,9 @@ std::vector<Pick> SelectFrontier(const AcquisitionInput& in, int batch_size) {
   for (std::size_t i = 0; i < in.measured.size(); ++i) {
     if (denoised) {
       const double t = in.measured_predictions.time_s[i];
-      measured.push_back({.time_s = t,
-                          .energy_j = in.measured_predictions.dynamic_energy_j[i] +
-                                      in.static_power_w * t});
+      measured.push_back(
+          {.time_s = t,
+           .energy_j = in.measured_predictions.dynamic_energy_j[i] + in.static_power_w * t});
     } else {
       measured.push_back({.time_s = in.measured_time_s[i], .energy_j = in.measured_energy_j[i]});
     }
@@ -489,9 +490,9 @@ std::vector<Pick> SelectThompson(const AcquisitionInput& in, int batch_size) {
     for (std::size_t k = 0; k < in.sampled.size(); ++k) {
       if (s.Taken(in.sampled[k])) continue;
       const double t = draw.time_s[k];
-      const double hvi = FrontHvi(
-          front, real.Apply(t, draw.dynamic_energy_j[k] + in.static_power_w * t, -1),
-          real.reference);
+      const double hvi =
+          FrontHvi(front, real.Apply(t, draw.dynamic_energy_j[k] + in.static_power_w * t, -1),
+                   real.reference);
       if (hvi > best) {
         best = hvi;
         best_k = k;

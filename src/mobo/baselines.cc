@@ -34,8 +34,8 @@ double ReevaluatedHypervolume(const std::vector<int64_t>& indices,
                               const pareto::Point& reference) {
   std::vector<pareto::Point> measured;
   for (std::size_t i = 0; i < indices.size(); ++i) {
-    measured.push_back({.time_s = noisy[i].time_s, .energy_j = noisy[i].energy_j,
-                        .payload = indices[i]});
+    measured.push_back(
+        {.time_s = noisy[i].time_s, .energy_j = noisy[i].energy_j, .payload = indices[i]});
   }
   std::vector<pareto::Point> exact;
   for (const pareto::Point& p : pareto::Filter(std::move(measured))) {
@@ -63,7 +63,8 @@ SurrogateOptions SurrogateOptionsFor(const ProfileOptions& options, const measur
           .gp_min_energy_noise = noise.energy};
 }
 
-std::vector<measure::Sample> Estimates(const SearchSpace& space, const std::vector<int64_t>& indices,
+std::vector<measure::Sample> Estimates(const SearchSpace& space,
+                                       const std::vector<int64_t>& indices,
                                        const std::vector<measure::Sample>& samples,
                                        SurrogateKind kind, bool denoise, double static_power_w,
                                        const SurrogateOptions& surrogate_options,
@@ -76,8 +77,14 @@ std::vector<measure::Sample> Estimates(const SearchSpace& space, const std::vect
   // The target's rows come first: predict at them.
   const std::size_t n = indices.size();
   const std::vector<std::vector<double>> x(rows.x.begin(), rows.x.begin() + n);
-  const std::vector<double> prior_t = rows.has_prior() ? std::vector<double>(rows.prior_time_s.begin(), rows.prior_time_s.begin() + n) : std::vector<double>();
-  const std::vector<double> prior_e = rows.has_prior() ? std::vector<double>(rows.prior_dynamic_energy_j.begin(), rows.prior_dynamic_energy_j.begin() + n) : std::vector<double>();
+  const std::vector<double> prior_t =
+      rows.has_prior()
+          ? std::vector<double>(rows.prior_time_s.begin(), rows.prior_time_s.begin() + n)
+          : std::vector<double>();
+  const std::vector<double> prior_e =
+      rows.has_prior() ? std::vector<double>(rows.prior_dynamic_energy_j.begin(),
+                                             rows.prior_dynamic_energy_j.begin() + n)
+                       : std::vector<double>();
   const Predictions p = surrogate->Predict(x, prior_t, prior_e);
   std::vector<measure::Sample> out = samples;
   for (std::size_t i = 0; i < out.size(); ++i) {

@@ -42,7 +42,8 @@ SurrogateOptions SurrogateOptionsFor(const ProfileOptions& options, const measur
 // of `kind` (with `surrogate_options`) fitted on them (denoised; with what `knowledge` holds:
 // the prior mean and related workloads' rows), or the readings themselves when `denoise` is
 // false. `use`, when given, receives what the fit made of the prior and the related rows.
-std::vector<measure::Sample> Estimates(const SearchSpace& space, const std::vector<int64_t>& indices,
+std::vector<measure::Sample> Estimates(const SearchSpace& space,
+                                       const std::vector<int64_t>& indices,
                                        const std::vector<measure::Sample>& samples,
                                        SurrogateKind kind, bool denoise, double static_power_w,
                                        const SurrogateOptions& surrogate_options,

@@ -73,7 +73,8 @@ Eigen::VectorXd GaussianProcess::Residual(const Eigen::VectorXd& params,
     ++count[t];
   }
   for (int t = 0; t < tasks_; ++t) (*means)[t] /= std::max(1, count[t]);
-  for (Eigen::Index i = 0; i < n; ++i) r(i) = (r(i) - (*means)[task_.empty() ? 0 : task_[i]]) / y_scale_;
+  for (Eigen::Index i = 0; i < n; ++i)
+    r(i) = (r(i) - (*means)[task_.empty() ? 0 : task_[i]]) / y_scale_;
   return r;
 }
 
@@ -104,8 +105,8 @@ Eigen::MatrixXd GaussianProcess::Kernel(const Eigen::MatrixXd& a, const std::vec
     // that what one clock says about an (SMs, slot) pair carries to every clock.
     const double s_clock = std::exp(params(AdditiveIndex()));
     const double s_knobs = std::exp(params(AdditiveIndex() + 1));
-    Eigen::MatrixXd c2 = (-2.0 * as.col(0) * bs.col(0).transpose()).colwise() +
-                         as.col(0).array().square().matrix();
+    Eigen::MatrixXd c2 =
+        (-2.0 * as.col(0) * bs.col(0).transpose()).colwise() + as.col(0).array().square().matrix();
     c2.rowwise() += bs.col(0).array().square().matrix().transpose();
     Eigen::MatrixXd k2 = r2 - c2;
     k += c2.unaryExpr(matern(s_clock)) + k2.unaryExpr(matern(s_knobs));
@@ -180,13 +181,14 @@ void GaussianProcess::Fit(const Eigen::MatrixXd& x, const Eigen::VectorXd& y,
   }
 
   additive_ = prior.size() > 0;
-  const Eigen::Index params = d + 2 + (tasks - 1) + (prior.size() > 0 ? 1 : 0) + (additive_ ? 2 : 0);
+  const Eigen::Index params =
+      d + 2 + (tasks - 1) + (prior.size() > 0 ? 1 : 0) + (additive_ ? 2 : 0);
   if (params_.size() != params) {
     params_ = Eigen::VectorXd::Constant(params, std::log(0.5));
     params_(d) = 0.0;
     params_(d + 1) = std::log(1e-3);
     for (Eigen::Index s = d + 2; s < d + 1 + tasks; ++s) params_(s) = 0.0;  // rho = 0.5
-    if (prior.size() > 0) params_(WeightIndex()) = 1.0;  // start from the model
+    if (prior.size() > 0) params_(WeightIndex()) = 1.0;                     // start from the model
     if (additive_) params_(AdditiveIndex()) = params_(AdditiveIndex() + 1) = -1.0;
   }
   if (prior.size() > 0 && !learn_weight) params_(WeightIndex()) = 1.0;
@@ -204,7 +206,8 @@ void GaussianProcess::Fit(const Eigen::MatrixXd& x, const Eigen::VectorXd& y,
   params_(d + 1) = std::clamp(params_(d + 1), min_log_noise, max_log_noise);
   auto clamp = [&](Eigen::Index i, double v) {
     if (i < d) return std::clamp(v, kMinLogLength, kMaxLogLength);
-    if (i == d) return std::clamp(v, residual ? kMinLogSignal : kMinLogSignalNoPrior, kMaxLogSignal);
+    if (i == d)
+      return std::clamp(v, residual ? kMinLogSignal : kMinLogSignalNoPrior, kMaxLogSignal);
     if (i == d + 1) return std::clamp(v, min_log_noise, max_log_noise);
     if (prior.size() > 0 && i == WeightIndex()) return std::clamp(v, 0.0, 1.0);
     if (additive_ && i >= AdditiveIndex()) return std::clamp(v, kMinLogSignal, kMaxLogSignal);
@@ -266,7 +269,8 @@ void GaussianProcess::Predict(const Eigen::MatrixXd& x, const Eigen::VectorXd& p
   }
   const Eigen::MatrixXd v = chol_l_.triangularView<Eigen::Lower>().solve(ks.transpose());
   double signal = std::exp(params_(d));
-  if (additive_) signal += std::exp(params_(AdditiveIndex())) + std::exp(params_(AdditiveIndex() + 1));
+  if (additive_)
+    signal += std::exp(params_(AdditiveIndex())) + std::exp(params_(AdditiveIndex() + 1));
   const Eigen::VectorXd var = (signal - v.colwise().squaredNorm().array()).max(1e-12);
   *std = var.array().sqrt() * y_scale_;
 }
@@ -326,10 +330,12 @@ void GaussianProcessSurrogate::Fit(const TrainingRows& rows) {
   const std::size_t n = rows.x.size();
   KAREUS_CHECK(n > 0 && rows.time_s.size() == n && rows.dynamic_energy_j.size() == n);
   has_prior_ = rows.has_prior();
-  KAREUS_CHECK(!has_prior_ || (rows.prior_time_s.size() == n && rows.prior_dynamic_energy_j.size() == n));
+  KAREUS_CHECK(!has_prior_ ||
+               (rows.prior_time_s.size() == n && rows.prior_dynamic_energy_j.size() == n));
   const Eigen::MatrixXd xm = ToMatrix(rows.x);
   const Eigen::VectorXd prior_t = has_prior_ ? Logs(rows.prior_time_s) : Eigen::VectorXd();
-  const Eigen::VectorXd prior_e = has_prior_ ? Logs(rows.prior_dynamic_energy_j) : Eigen::VectorXd();
+  const Eigen::VectorXd prior_e =
+      has_prior_ ? Logs(rows.prior_dynamic_energy_j) : Eigen::VectorXd();
   time_.Fit(xm, Logs(rows.time_s), prior_t, rows.task, rows.tasks, options_.learn_prior_weight,
             options_.gp_max_sweeps, options_.gp_min_time_noise);
   // Dynamic energy E - P_static t carries at least the total energy's relative noise (more:
@@ -339,9 +345,9 @@ void GaussianProcessSurrogate::Fit(const TrainingRows& rows) {
   tasks_ = rows.tasks;
 }
 
-Predictions GaussianProcessSurrogate::Predict(const std::vector<std::vector<double>>& x,
-                                              const std::vector<double>& prior_time_s,
-                                              const std::vector<double>& prior_dynamic_energy_j) const {
+Predictions GaussianProcessSurrogate::Predict(
+    const std::vector<std::vector<double>>& x, const std::vector<double>& prior_time_s,
+    const std::vector<double>& prior_dynamic_energy_j) const {
   Predictions out;
   if (x.empty()) return out;
   const Eigen::MatrixXd xm = ToMatrix(x);
@@ -388,8 +394,9 @@ std::vector<Predictions> GaussianProcessSurrogate::Sample(
   const Eigen::MatrixXd xm = ToMatrix(x);
   const Eigen::MatrixXd t = time_.Sample(xm, has_prior_ ? Logs(prior_time_s) : Eigen::VectorXd(),
                                          count, DeriveSeed(seed, 1));
-  const Eigen::MatrixXd e = energy_.Sample(
-      xm, has_prior_ ? Logs(prior_dynamic_energy_j) : Eigen::VectorXd(), count, DeriveSeed(seed, 2));
+  const Eigen::MatrixXd e =
+      energy_.Sample(xm, has_prior_ ? Logs(prior_dynamic_energy_j) : Eigen::VectorXd(), count,
+                     DeriveSeed(seed, 2));
   for (int j = 0; j < count; ++j) {
     out[j].time_s.resize(x.size());
     out[j].dynamic_energy_j.resize(x.size());

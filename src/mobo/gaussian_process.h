@@ -9,8 +9,9 @@
 // (R&W §2.7, a mean function with a coefficient) fitted with the others on the residual: 1
 // when the residual is simpler than the values (the model explains them), 0 when the model
 // makes them harder to explain; a fitted weight below 0.5 drops the prior and the fit falls back
-// to the GP without one (exactly the no-prior model; the next fit tries the prior again). Likelihoods of different weights
-// are comparable because the targets are scaled by the values' spread, not the residual's.
+// to the GP without one (exactly the no-prior model; the next fit tries the prior again).
+// Likelihoods of different weights are comparable because the targets are scaled by the values'
+// spread, not the residual's.
 //
 // Transfer: rows of related workloads enter as further tasks of an intrinsic coregionalization
 // model (Bonilla, Chai & Williams, "Multi-task Gaussian process prediction", NIPS 2007) with one
@@ -63,17 +64,17 @@ class GaussianProcess {
   bool additive_ = false;
 
   Eigen::MatrixXd x_;
-  Eigen::VectorXd y_raw_;   // the values
-  Eigen::VectorXd prior_;   // the prior per row (size 0: none)
+  Eigen::VectorXd y_raw_;  // the values
+  Eigen::VectorXd prior_;  // the prior per row (size 0: none)
   bool learn_weight_ = true;
   std::vector<int> task_;
   int tasks_ = 1;
-  double y_scale_ = 1.0;   // spread of the values (each task about its own mean)
+  double y_scale_ = 1.0;  // spread of the values (each task about its own mean)
   // [log l_1 .. log l_d, log signal variance, log noise variance, logit rho_1 .. rho_{tasks-1},
   //  prior weight (with a prior)]
   Eigen::VectorXd params_;  // kept between fits: the next batch starts from them
   // At the fitted parameters:
-  Eigen::VectorXd y_;       // standardized residual
+  Eigen::VectorXd y_;  // standardized residual
   std::vector<double> task_mean_;
   Eigen::MatrixXd chol_l_;  // Cholesky factor of K + noise I
   Eigen::VectorXd alpha_;   // (K + noise I)^-1 y

@@ -90,7 +90,8 @@ ModelPerturbation ParsePerturbation(const std::string& text) {
                  "compute_efficiency, invert_clock_trend, shuffle)");
     }
   }
-  if (auto error = p.Validate()) ThrowInput("prior perturbation " + error->field, error->value, error->rule);
+  if (auto error = p.Validate())
+    ThrowInput("prior perturbation " + error->field, error->value, error->rule);
   return p;
 }
 
@@ -235,7 +236,8 @@ PriorMean PredictAt(measure::Backend& model, const workload::PartitionType& type
   for (const measure::Sample& s : samples) {
     out.time_s.push_back(s.time_s);
     // A model's dynamic energy is positive; guard a degenerate one (the surrogates model logs).
-    out.dynamic_energy_j.push_back(std::max(s.dynamic_energy_j, 1e-9 * std::max(s.energy_j, 1e-30)));
+    out.dynamic_energy_j.push_back(
+        std::max(s.dynamic_energy_j, 1e-9 * std::max(s.energy_j, 1e-30)));
   }
   return out;
 }
@@ -296,7 +298,8 @@ CalibrationResult CalibratePrior(const PriorModel& prior, const workload::Worklo
   const Eigen::Index r_count = static_cast<Eigen::Index>(2 * m) + internal::kCalibrationParams;
   // The augmented residual: measurements / kResidualSigma, then the parameters / their sigma.
   auto residual = [&](const Eigen::Vector4d& u, Eigen::VectorXd* r) {
-    std::unique_ptr<measure::Backend> backend = prior.make_calibrated(model, internal::FromParams(u));
+    std::unique_ptr<measure::Backend> backend =
+        prior.make_calibrated(model, internal::FromParams(u));
     const std::vector<measure::Sample> predicted = backend->MeasureAll(type, rows);
     ++out.model_evaluations;
     r->resize(r_count);
@@ -312,8 +315,9 @@ CalibrationResult CalibratePrior(const PriorModel& prior, const workload::Worklo
     }
   };
   auto data_rms = [&](const Eigen::VectorXd& r) {
-    return internal::kResidualSigma * std::sqrt(r.head(static_cast<Eigen::Index>(2 * m)).squaredNorm() /
-                                                 static_cast<double>(2 * m));
+    return internal::kResidualSigma *
+           std::sqrt(r.head(static_cast<Eigen::Index>(2 * m)).squaredNorm() /
+                     static_cast<double>(2 * m));
   };
   auto clamp = [](Eigen::Vector4d u) {
     for (int k = 0; k < internal::kCalibrationParams; ++k) {
@@ -410,7 +414,10 @@ std::vector<int64_t> PriorDesign(const SearchSpace& space, const PriorMean& prio
   }
   std::vector<int64_t> design;
   for (int k = 0; k < count && k < clocks; ++k) {
-    const int ci = count == 1 ? 0 : static_cast<int>(std::lround(static_cast<double>(k) * (clocks - 1) / (count - 1)));
+    const int ci =
+        count == 1
+            ? 0
+            : static_cast<int>(std::lround(static_cast<double>(k) * (clocks - 1) / (count - 1)));
     const int64_t first = ci * per_clock;
     int64_t best_i = first;
     for (int64_t i = first; i < first + per_clock; ++i) {

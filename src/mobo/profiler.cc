@@ -61,19 +61,23 @@ double ProfileOptions::BudgetFraction() const {
 }
 
 std::optional<OptionError> ProfileOptions::Validate() const {
-  if (budget < 0) return OptionError{"budget", Describe(budget), "must be >= 0 (0: budget_fraction)"};
+  if (budget < 0)
+    return OptionError{"budget", Describe(budget), "must be >= 0 (0: budget_fraction)"};
   if (!(budget_fraction == 0.0 || (budget_fraction > 0.0 && budget_fraction <= 1.0))) {
     return OptionError{"budget_fraction", Describe(budget_fraction),
                        "must be in (0, 1], or 0 (automatic)"};
   }
   if (initial_design < 0 || initial_design == 1) {
-    return OptionError{"initial_design", Describe(initial_design), "must be 0 (auto) or at least 2"};
+    return OptionError{"initial_design", Describe(initial_design),
+                       "must be 0 (auto) or at least 2"};
   }
   if (!(initial_fraction > 0.0 && initial_fraction <= 1.0)) {
     return OptionError{"initial_fraction", Describe(initial_fraction), "must be in (0, 1]"};
   }
-  if (batch_size < 0) return OptionError{"batch_size", Describe(batch_size), "must be >= 0 (0: auto)"};
-  if (unit_size < 0) return OptionError{"unit_size", Describe(unit_size), "must be >= 0 (0: whole batch)"};
+  if (batch_size < 0)
+    return OptionError{"batch_size", Describe(batch_size), "must be >= 0 (0: auto)"};
+  if (unit_size < 0)
+    return OptionError{"unit_size", Describe(unit_size), "must be >= 0 (0: whole batch)"};
   if (min_budget < 0) return OptionError{"min_budget", Describe(min_budget), "must be >= 0"};
   if (related_max_rows < 1) {
     return OptionError{"related_max_rows", Describe(related_max_rows), "must be >= 1"};
@@ -106,8 +110,8 @@ Plan PlanType(const workload::PartitionType& type, const hw::GpuSpec& gpu,
   }
   if (plan.budget > size) {
     ThrowInput("budget", std::to_string(plan.budget),
-               "exceeds the search space of partition " + type.name + " (" +
-                   std::to_string(size) + " configurations)");
+               "exceeds the search space of partition " + type.name + " (" + std::to_string(size) +
+                   " configurations)");
   }
   if (options.initial_design > 0) {
     plan.initial = options.initial_design;
@@ -122,8 +126,7 @@ Plan PlanType(const workload::PartitionType& type, const hw::GpuSpec& gpu,
   if (plan.budget < plan.initial) {
     ThrowInput("budget", std::to_string(plan.budget),
                "below the initial design of partition " + type.name + " (" +
-                   std::to_string(plan.initial) +
-                   " configurations)");
+                   std::to_string(plan.initial) + " configurations)");
   }
   // About eight batches: sample efficiency grows with the number of model updates, while a
   // real GPU pays a process and communicator start per batch (§3.7).
@@ -160,16 +163,16 @@ std::vector<int64_t> InitialDesign(const SearchSpace& space, int count, Rng& rng
     std::iota(perm.begin(), perm.end(), 0);
     std::shuffle(perm.begin(), perm.end(), rng);
     for (int j = 0; j < count; ++j) {
-      level[d][j] = std::min(levels[d] - 1,
-                             static_cast<int>((perm[j] + unit(rng)) * levels[d] / count));
+      level[d][j] =
+          std::min(levels[d] - 1, static_cast<int>((perm[j] + unit(rng)) * levels[d] / count));
     }
   }
   const int64_t per_clock = static_cast<int64_t>(levels[1]) * levels[2];
   std::set<int64_t> chosen;
   std::vector<int64_t> design;
   for (int j = 0; j < count; ++j) {
-    int64_t index = level[0][j] * per_clock + static_cast<int64_t>(level[1][j]) * levels[2] +
-                    level[2][j];
+    int64_t index =
+        level[0][j] * per_clock + static_cast<int64_t>(level[1][j]) * levels[2] + level[2][j];
     for (int64_t step = 0; chosen.contains(index) && step < space.Size(); ++step) {
       index = (index + 1) % space.Size();  // next configuration (same clock first)
     }
@@ -188,8 +191,13 @@ class TypeState {
   TypeState(const Plan& plan, const ProfileOptions& options, const measure::Backend& backend,
             measure::MeasurementStore* store, uint64_t seed, TypeKnowledge knowledge,
             const workload::WorkloadModel& model)
-      : plan_(plan), options_(options), backend_(backend), store_(store), seed_(seed),
-        gpus_(measure::PartitionGpus(*plan.type)), knowledge_(std::move(knowledge)),
+      : plan_(plan),
+        options_(options),
+        backend_(backend),
+        store_(store),
+        seed_(seed),
+        gpus_(measure::PartitionGpus(*plan.type)),
+        knowledge_(std::move(knowledge)),
         model_(model) {
     result_.type = plan_.type->name;
     result_.tunable = plan_.type->tunable;
@@ -211,7 +219,8 @@ class TypeState {
 
   // The next batch that needs measuring (store hits are read here), or nullopt when done.
   std::optional<MeasurementBatch> NextBatch(int type_index) {
-    KAREUS_CHECK(pending_ == 0) << plan_.type->name << ": the previous batch is still being measured";
+    KAREUS_CHECK(pending_ == 0) << plan_.type->name
+                                << ": the previous batch is still being measured";
     while (!complete_) {
       std::vector<int64_t> indices;
       std::vector<std::string> reasons;
@@ -252,8 +261,9 @@ class TypeState {
       if (Evaluate(indices, reasons)) {
         MeasurementBatch batch{.type = type_index, .number = batch_, .knobs = {}, .units = {}};
         for (std::size_t i : missing_) batch.knobs.push_back(result_.evaluations[i].knobs);
-        const std::size_t unit = options_.unit_size > 0 ? static_cast<std::size_t>(options_.unit_size)
-                                                        : batch.knobs.size();
+        const std::size_t unit = options_.unit_size > 0
+                                     ? static_cast<std::size_t>(options_.unit_size)
+                                     : batch.knobs.size();
         for (std::size_t b = 0; b < batch.knobs.size(); b += unit) {
           batch.units.push_back({b, std::min(batch.knobs.size(), b + unit)});
         }
@@ -268,10 +278,11 @@ class TypeState {
   // A sample of the batch in flight (`index` into its knobs), committed to the store at once.
   void Record(std::size_t index, const measure::Sample& sample, Progress& progress,
               const std::string& label, double per_eval_s) {
-    KAREUS_CHECK(index < missing_.size() && pending_ > 0) << plan_.type->name << ": sample " << index
-                                                          << " outside the batch in flight";
+    KAREUS_CHECK(index < missing_.size() && pending_ > 0)
+        << plan_.type->name << ": sample " << index << " outside the batch in flight";
     Evaluation& e = result_.evaluations[missing_[index]];
-    KAREUS_CHECK(!recorded_[index]) << plan_.type->name << ": sample " << index << " recorded twice";
+    KAREUS_CHECK(!recorded_[index])
+        << plan_.type->name << ": sample " << index << " recorded twice";
     recorded_[index] = true;
     if (store_ != nullptr) store_->Insert(plan_.type->name, e.knobs, sample);
     e.sample = sample;
@@ -288,8 +299,8 @@ class TypeState {
     char line[256];
     std::snprintf(line, sizeof(line),
                   "%s %-12s batch %d  %lld/%lld measured  best HV %.4g  GPU time left ~%.1f min",
-                  label.c_str(), plan_.type->name.c_str(), batch_,
-                  static_cast<long long>(done), static_cast<long long>(result_.budget),
+                  label.c_str(), plan_.type->name.c_str(), batch_, static_cast<long long>(done),
+                  static_cast<long long>(result_.budget),
                   result_.hypervolume_trace.empty() ? 0.0 : result_.hypervolume_trace.back(),
                   left_s / 60.0);
     progress.Update(line);
@@ -436,7 +447,8 @@ class TypeState {
     }
     if (input.trusted_prior || !input.fastest_at_clocks.empty()) {
       const Inputs measured = inputs_at(input.measured);
-      input.measured_predictions = surrogate_->Predict(measured.x, measured.prior_t, measured.prior_e);
+      input.measured_predictions =
+          surrogate_->Predict(measured.x, measured.prior_t, measured.prior_e);
     }
     if (options_.strategy == Strategy::kThompson) {
       DrawSamples(*surrogate_, candidates.x, candidates.prior_t, candidates.prior_e, k, batch_ + 1,
@@ -462,7 +474,8 @@ class TypeState {
     const Predictions& p = input->predictions;
     std::vector<pareto::Point> measured;
     for (std::size_t i = 0; i < input->measured.size(); ++i) {
-      measured.push_back({.time_s = input->measured_time_s[i], .energy_j = input->measured_energy_j[i]});
+      measured.push_back(
+          {.time_s = input->measured_time_s[i], .energy_j = input->measured_energy_j[i]});
     }
     const std::vector<pareto::Point> front = pareto::Filter(measured);
     double t_max = 0.0, e_max = 0.0;
@@ -476,8 +489,8 @@ class TypeState {
       const double t = std::max(0.5 * p.time_s[c], p.time_s[c] - 2.0 * p.time_std_s[c]);
       const double e = std::max(0.5 * p.dynamic_energy_j[c],
                                 p.dynamic_energy_j[c] - 2.0 * p.dynamic_energy_std_j[c]);
-      const double hvi = FrontHvi(front, {.time_s = t, .energy_j = e + input->static_power_w * t},
-                                  reference);
+      const double hvi =
+          FrontHvi(front, {.time_s = t, .energy_j = e + input->static_power_w * t}, reference);
       if (hvi > 0.0) scored.push_back({-hvi, c});
     }
     std::sort(scored.begin(), scored.end());
@@ -493,7 +506,8 @@ class TypeState {
       }
     }
     if (sx.empty()) return;
-    input->samples = surrogate.Sample(sx, st, se, k, DeriveSeed(seed_, 0x75 + static_cast<uint64_t>(batch)));
+    input->samples =
+        surrogate.Sample(sx, st, se, k, DeriveSeed(seed_, 0x75 + static_cast<uint64_t>(batch)));
   }
 
   // Fits the prior model's physical scales to every measurement so far and, when they moved,
@@ -508,8 +522,8 @@ class TypeState {
       knobs.push_back(e.knobs);
       samples.push_back(e.sample);
     }
-    const CalibrationResult c = CalibratePrior(options_.prior, model_, *plan_.type, knobs,
-                                               samples, calibration_.calibration);
+    const CalibrationResult c = CalibratePrior(options_.prior, model_, *plan_.type, knobs, samples,
+                                               calibration_.calibration);
     const bool moved = c.calibration.ToString() != calibration_.calibration.ToString();
     calibration_ = c;
     calibrated_ = true;
@@ -531,8 +545,8 @@ class TypeState {
       if (e.reason != "initial") ++acquired;
       if (e.reason == ToString(PickReason::kNeighbour)) ++explored;
     }
-    acquired += std::min<int64_t>(
-        batch_size_, plan_.budget - static_cast<int64_t>(result_.evaluations.size()));
+    acquired += std::min<int64_t>(batch_size_,
+                                  plan_.budget - static_cast<int64_t>(result_.evaluations.size()));
     const auto due =
         static_cast<int64_t>(std::floor(kTrustedExplorationShare * static_cast<double>(acquired)));
     return static_cast<int>(std::max<int64_t>(0, due - explored));
@@ -671,20 +685,21 @@ class TypeState {
       PriorUse use;
       const bool denoise = options_.denoise && plan_.type->tunable && indices.size() >= 3;
       if (denoise) Calibrate();
-      const std::vector<measure::Sample> estimates =
-          Estimates(plan_.space, indices, samples, options_.surrogate, denoise,
-                    backend_.StaticPowerW(),
-                    SurrogateOptionsFor(options_, backend_, DeriveSeed(seed_, HashString("final-surrogate"))),
-                    knowledge_, &use);
+      const std::vector<measure::Sample> estimates = Estimates(
+          plan_.space, indices, samples, options_.surrogate, denoise, backend_.StaticPowerW(),
+          SurrogateOptionsFor(options_, backend_, DeriveSeed(seed_, HashString("final-surrogate"))),
+          knowledge_, &use);
       if (denoise && Knows()) result_.prior_uses.push_back(WithCalibration(use));
-      for (std::size_t i = 0; i < estimates.size(); ++i) result_.evaluations[i].estimate = estimates[i];
+      for (std::size_t i = 0; i < estimates.size(); ++i)
+        result_.evaluations[i].estimate = estimates[i];
     }
     BuildFrontiers();
   }
 
   void BuildFrontiers() {
     auto point = [&](const Evaluation& e) {
-      return FrontierPoint{.knobs = e.knobs, .time_s = e.estimate.time_s,
+      return FrontierPoint{.knobs = e.knobs,
+                           .time_s = e.estimate.time_s,
                            .energy_j = e.estimate.energy_j,
                            .dynamic_energy_j = e.estimate.dynamic_energy_j,
                            .measured_time_s = e.sample.time_s,
@@ -694,7 +709,8 @@ class TypeState {
     std::map<int, std::vector<pareto::Point>> by_clock;
     for (std::size_t i = 0; i < result_.evaluations.size(); ++i) {
       const Evaluation& e = result_.evaluations[i];
-      const pareto::Point p{.time_s = e.estimate.time_s, .energy_j = e.estimate.energy_j,
+      const pareto::Point p{.time_s = e.estimate.time_s,
+                            .energy_j = e.estimate.energy_j,
                             .payload = static_cast<int64_t>(i)};
       all.push_back(p);
       by_clock[e.knobs.freq_mhz].push_back(p);
@@ -724,7 +740,7 @@ class TypeState {
   bool calibrated_ = false;
   PartitionResult result_;
   std::unique_ptr<Surrogate> surrogate_;
-  std::vector<bool> measured_;       // picked (space index), measured or in flight
+  std::vector<bool> measured_;        // picked (space index), measured or in flight
   std::vector<std::size_t> missing_;  // evaluations of the batch in flight to be measured
   std::vector<bool> recorded_;        // per missing_ entry
   std::size_t pending_ = 0;           // samples of the batch in flight not yet recorded
@@ -791,8 +807,8 @@ std::string PriorNote(const ProfileOptions& options, bool measuring_model) {
 Json PriorJson(const std::vector<PriorUse>& uses) {
   Json fits = Json::array();
   for (const PriorUse& u : uses) {
-    Json fit{{"time_weight", u.time_weight}, {"energy_weight", u.energy_weight},
-             {"trusted", u.trusted}};
+    Json fit{
+        {"time_weight", u.time_weight}, {"energy_weight", u.energy_weight}, {"trusted", u.trusted}};
     if (!u.related_similarity.empty()) fit["related_similarity"] = u.related_similarity;
     if (!u.calibration.empty()) fit["calibration"] = u.calibration;
     fits.push_back(std::move(fit));
@@ -853,13 +869,15 @@ WorkloadProfiler::WorkloadProfiler(const workload::WorkloadModel& model,
       if (it == model.partition_types.end()) {
         std::vector<std::string> valid;
         for (const auto& t : model.partition_types) valid.push_back(t.name);
-        ThrowInput("partition", name, "not a partition type of this workload (valid: " +
-                                          (valid.empty() ? std::string("none") : JoinNames(valid)) + ")");
+        ThrowInput("partition", name,
+                   "not a partition type of this workload (valid: " +
+                       (valid.empty() ? std::string("none") : JoinNames(valid)) + ")");
       }
       s.types.push_back(&*it);
     }
   }
-  for (const auto* type : s.types) s.plans.push_back(internal::PlanType(*type, backend.Gpu(), s.options));
+  for (const auto* type : s.types)
+    s.plans.push_back(internal::PlanType(*type, backend.Gpu(), s.options));
   if (options.oracle) {
     s.oracle = backend.NoiseFreeTwin();
     if (!s.oracle) {
@@ -890,13 +908,12 @@ WorkloadProfiler::WorkloadProfiler(const workload::WorkloadModel& model,
       if (s.prior_model) {
         knowledge.prior = PredictSpace(*s.prior_model, *s.plans[i].type, s.plans[i].space);
       }
-      knowledge.related = RelatedRowsFor(s.related, *s.plans[i].type, s.plans[i].space,
-                                         options.prior, options.related_max_rows,
-                                         DeriveSeed(seed, HashString("related")));
+      knowledge.related =
+          RelatedRowsFor(s.related, *s.plans[i].type, s.plans[i].space, options.prior,
+                         options.related_max_rows, DeriveSeed(seed, HashString("related")));
     }
-    s.states.push_back(std::make_unique<internal::TypeState>(s.plans[i], s.options, backend,
-                                                             s.store.get(), seed,
-                                                             std::move(knowledge), model));
+    s.states.push_back(std::make_unique<internal::TypeState>(
+        s.plans[i], s.options, backend, s.store.get(), seed, std::move(knowledge), model));
     s.labels.push_back("[" + std::to_string(i + 1) + "/" + std::to_string(s.plans.size()) + "]");
   }
   s.progress = std::make_unique<Progress>(!context.quiet);
@@ -951,9 +968,9 @@ ProfileSummary WorkloadProfiler::Finish() {
     if (s.oracle && result.tunable) {  // a fixed type is measured exhaustively: nothing to compare
       const uint64_t seed = DeriveSeed(s.context.seed, HashString(s.plans[i].type->name.c_str()));
       const uint64_t random_seed = DeriveSeed(seed, HashString("random-search"));
-      result.oracle = internal::CompareWithOracle(s.plans[i].space, *s.plans[i].type, result,
-                                                  *s.backend, *s.oracle, s.options, random_seed,
-                                                  s.states[i]->knowledge());
+      result.oracle =
+          internal::CompareWithOracle(s.plans[i].space, *s.plans[i].type, result, *s.backend,
+                                      *s.oracle, s.options, random_seed, s.states[i]->knowledge());
     }
     summary.partitions.push_back(std::move(result));
   }
@@ -1021,7 +1038,8 @@ Json ProfileSummary::ToJson(bool with_evaluations) const {
     t["initial_design"] = r.initial_design;
     if (!r.prior_design.empty()) t["prior_design"] = r.prior_design;
     if (std::isfinite(r.prior_design_log_rms)) t["prior_design_log_rms"] = r.prior_design_log_rms;
-    if (std::isfinite(r.prior_recheck_log_rms)) t["prior_recheck_log_rms"] = r.prior_recheck_log_rms;
+    if (std::isfinite(r.prior_recheck_log_rms))
+      t["prior_recheck_log_rms"] = r.prior_recheck_log_rms;
     t["hypervolume"] = r.hypervolume;
     t["hypervolume_trace"] = r.hypervolume_trace;
     if (!r.prior_uses.empty()) t["prior"] = internal::PriorJson(r.prior_uses);
@@ -1037,8 +1055,8 @@ Json ProfileSummary::ToJson(bool with_evaluations) const {
     t["clock_frontiers"] = clocks;
     if (r.oracle) {
       t["oracle_hypervolume"] = r.oracle->oracle_hypervolume;
-      t["oracle_reference"] = Json{{"time_s", r.oracle->reference.time_s},
-                                   {"energy_j", r.oracle->reference.energy_j}};
+      t["oracle_reference"] =
+          Json{{"time_s", r.oracle->reference.time_s}, {"energy_j", r.oracle->reference.energy_j}};
       t["measured_hypervolume_noise_free"] = r.oracle->hypervolume;
       t["hv_ratio"] = r.oracle->hv_ratio;
       t["random_hv_ratio"] = r.oracle->random_hv_ratio;

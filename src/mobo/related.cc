@@ -41,8 +41,8 @@ std::map<std::string, std::string> SignatureFields(const std::string& signature)
 RelatedWorkload LoadRelatedWorkload(const std::filesystem::path& path,
                                     const workload::WorkloadModel& target,
                                     const std::string& backend_description) {
-  using internal::Unrelated;
   using internal::Unreadable;
+  using internal::Unrelated;
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec) || std::filesystem::file_size(path, ec) == 0) {
     Unreadable(path, "no such store");
@@ -52,10 +52,10 @@ RelatedWorkload LoadRelatedWorkload(const std::filesystem::path& path,
   // repair); a damaged meta table or file is an error.
   std::unique_ptr<measure::MeasurementStore> store;
   try {
-    store = measure::MeasurementStore::Open(
-        path, {}, {.access = measure::StoreOptions::Access::kReadOnly,
-                   .damaged = measure::StoreOptions::DamagedRows::kSkip,
-                   .check_identity = false});
+    store = measure::MeasurementStore::Open(path, {},
+                                            {.access = measure::StoreOptions::Access::kReadOnly,
+                                             .damaged = measure::StoreOptions::DamagedRows::kSkip,
+                                             .check_identity = false});
   } catch (const EnvironmentError& e) {
     throw EnvironmentError(std::string("--related: ") + e.what());
   }
@@ -134,8 +134,9 @@ std::vector<RelatedRows> RelatedRowsFor(const std::vector<RelatedWorkload>& rela
   std::vector<RelatedRows> out;
   for (std::size_t r = 0; r < related.size(); ++r) {
     const RelatedWorkload& w = related[r];
-    const auto it = std::find_if(w.model.partition_types.begin(), w.model.partition_types.end(),
-                                 [&](const workload::PartitionType& t) { return t.name == type.name; });
+    const auto it =
+        std::find_if(w.model.partition_types.begin(), w.model.partition_types.end(),
+                     [&](const workload::PartitionType& t) { return t.name == type.name; });
     if (it == w.model.partition_types.end()) continue;
     std::vector<std::size_t> rows;
     for (std::size_t i = 0; i < w.measurements.size(); ++i) {

@@ -33,8 +33,8 @@ SearchSpace SearchSpace::For(const hw::GpuSpec& gpu, const workload::PartitionTy
 measure::PartitionKnobs SearchSpace::At(int64_t index) const {
   KAREUS_CHECK(index >= 0 && index < Size()) << "index " << index << " outside the space";
   return measure::PartitionKnobs{.freq_mhz = clocks_[ClockIndex(index)],
-                        .sms = sms_[SmIndex(index)],
-                        .slot = slots_[SlotIndex(index)]};
+                                 .sms = sms_[SmIndex(index)],
+                                 .slot = slots_[SlotIndex(index)]};
 }
 
 int64_t SearchSpace::IndexOf(const measure::PartitionKnobs& knobs) const {

@@ -28,10 +28,13 @@ SurrogateKind SurrogateKindFromString(const std::string& text) {
 std::optional<OptionError> SurrogateOptions::Validate() const {
   if (xgb_members < 1) return OptionError{"xgb_members", Describe(xgb_members), "must be >= 1"};
   if (!(xgb_bootstrap_fraction > 0.0 && xgb_bootstrap_fraction <= 1.0)) {
-    return OptionError{"xgb_bootstrap_fraction", Describe(xgb_bootstrap_fraction), "must be in (0, 1]"};
+    return OptionError{"xgb_bootstrap_fraction", Describe(xgb_bootstrap_fraction),
+                       "must be in (0, 1]"};
   }
-  if (xgb_max_depth < 1) return OptionError{"xgb_max_depth", Describe(xgb_max_depth), "must be >= 1"};
-  if (!(xgb_eta > 0.0 && xgb_eta <= 1.0)) return OptionError{"xgb_eta", Describe(xgb_eta), "must be in (0, 1]"};
+  if (xgb_max_depth < 1)
+    return OptionError{"xgb_max_depth", Describe(xgb_max_depth), "must be >= 1"};
+  if (!(xgb_eta > 0.0 && xgb_eta <= 1.0))
+    return OptionError{"xgb_eta", Describe(xgb_eta), "must be in (0, 1]"};
   if (xgb_rounds < 1) return OptionError{"xgb_rounds", Describe(xgb_rounds), "must be >= 1"};
   if (!(xgb_subsample > 0.0 && xgb_subsample <= 1.0)) {
     return OptionError{"xgb_subsample", Describe(xgb_subsample), "must be in (0, 1]"};
@@ -39,7 +42,8 @@ std::optional<OptionError> SurrogateOptions::Validate() const {
   if (!(xgb_colsample > 0.0 && xgb_colsample <= 1.0)) {
     return OptionError{"xgb_colsample", Describe(xgb_colsample), "must be in (0, 1]"};
   }
-  if (gp_max_sweeps < 1) return OptionError{"gp_max_sweeps", Describe(gp_max_sweeps), "must be >= 1"};
+  if (gp_max_sweeps < 1)
+    return OptionError{"gp_max_sweeps", Describe(gp_max_sweeps), "must be >= 1"};
   if (!(gp_min_time_noise >= 0.0 && gp_min_time_noise < 1.0)) {
     return OptionError{"gp_min_time_noise", Describe(gp_min_time_noise), "must be in [0, 1)"};
   }

@@ -66,8 +66,7 @@ void XgbModels::FreeModels() {
 }
 
 XgbModels::Model* XgbModels::Train(const std::vector<double>& target,
-                                        const std::vector<std::size_t>& rows,
-                                        uint64_t seed) const {
+                                   const std::vector<std::size_t>& rows, uint64_t seed) const {
   auto* model = new Model;
   double mean = 0.0;
   for (std::size_t r : rows) mean += target[r];
@@ -95,7 +94,7 @@ XgbModels::Model* XgbModels::Train(const std::vector<double>& target,
       {"colsample_bytree", std::to_string(options_.xgb_colsample)},
       {"min_child_weight", "1"},
       {"tree_method", "exact"},
-      {"nthread", "1"},  // determinism: one thread, fixed seed
+      {"nthread", "1"},                                // determinism: one thread, fixed seed
       {"seed", std::to_string(seed & 0x7fffffffULL)},  // XGBoost parses a signed long
       {"verbosity", "0"},
   };
@@ -319,8 +318,8 @@ void XgbEnsemble::Fit(const TrainingRows& rows) {
   std::vector<double> time_ratio(n), energy_ratio(n);
   for (std::size_t i = 0; i < n; ++i) {
     time_ratio[i] = std::max(rows.time_s[i], 1e-30) / std::max(rows.prior_time_s[i], 1e-30);
-    energy_ratio[i] = std::max(rows.dynamic_energy_j[i], 1e-30) /
-                      std::max(rows.prior_dynamic_energy_j[i], 1e-30);
+    energy_ratio[i] =
+        std::max(rows.dynamic_energy_j[i], 1e-30) / std::max(rows.prior_dynamic_energy_j[i], 1e-30);
   }
   residual_.Fit(rows.x, time_ratio, energy_ratio, rows.task, rows.tasks);
   const HeldOutError with = residual_.CrossValidate();

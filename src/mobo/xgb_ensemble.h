@@ -40,7 +40,7 @@ class XgbModels {
   std::vector<double> time_, energy_;
   std::vector<int> task_;
   int tasks_ = 1;
-  double time_scale_ = 1.0;    // the target task's mean time (1 without related rows)
+  double time_scale_ = 1.0;  // the target task's mean time (1 without related rows)
   double energy_scale_ = 1.0;
   // [0] point model on all rows, [1..members] bootstrap members; one vector per target.
   std::vector<Model*> time_models_;

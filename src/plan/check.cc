@@ -32,10 +32,12 @@ bool IsWorkloadRecord(const Json& record) {
 // What the record says of the pipeline, checked without any preset.
 void CheckStageList(const Plan& plan) {
   const Json& parallelism = plan.workload["parallelism"];
-  if (const auto pp = RecordInt(parallelism, "pp"); pp && *pp != static_cast<int64_t>(plan.stages.size())) {
+  if (const auto pp = RecordInt(parallelism, "pp");
+      pp && *pp != static_cast<int64_t>(plan.stages.size())) {
     ThrowInput("workload.parallelism.pp", std::to_string(*pp),
                fmt::format("the plan lists {} stages: a plan's stages are its workload's "
-                           "pipeline stages", plan.stages.size()));
+                           "pipeline stages",
+                           plan.stages.size()));
   }
   const int64_t virtual_stages = RecordInt(parallelism, "virtual_stages").value_or(1);
   if (virtual_stages != plan.virtual_stages) {

@@ -11,7 +11,8 @@ namespace kareus::plan {
 namespace {
 
 void CheckValue(const std::string& field, double value) {
-  if (!std::isfinite(value) || value < 0.0) ThrowInput(field, Describe(value), "must be finite and >= 0");
+  if (!std::isfinite(value) || value < 0.0)
+    ThrowInput(field, Describe(value), "must be finite and >= 0");
 }
 
 // A partial composition: a point in (time, effective energy) and the chosen point per type.
@@ -47,10 +48,10 @@ ComposeResult ComposeInstruction(const std::vector<ClockInput>& clocks,
     CheckValue(where + " nonpartition_energy_j", clock.nonpartition_energy_j);
     ++result.summary.clocks;
     if (!clock.partitions.empty()) {
-      std::vector<Partial> partial{{{.time_s = clock.nonpartition_time_s,
-                                     .energy_j = effective(clock.nonpartition_time_s,
-                                                           clock.nonpartition_energy_j)},
-                                    {}}};
+      std::vector<Partial> partial{
+          {{.time_s = clock.nonpartition_time_s,
+            .energy_j = effective(clock.nonpartition_time_s, clock.nonpartition_energy_j)},
+           {}}};
       for (const PartitionTypeInput& type : clock.partitions) {
         const std::string field = where + " partition " + type.type;
         if (type.count < 1) ThrowInput(field + " count", Describe(type.count), "must be >= 1");
@@ -87,7 +88,8 @@ ComposeResult ComposeInstruction(const std::vector<ClockInput>& clocks,
                                  .mode = ExecutionMode::kNanobatched};
         for (std::size_t t = 0; t < clock.partitions.size(); ++t) {
           const PartitionPoint& q = clock.partitions[t].frontier[part.choice[t]];
-          option.partitions.push_back({.type = clock.partitions[t].type, .sms = q.sms, .slot = q.slot});
+          option.partitions.push_back(
+              {.type = clock.partitions[t].type, .sms = q.sms, .slot = q.slot});
         }
         candidates.push_back(std::move(option));
       }

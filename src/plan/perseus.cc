@@ -3,11 +3,11 @@
 
 #include <algorithm>
 #include <charconv>
+#include <climits>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <functional>
-#include <climits>
 #include <regex>
 #include <sstream>
 
@@ -29,8 +29,8 @@ constexpr int kMaxStages = 1024;
 constexpr int kMaxMicrobatches = 4096;
 constexpr int64_t kMaxPipelineInstructions = 131072;  // 2 x stages x microbatches: DAG nodes
 constexpr int kMaxGpusPerStage = 1048576;
-constexpr double kMaxTimeS = 1e6;       // one instruction: 11.6 days
-constexpr double kMaxEnergyJ = 1e12;    // one instruction on one GPU
+constexpr double kMaxTimeS = 1e6;     // one instruction: 11.6 days
+constexpr double kMaxEnergyJ = 1e12;  // one instruction on one GPU
 constexpr double kMaxStaticPowerW = 1e5;
 constexpr double kMinUnitTimeS = 1e-6;
 constexpr double kMaxUnitTimeS = 3600.0;
@@ -72,8 +72,8 @@ std::vector<StageOptions> ReadPerseusProfile(const std::filesystem::path& csv, i
   return PerseusProfileFromText(ReadTextFile(csv), csv.filename().string(), num_stages);
 }
 
-std::vector<StageOptions> PerseusProfileFromText(std::string_view csv_text,
-                                                 const std::string& file, int num_stages) {
+std::vector<StageOptions> PerseusProfileFromText(std::string_view csv_text, const std::string& file,
+                                                 int num_stages) {
   if (num_stages < 1 || num_stages > kMaxStages) {
     ThrowInput("stages", Describe(num_stages), fmt::format("must be in [1, {}]", kMaxStages));
   }
@@ -95,9 +95,9 @@ std::vector<StageOptions> PerseusProfileFromText(std::string_view csv_text,
   for (const std::string& name : required) {
     const auto it = std::find(header.begin(), header.end(), name);
     if (it == header.end()) {
-      ThrowInput(file + ":" + std::to_string(line_number) + " header", Trim(line),
-                 "must name the columns stage,instruction,frequency,time,energy (missing " +
-                     name + ")");
+      ThrowInput(
+          file + ":" + std::to_string(line_number) + " header", Trim(line),
+          "must name the columns stage,instruction,frequency,time,energy (missing " + name + ")");
     }
     column.push_back(static_cast<std::size_t>(it - header.begin()));
   }
@@ -120,8 +120,7 @@ std::vector<StageOptions> PerseusProfileFromText(std::string_view csv_text,
     }
     const std::string& instruction = fields[column[1]];
     if (instruction != "forward" && instruction != "backward") {
-      ThrowInput(where + " instruction", "\"" + instruction + "\"",
-                 "must be forward or backward");
+      ThrowInput(where + " instruction", "\"" + instruction + "\"", "must be forward or backward");
     }
     const double freq = ParseNumber(fields[column[2]], where + " frequency");
     if (freq != std::floor(freq) || freq <= 0 || freq > 1e6) {
@@ -145,9 +144,9 @@ std::vector<StageOptions> PerseusProfileFromText(std::string_view csv_text,
                  fmt::format("at most {} rows per stage and instruction", kMaxRowsPerInstruction));
     }
     options.push_back({.time_s = time_s,
-                    .energy_j = energy_j,
-                    .freq_mhz = static_cast<int>(freq),
-                    .mode = ExecutionMode::kSequential});
+                       .energy_j = energy_j,
+                       .freq_mhz = static_cast<int>(freq),
+                       .mode = ExecutionMode::kSequential});
   }
   for (int s = 0; s < num_stages; ++s) {
     for (const char* kind : {"forward", "backward"}) {
@@ -163,7 +162,8 @@ std::vector<StageOptions> PerseusProfileFromText(std::string_view csv_text,
 
 std::optional<OptionError> SolveProfileOptions::Validate() const {
   if (num_stages < 1 || num_stages > kMaxStages) {
-    return OptionError{"num_stages", Describe(num_stages), fmt::format("must be in [1, {}]", kMaxStages)};
+    return OptionError{"num_stages", Describe(num_stages),
+                       fmt::format("must be in [1, {}]", kMaxStages)};
   }
   if (num_microbatches < 1 || num_microbatches > kMaxMicrobatches) {
     return OptionError{"num_microbatches", Describe(num_microbatches),
@@ -251,21 +251,22 @@ SolveProfileSummary SolveProfile(const SolveProfileOptions& options) {
   // shorten, from the slowest schedule to the fastest.
   Progress progress(/*enabled=*/true);
   std::function<void(const pipeline::SolveProgress&)> show;
-  if (progress.active()) show = [&progress](const pipeline::SolveProgress& p) {
-    const double range = p.time_slowest_s - p.time_fastest_s;
-    const double done = range > 0 ? (p.time_slowest_s - p.time_now_s) / range : 1.0;
-    progress.Update(fmt::format("solve: step {}, iteration {:.4f} s of {:.4f}..{:.4f} s ({:.0f} %)",
-                                p.step, p.time_now_s, p.time_fastest_s, p.time_slowest_s,
-                                100.0 * done));
-  };
+  if (progress.active())
+    show = [&progress](const pipeline::SolveProgress& p) {
+      const double range = p.time_slowest_s - p.time_fastest_s;
+      const double done = range > 0 ? (p.time_slowest_s - p.time_now_s) / range : 1.0;
+      progress.Update(
+          fmt::format("solve: step {}, iteration {:.4f} s of {:.4f}..{:.4f} s ({:.0f} %)", p.step,
+                      p.time_now_s, p.time_fastest_s, p.time_slowest_s, 100.0 * done));
+    };
   const PlanResult result = SolvePlans(problem, {.unit_time_s = options.unit_time_s,
                                                  .p_static_w = options.p_static_w,
                                                  .deadline_s = options.deadline_s,
                                                  .progress = show});
   progress.Finish();
   if (result.solve.summary.status == pipeline::Status::kInvalidInput) {
-    throw InputError("profile " + options.profile.string() + ": the solver refused it: " +
-                     result.solve.summary.message +
+    throw InputError("profile " + options.profile.string() +
+                     ": the solver refused it: " + result.solve.summary.message +
                      " (the profile's time column and --unit-time set the quanta)");
   }
   if (result.solve.summary.status == pipeline::Status::kDeadlineInfeasible) {
@@ -274,12 +275,12 @@ SolveProfileSummary SolveProfile(const SolveProfileOptions& options) {
                    Describe(result.solve.summary.min_time_s) + " s");
   }
   if (result.solve.points.empty()) {  // not expected within the bounds above; never a crash
-    throw InputError(fmt::format("profile {}: the solve produced no frontier point ({}: {}); "
-                                 "check the profile's time and energy columns, --static-power "
-                                 "and --gpus-per-stage",
-                                 options.profile.string(),
-                                 pipeline::ToString(result.solve.summary.status),
-                                 result.solve.summary.message));
+    throw InputError(
+        fmt::format("profile {}: the solve produced no frontier point ({}: {}); "
+                    "check the profile's time and energy columns, --static-power "
+                    "and --gpus-per-stage",
+                    options.profile.string(), pipeline::ToString(result.solve.summary.status),
+                    result.solve.summary.message));
   }
   SolveProfileSummary summary;
   summary.solver = result.solve.summary;
@@ -412,8 +413,8 @@ std::string KareusSchedsText(const Plan& plan) {
     if (inst.mode == ExecutionMode::kSequential || inst.partitions.empty()) return out + ",)";
     for (const PartitionKnobs& knobs : inst.partitions) {
       // The published config string: start-end-sms-block (kareus-official.md §4.4, §5.1).
-      out += fmt::format(", {}", PythonStringLiteral(fmt::format("{}-none-{}-1024", knobs.slot,
-                                                                  knobs.sms)));
+      out += fmt::format(
+          ", {}", PythonStringLiteral(fmt::format("{}-none-{}-1024", knobs.slot, knobs.sms)));
     }
     return out + ")";
   });
@@ -440,7 +441,8 @@ ExportSummary ExportPlans(const ExportOptions& options) {
   for (const fs::path& input : inputs) {
     const Plan plan = ReadCheckedPlanFile(input);
     if (options.format == ExportFormat::kZeus && !options.clocks_only) {
-      if (const auto refusal = SequentialJobRefusal(plan, input.string())) throw InputError(*refusal);
+      if (const auto refusal = SequentialJobRefusal(plan, input.string()))
+        throw InputError(*refusal);
     }
     std::smatch match;
     const std::string name = input.filename().string();
@@ -455,8 +457,8 @@ ExportSummary ExportPlans(const ExportOptions& options) {
     }
     const std::string file = fmt::format(
         "{}_pipeline_{:05d}.py", options.format == ExportFormat::kZeus ? "freqs" : "scheds", index);
-    outputs.emplace_back(file, options.format == ExportFormat::kZeus ? ZeusFreqsText(plan)
-                                                                     : KareusSchedsText(plan));
+    outputs.emplace_back(
+        file, options.format == ExportFormat::kZeus ? ZeusFreqsText(plan) : KareusSchedsText(plan));
   }
   std::sort(outputs.begin(), outputs.end());
   for (std::size_t i = 1; i < outputs.size(); ++i) {

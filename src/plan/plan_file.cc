@@ -29,8 +29,8 @@ std::string Shown(const Json& value) {
 }
 
 void RequireObject(const Json& value, const std::string& path) {
-  if (!value.is_object()) ThrowInput(path.empty() ? "(top level)" : path, Shown(value),
-                                     "must be a JSON object");
+  if (!value.is_object())
+    ThrowInput(path.empty() ? "(top level)" : path, Shown(value), "must be a JSON object");
 }
 
 const Json& Required(const Json& object, const std::string& parent, const char* key) {
@@ -106,15 +106,13 @@ std::string CheckFormat(const Json& object, const char* expected, const char* al
   const std::string family(wanted.substr(0, wanted.find('/') + 1));
   if (format.rfind(family, 0) == 0) {
     ThrowInput("format", format,
-               also != nullptr
-                   ? fmt::format("unsupported version {}; this build reads {} and {}",
-                                 format.substr(family.size()), expected, also)
-                   : fmt::format("unsupported version {}; this build reads only {}",
-                                 format.substr(family.size()), expected));
+               also != nullptr ? fmt::format("unsupported version {}; this build reads {} and {}",
+                                             format.substr(family.size()), expected, also)
+                               : fmt::format("unsupported version {}; this build reads only {}",
+                                             format.substr(family.size()), expected));
   }
   ThrowInput("format", format, fmt::format("expected {} (not a file of this kind)", expected));
 }
-
 
 PartitionKnobs ParsePartition(const Json& json, const std::string& path) {
   RequireObject(json, path);
@@ -125,8 +123,8 @@ PartitionKnobs ParsePartition(const Json& json, const std::string& path) {
   return knobs;
 }
 
-PlannedInstruction ParseInstruction(const Json& json, const std::string& path,
-                                    int num_microbatches, bool has_chunks) {
+PlannedInstruction ParseInstruction(const Json& json, const std::string& path, int num_microbatches,
+                                    bool has_chunks) {
   RequireObject(json, path);
   PlannedInstruction instruction;
   const std::string kind = GetString(json, path, "kind");
@@ -160,11 +158,13 @@ PlannedInstruction ParseInstruction(const Json& json, const std::string& path,
     g.sms = GetInt(sync, sync_path, "sms", 1, "must be >= 1 (SMs of the reduction kernel)");
     if (sync.contains("overlapped")) {
       if (!sync["overlapped"].is_boolean()) {
-        ThrowInput(Path(sync_path, "overlapped"), Shown(sync["overlapped"]), "must be true or false");
+        ThrowInput(Path(sync_path, "overlapped"), Shown(sync["overlapped"]),
+                   "must be true or false");
       }
       g.overlapped = sync["overlapped"].get<bool>();
     }
-    if (instruction.kind != Direction::kBackward || instruction.microbatch != num_microbatches - 1) {
+    if (instruction.kind != Direction::kBackward ||
+        instruction.microbatch != num_microbatches - 1) {
       ThrowInput(sync_path, Shown(sync),
                  fmt::format("only the last backward of a chunk (microbatch {}) launches the "
                              "gradient sync",
@@ -192,9 +192,12 @@ PlannedInstruction ParseInstruction(const Json& json, const std::string& path,
 // direction, and the schedule's exact order, reported at the first place it differs.
 const char* ScheduleName(ScheduleKind kind) {
   switch (kind) {
-    case ScheduleKind::k1F1B: return "1F1B";
-    case ScheduleKind::kGPipe: return "GPipe";
-    case ScheduleKind::kInterleaved1F1B: return "interleaved 1F1B";
+    case ScheduleKind::k1F1B:
+      return "1F1B";
+    case ScheduleKind::kGPipe:
+      return "GPipe";
+    case ScheduleKind::kInterleaved1F1B:
+      return "interleaved 1F1B";
   }
   return "?";
 }
@@ -223,15 +226,16 @@ void CheckStageOrder(const PlannedStage& stage, int num_stages, int num_microbat
   for (size_t i = 0; i < expected.size(); ++i) {
     const schedule::Instruction got = Scheduled(stage, stage.instructions[i]);
     if (got != expected[i]) {
-      ThrowInput(fmt::format("{}[{}]", path, i), schedule::ToString(got),
-                 virtual_stages == 1
-                     ? fmt::format("{} order of stage {} of {} with {} microbatches expects {} here",
-                                   ScheduleName(kind), stage.stage, num_stages, num_microbatches,
-                                   schedule::ToString(expected[i]))
-                     : fmt::format("{} order of stage {} of {} with {} microbatches and {} chunks "
-                                   "expects {} here",
-                                   ScheduleName(kind), stage.stage, num_stages, num_microbatches,
-                                   virtual_stages, schedule::ToString(expected[i])));
+      ThrowInput(
+          fmt::format("{}[{}]", path, i), schedule::ToString(got),
+          virtual_stages == 1
+              ? fmt::format("{} order of stage {} of {} with {} microbatches expects {} here",
+                            ScheduleName(kind), stage.stage, num_stages, num_microbatches,
+                            schedule::ToString(expected[i]))
+              : fmt::format("{} order of stage {} of {} with {} microbatches and {} chunks "
+                            "expects {} here",
+                            ScheduleName(kind), stage.stage, num_stages, num_microbatches,
+                            virtual_stages, schedule::ToString(expected[i])));
     }
   }
 }
@@ -246,7 +250,9 @@ using internal::GetString;
 using internal::RequireObject;
 
 schedule::Instruction Scheduled(const PlannedStage& stage, const PlannedInstruction& instruction) {
-  return {.stage = stage.stage, .chunk = instruction.chunk, .microbatch = instruction.microbatch,
+  return {.stage = stage.stage,
+          .chunk = instruction.chunk,
+          .microbatch = instruction.microbatch,
           .kind = instruction.kind};
 }
 
@@ -305,7 +311,8 @@ Json ToJson(const Plan& plan) {
       }
       instructions.push_back(std::move(item));
     }
-    Json item{{"stage", stage.stage}, {"gpus", stage.gpus}, {"instructions", std::move(instructions)}};
+    Json item{
+        {"stage", stage.stage}, {"gpus", stage.gpus}, {"instructions", std::move(instructions)}};
     if (stage.gradient_sync) {
       item["gradient_sync"] = {{"freq_mhz", stage.gradient_sync->freq_mhz},
                                {"sms", stage.gradient_sync->sms},
@@ -352,8 +359,7 @@ Plan PlanFromJson(const Json& json) {
     RequireObject(iteration, "iteration");
     plan.iteration.time_s = GetNonNegative(iteration, "iteration", "time_s", std::nullopt);
     plan.iteration.energy_j = GetNonNegative(iteration, "iteration", "energy_j", std::nullopt);
-    plan.iteration.static_energy_j =
-        GetNonNegative(iteration, "iteration", "static_energy_j", 0.0);
+    plan.iteration.static_energy_j = GetNonNegative(iteration, "iteration", "static_energy_j", 0.0);
     plan.iteration.dynamic_energy_j =
         GetNonNegative(iteration, "iteration", "dynamic_energy_j", 0.0);
   }
@@ -377,13 +383,12 @@ Plan PlanFromJson(const Json& json) {
     PlannedStage stage;
     stage.stage = GetInt(stages[s], path, "stage", 0, "must be >= 0");
     if (stage.stage != s) {
-      ThrowInput(path + ".stage", std::to_string(stage.stage),
-                 fmt::format("stages must be numbered 0..{} in order; expected {}",
-                             num_stages - 1, s));
+      ThrowInput(
+          path + ".stage", std::to_string(stage.stage),
+          fmt::format("stages must be numbered 0..{} in order; expected {}", num_stages - 1, s));
     }
-    stage.gpus = stages[s].contains("gpus")
-                     ? GetInt(stages[s], path, "gpus", 1, "must be >= 1")
-                     : 1;
+    stage.gpus =
+        stages[s].contains("gpus") ? GetInt(stages[s], path, "gpus", 1, "must be >= 1") : 1;
     const Json& instructions = GetArray(stages[s], path, "instructions");
     for (size_t i = 0; i < instructions.size(); ++i) {
       stage.instructions.push_back(internal::ParseInstruction(
@@ -514,8 +519,7 @@ void WriteFrontierFile(const std::filesystem::path& path, const FrontierFile& fr
 }
 
 FrontierFile ReadFrontierFile(const std::filesystem::path& path) {
-  return ReadValidated<FrontierFile>(path,
-                                     [](const Json& json) { return FrontierFromJson(json); });
+  return ReadValidated<FrontierFile>(path, [](const Json& json) { return FrontierFromJson(json); });
 }
 
 }  // namespace kareus::plan

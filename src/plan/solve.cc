@@ -27,11 +27,14 @@ pipeline::Problem ToPipeline(const PlanProblem& problem) {
     const StageOptions& unit = problem.stages[u];
     out.forward_options.push_back(ToPipeline(unit.forward));
     out.backward_options.push_back(ToPipeline(unit.backward));
-    if (u % static_cast<std::size_t>(problem.num_chunks) == 0) out.gpus_per_stage.push_back(unit.gpus);
+    if (u % static_cast<std::size_t>(problem.num_chunks) == 0)
+      out.gpus_per_stage.push_back(unit.gpus);
   }
   out.gradient_sync = problem.gradient_sync;
-  for (const auto& options : problem.last_backward) out.last_backward_options.push_back(ToPipeline(options));
-  for (const auto& options : problem.sync_nodes) out.gradient_sync_options.push_back(ToPipeline(options));
+  for (const auto& options : problem.last_backward)
+    out.last_backward_options.push_back(ToPipeline(options));
+  for (const auto& options : problem.sync_nodes)
+    out.gradient_sync_options.push_back(ToPipeline(options));
   return out;
 }
 
@@ -49,9 +52,11 @@ const InstructionOption& ChosenOption(const PlanProblem& problem, const schedule
   const schedule::DagNode& n = dag.nodes[static_cast<std::size_t>(node)];
   const std::size_t index = static_cast<std::size_t>(choice);
   if (n.node == schedule::NodeKind::kGradientSync) {
-    return problem.sync_nodes[static_cast<std::size_t>(n.stage * problem.SyncNodesPerStage() + n.chunk)][index];
+    return problem.sync_nodes[static_cast<std::size_t>(n.stage * problem.SyncNodesPerStage() +
+                                                       n.chunk)][index];
   }
-  if (dag.LaunchesGradientSync(node)) return problem.last_backward[static_cast<std::size_t>(n.stage)][index];
+  if (dag.LaunchesGradientSync(node))
+    return problem.last_backward[static_cast<std::size_t>(n.stage)][index];
   const StageOptions& unit =
       problem.stages[static_cast<std::size_t>(n.stage * problem.num_chunks + n.chunk)];
   return n.kind == Direction::kForward ? unit.forward[index] : unit.backward[index];
@@ -128,8 +133,8 @@ Plan BuildPlan(const PlanProblem& problem, const pipeline::Result& result, std::
     if (inst.node == schedule::NodeKind::kGradientSync) {
       const int sms = o.gradient_sync ? o.gradient_sync->sms : 0;
       if (inst.chunk == 0) {
-        stage.gradient_sync = StageGradientSync{.freq_mhz = o.freq_mhz, .sms = sms,
-                                                .time_s = o.time_s, .energy_j = o.energy_j};
+        stage.gradient_sync = StageGradientSync{
+            .freq_mhz = o.freq_mhz, .sms = sms, .time_s = o.time_s, .energy_j = o.energy_j};
         continue;
       }
       for (PlannedInstruction& launching : stage.instructions) {
@@ -163,8 +168,8 @@ FrontierFile BuildFrontierFile(const PlanProblem& problem, const PlanResult& res
   file.unit_time_s = result.unit_time_s;
   const auto& points = result.solve.points;
   for (std::size_t i = points.size(); i-- > 0;) {  // fastest first
-    const bool kept = std::find(result.sampled.begin(), result.sampled.end(), i) !=
-                      result.sampled.end();
+    const bool kept =
+        std::find(result.sampled.begin(), result.sampled.end(), i) != result.sampled.end();
     file.points.push_back({.time_s = points[i].cost.time_s,
                            .energy_j = points[i].cost.energy_j,
                            .static_energy_j = points[i].cost.static_energy_j,
@@ -173,8 +178,9 @@ FrontierFile BuildFrontierFile(const PlanProblem& problem, const PlanResult& res
   }
   // Re-evaluated costs (e.g. plans run on the emulated cluster) need not keep the solver's
   // order exactly; the file lists points fastest first.
-  std::stable_sort(file.points.begin(), file.points.end(),
-                   [](const FrontierPoint& a, const FrontierPoint& b) { return a.time_s < b.time_s; });
+  std::stable_sort(
+      file.points.begin(), file.points.end(),
+      [](const FrontierPoint& a, const FrontierPoint& b) { return a.time_s < b.time_s; });
   return file;
 }
 
@@ -182,12 +188,14 @@ WrittenFiles WriteSolveOutputs(const std::filesystem::path& dir, const PlanProbl
                                const PlanResult& result) {
   const auto& points = result.solve.points;
   if (points.empty()) {
-    ThrowInput("frontier", "[]", "nothing to write: the solve produced no points (" +
-                                     std::string(pipeline::ToString(result.solve.summary.status)) +
-                                     ": " + result.solve.summary.message + ")");
+    ThrowInput("frontier", "[]",
+               "nothing to write: the solve produced no points (" +
+                   std::string(pipeline::ToString(result.solve.summary.status)) + ": " +
+                   result.solve.summary.message + ")");
   }
   // Build everything first so a failure leaves nothing half-written.
-  KAREUS_CHECK(result.fastest < points.size()) << "fastest point " << result.fastest << " out of range";
+  KAREUS_CHECK(result.fastest < points.size())
+      << "fastest point " << result.fastest << " out of range";
   const Plan fastest = BuildPlan(problem, result.solve, result.fastest);
   const FrontierFile frontier = BuildFrontierFile(problem, result);
   std::vector<std::pair<std::filesystem::path, Plan>> sampled;

@@ -147,8 +147,8 @@ bool NamesATime(const std::string& header) {
 
 bool NamesASignal(const std::string& header) {
   const std::string h = Lower(header);
-  for (const char* word : {"carbon intensity", "carbon_intensity", "co2", "price", "cost",
-                           "signal", "intensity"}) {
+  for (const char* word :
+       {"carbon intensity", "carbon_intensity", "co2", "price", "cost", "signal", "intensity"}) {
     if (h.find(word) != std::string::npos) return true;
   }
   return false;
@@ -187,7 +187,8 @@ std::vector<Vertex> CostCurve(const ScheduleProblem& problem, int k, bool whole)
   }
   for (int p = 0; p < static_cast<int>(problem.plans.size()); ++p) {
     if (!Fits(problem, p, interval)) continue;
-    points.push_back({length / problem.plans[p].time_s, price * length * problem.plans[p].power_w(), p});
+    points.push_back(
+        {length / problem.plans[p].time_s, price * length * problem.plans[p].power_w(), p});
   }
   return LowerHull(std::move(points));
 }
@@ -226,9 +227,8 @@ std::optional<Fill> FillFinishingIn(const ScheduleProblem& problem,
   // Without pauses the held intervals run at least their slowest plan: finishing in m then
   // takes more than N iterations when N is small (the job finishes earlier instead).
   if (remaining < -1e-9 * std::max(1.0, problem.iterations)) return std::nullopt;
-  std::stable_sort(segments.begin(), segments.end(), [](const Segment& a, const Segment& b) {
-    return a.slope < b.slope;
-  });
+  std::stable_sort(segments.begin(), segments.end(),
+                   [](const Segment& a, const Segment& b) { return a.slope < b.slope; });
   for (const Segment& s : segments) {
     if (remaining <= 0.0) break;
     const double take = std::min(s.length, remaining);
@@ -244,8 +244,10 @@ std::optional<Fill> FillFinishingIn(const ScheduleProblem& problem,
 // iterations of the active segments in O(log n).
 class FenwickBySlope {
  public:
-  explicit FenwickBySlope(std::vector<double> slopes) : slopes_(std::move(slopes)),
-      length_(slopes_.size() + 1, 0.0), cost_(slopes_.size() + 1, 0.0) {
+  explicit FenwickBySlope(std::vector<double> slopes)
+      : slopes_(std::move(slopes)),
+        length_(slopes_.size() + 1, 0.0),
+        cost_(slopes_.size() + 1, 0.0) {
     while ((top_ << 1) <= slopes_.size()) top_ <<= 1;
   }
   void Add(std::size_t i, double length) {  // i: slope rank; length < 0 removes
@@ -345,7 +347,8 @@ std::vector<std::optional<double>> FinishIntervalCosts(const ScheduleProblem& pr
     toggle(last[m], first_last[m], +1.0);
     const double remaining = problem.iterations - base_n;  // last[m] starts at (0, 0)
     if (remaining >= -tolerance && remaining <= tree.total() + tolerance) {
-      costs[m] = base_cost + (remaining > 0 ? tree.CheapestCost(std::min(remaining, tree.total())) : 0.0);
+      costs[m] =
+          base_cost + (remaining > 0 ? tree.CheapestCost(std::min(remaining, tree.total())) : 0.0);
     }
     if (whole[m].empty()) break;
   }
@@ -416,8 +419,8 @@ std::vector<std::size_t> LowerConvexHull(const std::vector<std::pair<double, dou
       const auto& a = points[hull[hull.size() - 2]];
       const auto& b = points[hull.back()];
       // b on or above the segment a-p: not a vertex of the lower hull.
-      const double cross = (b.first - a.first) * (p.second - a.second) -
-                           (b.second - a.second) * (p.first - a.first);
+      const double cross =
+          (b.first - a.first) * (p.second - a.second) - (b.second - a.second) * (p.first - a.first);
       if (cross > 0.0) break;
       hull.pop_back();
     }
@@ -508,7 +511,8 @@ std::optional<double> ParseUtcTime(std::string_view text) {
       return std::nullopt;
     }
   }
-  const int64_t days = DaysFromCivil(year, static_cast<unsigned>(month), static_cast<unsigned>(day));
+  const int64_t days =
+      DaysFromCivil(year, static_cast<unsigned>(month), static_cast<unsigned>(day));
   return static_cast<double>(days * 86400 + hour * 3600 + minute * 60 + second - offset_s) +
          fraction;
 }
@@ -536,8 +540,11 @@ std::optional<double> ParseDuration(std::string_view text) {
     const auto number = ParseNumber(text.substr(first, pos - first));
     if (!number || pos >= text.size()) return std::nullopt;
     const char unit = text[pos++];
-    const double scale = unit == 'd' ? 86400 : unit == 'h' ? 3600 : unit == 'm' ? 60
-                       : unit == 's' ? 1 : 0;
+    const double scale = unit == 'd'   ? 86400
+                         : unit == 'h' ? 3600
+                         : unit == 'm' ? 60
+                         : unit == 's' ? 1
+                                       : 0;
     if (scale == 0 || units_seen.find(unit) != std::string::npos) return std::nullopt;
     units_seen += unit;
     total += *number * scale;
@@ -595,8 +602,8 @@ Signal ParseSignalCsv(std::string_view text, const std::string& source, const st
     const CsvRow& row = rows[r];
     const int needed = std::max(time_column, value_column) + 1;
     if (static_cast<int>(row.fields.size()) < needed) {
-      ThrowInput(field, where(row), fmt::format("{} fields, expected at least {}",
-                                                row.fields.size(), needed));
+      ThrowInput(field, where(row),
+                 fmt::format("{} fields, expected at least {}", row.fields.size(), needed));
     }
     const auto time = ParseUtcTime(row.fields[time_column]);
     if (!time) {
@@ -659,8 +666,8 @@ std::optional<OptionError> ScheduleProblem::Validate() const {
   if (intervals.empty()) return OptionError{"intervals", "0", "need at least one interval"};
   for (std::size_t k = 0; k < intervals.size(); ++k) {
     const ScheduleInterval& in = intervals[k];
-    if (!(in.end > in.start) || (k > 0 && in.start != intervals[k - 1].end) ||
-        !(in.signal >= 0) || !std::isfinite(in.signal) || !(in.power_cap_w > 0)) {
+    if (!(in.end > in.start) || (k > 0 && in.start != intervals[k - 1].end) || !(in.signal >= 0) ||
+        !std::isfinite(in.signal) || !(in.power_cap_w > 0)) {
       return OptionError{fmt::format("intervals[{}]", k), FormatUtcTime(in.start),
                          "intervals must be contiguous, of positive length, with a finite "
                          "signal >= 0 and a cap > 0"};
@@ -752,8 +759,7 @@ std::optional<ConstantPlanCost> ConstantPlan(const ScheduleProblem& problem, int
   out.finish = problem.start() + busy;
   if (busy > (problem.deadline() - problem.start()) * (1.0 + 1e-12)) return std::nullopt;
   for (const ScheduleInterval& in : problem.intervals) {
-    const double overlap =
-        std::min(in.end - problem.start(), busy) - (in.start - problem.start());
+    const double overlap = std::min(in.end - problem.start(), busy) - (in.start - problem.start());
     if (overlap <= 0) break;
     if (!Fits(problem, p, in)) return std::nullopt;
     const double energy = overlap * plan.power_w();
@@ -769,7 +775,8 @@ Timetable SolveSchedule(const ScheduleProblem& problem) {
   const std::optional<double> earliest = EarliestFinish(problem, &blocked_at);
   if (!earliest) {
     double lowest = std::numeric_limits<double>::infinity();
-    for (const SchedulePlan& plan : problem.plans) lowest = std::min(lowest, plan.power_w() / problem.gpus);
+    for (const SchedulePlan& plan : problem.plans)
+      lowest = std::min(lowest, plan.power_w() / problem.gpus);
     ThrowInput("--power-cap", "the cap from " + FormatUtcTime(blocked_at),
                fmt::format("is below every plan's power (the lowest is {:.1f} W per GPU) and "
                            "pauses are not allowed (--no-pause), so the job cannot go on there",
@@ -820,7 +827,8 @@ Timetable SolveSchedule(const ScheduleProblem& problem) {
   return out;
 }
 
-Json TimetableToJson(const ScheduleProblem& problem, const Timetable& timetable, const Json& extra) {
+Json TimetableToJson(const ScheduleProblem& problem, const Timetable& timetable,
+                     const Json& extra) {
   Json json = {{"format", "kareus-timetable"}, {"version", 1}};
   for (const auto& [key, value] : extra.items()) json[key] = value;
   json["iterations"] = problem.iterations;
@@ -831,7 +839,9 @@ Json TimetableToJson(const ScheduleProblem& problem, const Timetable& timetable,
   json["allow_pause"] = problem.allow_pause;
   Json plans = Json::array();
   for (const SchedulePlan& plan : problem.plans) {
-    plans.push_back({{"plan", plan.name}, {"time_s", plan.time_s}, {"energy_j", plan.energy_j},
+    plans.push_back({{"plan", plan.name},
+                     {"time_s", plan.time_s},
+                     {"energy_j", plan.energy_j},
                      {"power_w", plan.power_w()}});
   }
   json["plans"] = plans;
@@ -839,15 +849,17 @@ Json TimetableToJson(const ScheduleProblem& problem, const Timetable& timetable,
   for (const TimetableInterval& in : timetable.intervals) {
     Json entries = Json::array();
     for (const TimetableEntry& e : in.entries) {
-      entries.push_back({{"plan", problem.plans[e.plan].name}, {"seconds", e.seconds},
-                         {"iterations", e.iterations}, {"energy_j", e.energy_j},
+      entries.push_back({{"plan", problem.plans[e.plan].name},
+                         {"seconds", e.seconds},
+                         {"iterations", e.iterations},
+                         {"energy_j", e.energy_j},
                          {"cost", e.cost}});
     }
     Json item = {{"start", FormatUtcTime(in.interval.start)},
                  {"end", FormatUtcTime(in.interval.end)},
                  {"signal", in.interval.signal}};
-    item["power_cap_w"] = std::isfinite(in.interval.power_cap_w) ? Json(in.interval.power_cap_w)
-                                                                 : Json(nullptr);
+    item["power_cap_w"] =
+        std::isfinite(in.interval.power_cap_w) ? Json(in.interval.power_cap_w) : Json(nullptr);
     item["pause_s"] = in.pause_s;
     item["entries"] = entries;
     item["energy_j"] = in.energy_j;
@@ -917,7 +929,8 @@ void TimetableFromJson(const Json& json, ScheduleProblem* problem, Timetable* ti
   problem->allow_pause = json.value("allow_pause", true);
   std::map<std::string, int> index;
   const Json& plans = Field(json, "", "plans");
-  if (!plans.is_array() || plans.empty()) ThrowInput("plans", plans.dump(), "must be a non-empty array");
+  if (!plans.is_array() || plans.empty())
+    ThrowInput("plans", plans.dump(), "must be a non-empty array");
   for (std::size_t p = 0; p < plans.size(); ++p) {
     const std::string parent = fmt::format("plans[{}]", p);
     SchedulePlan plan;

@@ -19,9 +19,9 @@ using internal::Plot;
 
 const std::map<std::string, std::string>& MethodColors() {
   static const std::map<std::string, std::string> colors = {
-      {"megatron", "#6b6b6b"},     {"nanobatching", "#9e7bb5"},
-      {"perseus", "#2f7ed8"},      {"nanobatching+perseus", "#f28e2b"},
-      {"kareus", "#c0392b"},       {"kareus-oracle", "#2ca02c"}};
+      {"megatron", "#6b6b6b"}, {"nanobatching", "#9e7bb5"},
+      {"perseus", "#2f7ed8"},  {"nanobatching+perseus", "#f28e2b"},
+      {"kareus", "#c0392b"},   {"kareus-oracle", "#2ca02c"}};
   return colors;
 }
 
@@ -118,22 +118,28 @@ std::string TimelinePlot(const Json& timeline) {
       // gradient-sync tail, "GS.1" chunk 1's buckets (on the communication stream: a thin bar
       // at the bottom of the row, under the compute it overlaps).
       const int chunk = ins.value("chunk", 0);
-      std::string text = sync ? "GS" : std::string(forward ? "F" : "B") + std::to_string(ins["microbatch"].get<int>());
+      std::string text =
+          sync ? "GS"
+               : std::string(forward ? "F" : "B") + std::to_string(ins["microbatch"].get<int>());
       if (interleaved && (!sync || chunk > 0)) text += "." + std::to_string(chunk);
       if (const auto it = ins.find("gradient_sync"); it != ins.end()) {
-        text += std::string(" +DP sync ") + ((*it)["overlapped"].get<bool>() ? "overlapped" : "after") +
-                ", " + std::to_string((*it)["sms"].get<int>()) + " SMs";
+        text += std::string(" +DP sync ") +
+                ((*it)["overlapped"].get<bool>() ? "overlapped" : "after") + ", " +
+                std::to_string((*it)["sms"].get<int>()) + " SMs";
       }
       const bool lane = sync && chunk > 0;
       const double top_y = lane ? y + row - 12 : y + 4;
       const int height = lane ? 8 : row - 10;
       s += "<rect x='" + Num(x0, 1) + "' y='" + Num(top_y, 1) + "' width='" +
            Num(std::max(x1 - x0, 0.5), 1) + "' height='" + std::to_string(height) + "' fill='" +
-           internal::HeatColor(u) + "' stroke='" + (forward ? "#ffffff" : sync ? "#7a1fa2" : "#222222") +
+           internal::HeatColor(u) + "' stroke='" +
+           (forward ? "#ffffff"
+            : sync  ? "#7a1fa2"
+                    : "#222222") +
            "' stroke-width='" + (sync ? "2" : "1") + "'" + (sync ? " stroke-dasharray='4 2'" : "") +
-           "><title>" + Escape(text + ": " + std::to_string(f) + " MHz, " +
-                                                 ins.value("mode", std::string()) + ", " +
-                                                 Num(ins["start_s"], 3) + "-" + Num(ins["end_s"], 3) + " s") +
+           "><title>" +
+           Escape(text + ": " + std::to_string(f) + " MHz, " + ins.value("mode", std::string()) +
+                  ", " + Num(ins["start_s"], 3) + "-" + Num(ins["end_s"], 3) + " s") +
            "</title></rect>";
       if (lane) continue;
       const std::string label = text.substr(0, text.find(' '));
@@ -163,7 +169,8 @@ std::string TimelinePlot(const Json& timeline) {
 }
 
 std::string PartitionPlots(const Json& partitions) {
-  if (partitions.is_null() || partitions.empty()) return "<p>No partition frontiers (the method list had no profiled Kareus run).</p>";
+  if (partitions.is_null() || partitions.empty())
+    return "<p>No partition frontiers (the method list had no profiled Kareus run).</p>";
   std::string out = "<div class='grid'>";
   for (const Json& type : partitions) {
     double t_lo = std::numeric_limits<double>::infinity(), t_hi = -t_lo, e_lo = t_lo, e_hi = -t_lo;
@@ -189,8 +196,8 @@ std::string PartitionPlots(const Json& partitions) {
       for (const Json& p : clock["points"]) {
         xy.push_back({p["time_s"].get<double>() * 1e3, p["energy_j"].get<double>()});
         plot.Marker(p["time_s"].get<double>() * 1e3, p["energy_j"], color, 2.5,
-                    std::to_string(f) + " MHz, " + std::to_string(p["sms"].get<int>()) + " SMs at " +
-                        p["slot"].get<std::string>());
+                    std::to_string(f) + " MHz, " + std::to_string(p["sms"].get<int>()) +
+                        " SMs at " + p["slot"].get<std::string>());
       }
       plot.Polyline(xy, color, 1.0);
     }
@@ -201,22 +208,36 @@ std::string PartitionPlots(const Json& partitions) {
   return out + "</div>";
 }
 
-
 struct Tables {
-  std::vector<std::string> throughput_header = {"method", "time (s)", "energy (kJ)", "ΔT % vs Megatron-LM", "ΔE % vs Megatron-LM"};
+  std::vector<std::string> throughput_header = {"method", "time (s)", "energy (kJ)",
+                                                "ΔT % vs Megatron-LM", "ΔE % vs Megatron-LM"};
   std::vector<std::vector<std::string>> throughput;
-  std::vector<std::string> frontier_header = {"method", "iso-time energy reduction % (vs Perseus fastest)", "iso-energy time reduction % (vs Perseus lowest energy)"};
+  std::vector<std::string> frontier_header = {
+      "method", "iso-time energy reduction % (vs Perseus fastest)",
+      "iso-energy time reduction % (vs Perseus lowest energy)"};
   std::vector<std::vector<std::string>> frontier;
-  std::vector<std::string> interpolated_header = {"method", "deadlines compared (s)", "mean energy saving % at equal time", "max %", "min %"};
+  std::vector<std::string> interpolated_header = {
+      "method", "deadlines compared (s)", "mean energy saving % at equal time", "max %", "min %"};
   std::vector<std::vector<std::string>> interpolated;
-  std::vector<std::string> composition_header = {"method", "composed options", "time error % min / median / max", "energy error % min / median / max"};
+  std::vector<std::string> composition_header = {"method", "composed options",
+                                                 "time error % min / median / max",
+                                                 "energy error % min / median / max"};
   std::vector<std::vector<std::string>> composition;
-  std::vector<std::string> cost_header = {"method", "profile (s)", "compose (s)", "solve (s)", "evaluate (s)", "profiling GPU-hours"};
+  std::vector<std::string> cost_header = {"method",    "profile (s)",  "compose (s)",
+                                          "solve (s)", "evaluate (s)", "profiling GPU-hours"};
   std::vector<std::vector<std::string>> cost;
   std::string peak_memory;  // "" when the summary has none
-  std::vector<std::string> plans_header = {"plan file", "time (s)", "energy (kJ)", "average power per GPU (W)", "ΔT % vs Megatron-LM", "ΔE % vs Megatron-LM"};
+  std::vector<std::string> plans_header = {"plan file",           "time (s)",
+                                           "energy (kJ)",         "average power per GPU (W)",
+                                           "ΔT % vs Megatron-LM", "ΔE % vs Megatron-LM"};
   std::vector<std::vector<std::string>> plans;
-  std::vector<std::string> dropped_header = {"method", "solver point", "predicted time (s)", "predicted energy (kJ)", "evaluated time (s)", "evaluated energy (kJ)", "dominated by plan"};
+  std::vector<std::string> dropped_header = {"method",
+                                             "solver point",
+                                             "predicted time (s)",
+                                             "predicted energy (kJ)",
+                                             "evaluated time (s)",
+                                             "evaluated energy (kJ)",
+                                             "dominated by plan"};
   std::vector<std::vector<std::string>> dropped;
   std::vector<std::string> dropped_counts;  // "Kareus: 1 of 18"
 };
@@ -274,16 +295,16 @@ Tables BuildTables(const Json& summary) {
     auto phase = [&](const char* name) {
       return phases.contains(name) ? FormatFixed(phases[name], 1) : std::string("--");
     };
-    t.cost.push_back({label(m["method"]), phase("profile"), phase("compose"), phase("solve"),
-                      phase("evaluate"),
-                      m.contains("profiling_gpu_hours") ? FormatFixed(m["profiling_gpu_hours"], 2) : "--"});
+    t.cost.push_back(
+        {label(m["method"]), phase("profile"), phase("compose"), phase("solve"), phase("evaluate"),
+         m.contains("profiling_gpu_hours") ? FormatFixed(m["profiling_gpu_hours"], 2) : "--"});
   }
   for (const Json& row : summary.value("plan_files", Json::array())) {
-    t.plans.push_back({row["file"].get<std::string>() + (row["plan_json"].get<bool>() ? " (plan.json)" : ""),
-                       FormatFixed(row["time_s"], 4),
-                       FormatFixed(row["energy_j"].get<double>() / 1e3, 3),
-                       FormatFixed(row["average_power_w"], 1), Percent(row["delta_time_pct"]),
-                       Percent(row["delta_energy_pct"])});
+    t.plans.push_back(
+        {row["file"].get<std::string>() + (row["plan_json"].get<bool>() ? " (plan.json)" : ""),
+         FormatFixed(row["time_s"], 4), FormatFixed(row["energy_j"].get<double>() / 1e3, 3),
+         FormatFixed(row["average_power_w"], 1), Percent(row["delta_time_pct"]),
+         Percent(row["delta_energy_pct"])});
   }
   for (const Json& m : summary["methods"]) {
     const Json dropped = m.value("dropped_after_evaluation", Json::array());
@@ -300,7 +321,8 @@ Tables BuildTables(const Json& summary) {
     }
   }
   if (summary.contains("peak_rss_mib")) {
-    t.peak_memory = "Peak memory of the planning process: " + FormatFixed(summary["peak_rss_mib"], 0) + " MiB";
+    t.peak_memory =
+        "Peak memory of the planning process: " + FormatFixed(summary["peak_rss_mib"], 0) + " MiB";
   }
   return t;
 }
@@ -310,7 +332,8 @@ std::string DroppedSentence(const Tables& t) {
   std::string counts;
   for (const auto& c : t.dropped_counts) counts += (counts.empty() ? "" : "; ") + c;
   return "Frontier points dominated once evaluated (another plan's evaluated time and energy "
-         "both no worse), dropped from the frontier, its files and its sample: " + counts + ".";
+         "both no worse), dropped from the frontier, its files and its sample: " +
+         counts + ".";
 }
 
 std::string TextTable(const std::vector<std::string>& header,
@@ -329,8 +352,9 @@ std::string RenderTables(const Json& summary) {
   out += TextTable(t.throughput_header, t.throughput);
   out += "\nFrontier vs Perseus (published definition: best sampled plan, no interpolation):\n";
   out += TextTable(t.frontier_header, t.frontier);
-  out += "\nWhole frontier vs Perseus (energy saving at equal time, at every deadline from the later "
-         "fastest plan to the later slowest plan):\n";
+  out +=
+      "\nWhole frontier vs Perseus (energy saving at equal time, at every deadline from the later "
+      "fastest plan to the later slowest plan):\n";
   out += TextTable(t.interpolated_header, t.interpolated);
   if (!t.dropped_counts.empty()) out += DroppedSentence(t) + "\n";
   if (!t.composition.empty()) {
@@ -354,23 +378,28 @@ std::string RenderHtml(const Json& summary) {
       "table{border-collapse:collapse;margin:8px 0}td,th{border:1px solid #ccc;padding:4px 8px;"
       "font-size:13px;text-align:right}th{background:#f3f3f6}td:first-child{text-align:left}"
       ".grid{display:flex;flex-wrap:wrap;gap:8px}figure{margin:0}figcaption{font-size:13px}"
-      "pre{background:#f6f6f8;padding:8px;font-size:12px;overflow:auto}.note{color:#555;font-size:13px}"
+      "pre{background:#f6f6f8;padding:8px;font-size:12px;overflow:auto}.note{color:#555;font-size:"
+      "13px}"
       "</style></head><body>";
   html += "<h1>Kareus report: " + Escape(w.value("name", std::string())) + "</h1>";
   const std::string caveat = summary.value("caveat", std::string());
   if (!caveat.empty()) {
-    html += "<p style='background:#fff4d6;border:1px solid #e0b84c;padding:8px 12px;font-size:14px'>"
-            "<b>Read first.</b> " + Escape(caveat) + "</p>";
+    html +=
+        "<p style='background:#fff4d6;border:1px solid #e0b84c;padding:8px 12px;font-size:14px'>"
+        "<b>Read first.</b> " +
+        Escape(caveat) + "</p>";
   }
   html += "<p class='note'>" + Escape(summary.value("source_note", std::string())) + "</p>";
   html += "<h2>Iteration time–energy frontiers</h2>" + FrontierPlot(summary);
-  html += "<p class='note'>Lines: every frontier point of each method; dots: the sampled plans "
-          "(the published evaluation's 10); rings: each method's fastest plan; dashed: "
-          "Perseus's fastest time and lowest energy, the references of the iso metrics.</p>";
+  html +=
+      "<p class='note'>Lines: every frontier point of each method; dots: the sampled plans "
+      "(the published evaluation's 10); rings: each method's fastest plan; dashed: "
+      "Perseus's fastest time and lowest energy, the references of the iso metrics.</p>";
   if (!t.plans.empty()) {
     std::string main_label = "Kareus";
     for (const Json& m : summary["methods"]) {
-      if (m["method"] == summary["timeline"].value("method", std::string("kareus"))) main_label = Label(m);
+      if (m["method"] == summary["timeline"].value("method", std::string("kareus")))
+        main_label = Label(m);
     }
     html += "<h2>Plan files: which plan to run (" + Escape(main_label) + ")</h2>" +
             HtmlTable(t.plans_header, t.plans) +
@@ -386,11 +415,14 @@ std::string RenderHtml(const Json& summary) {
             HtmlTable(t.dropped_header, t.dropped);
   }
   html += "<h2>Comparison tables</h2>";
-  html += "<h3>Max-throughput plans vs Megatron-LM</h3>" + HtmlTable(t.throughput_header, t.throughput);
-  html += "<h3>Frontier vs Perseus (published definition)</h3>" + HtmlTable(t.frontier_header, t.frontier);
-  html += "<h3>Whole frontier vs Perseus at equal time (every deadline from the later fastest "
-          "plan to the later slowest)</h3>" +
-          HtmlTable(t.interpolated_header, t.interpolated);
+  html +=
+      "<h3>Max-throughput plans vs Megatron-LM</h3>" + HtmlTable(t.throughput_header, t.throughput);
+  html += "<h3>Frontier vs Perseus (published definition)</h3>" +
+          HtmlTable(t.frontier_header, t.frontier);
+  html +=
+      "<h3>Whole frontier vs Perseus at equal time (every deadline from the later fastest "
+      "plan to the later slowest)</h3>" +
+      HtmlTable(t.interpolated_header, t.interpolated);
   if (!t.composition.empty()) {
     html += "<h3>Composition error</h3>" + HtmlTable(t.composition_header, t.composition) +
             "<p class='note'>Each composed instruction option (the sum of its partitions' measured "
@@ -406,7 +438,8 @@ std::string RenderHtml(const Json& summary) {
                                     : schedule == "gpipe"          ? "GPipe"
                                                                    : "1F1B";
   html += "<h2>Fastest " + Escape(summary["timeline"].value("label", std::string("Kareus"))) +
-          " plan: " + schedule_name + " timeline coloured by clock</h2>" + TimelinePlot(summary["timeline"]);
+          " plan: " + schedule_name + " timeline coloured by clock</h2>" +
+          TimelinePlot(summary["timeline"]);
   html += "<h2>Partition frontiers per clock (measured)</h2>" +
           PartitionPlots(summary.value("partition_frontiers", Json()));
   html += "<h2>Workload and settings</h2><pre>" + Escape(w.dump(2)) + "</pre><pre>" +
@@ -437,7 +470,8 @@ std::string RenderEvaluationTable(const Json& evaluation) {
     for (const auto& name : methods) {
       std::string cell = "--";
       for (const Json& m : row["max_throughput"]) {
-        if (m["method"] == name) cell = Percent(m["delta_time_pct"]) + " / " + Percent(m["delta_energy_pct"]);
+        if (m["method"] == name)
+          cell = Percent(m["delta_time_pct"]) + " / " + Percent(m["delta_energy_pct"]);
       }
       cells.push_back(cell);
     }

@@ -11,11 +11,20 @@ std::string Escape(const std::string& text) {
   std::string out;
   for (char c : text) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -99,11 +108,11 @@ void Plot::Polyline(const std::vector<std::pair<double, double>>& xy, const std:
 
 void Plot::Marker(double x, double y, const std::string& color, double radius,
                   const std::string& title, bool hollow) {
-  body_ += "<circle cx='" + Num(x_.Map(x), 1) + "' cy='" + Num(y_.Map(y), 1) + "' r='" +
-           Num(radius, 1) + "' " +
-           (hollow ? "fill='white' stroke='" + color + "' stroke-width='2'"
-                   : "fill='" + color + "'") +
-           ">" + (title.empty() ? "" : "<title>" + Escape(title) + "</title>") + "</circle>";
+  body_ +=
+      "<circle cx='" + Num(x_.Map(x), 1) + "' cy='" + Num(y_.Map(y), 1) + "' r='" + Num(radius, 1) +
+      "' " +
+      (hollow ? "fill='white' stroke='" + color + "' stroke-width='2'" : "fill='" + color + "'") +
+      ">" + (title.empty() ? "" : "<title>" + Escape(title) + "</title>") + "</circle>";
 }
 
 void Plot::VerticalLine(double x, const std::string& color, const std::string& label) {
@@ -116,8 +125,9 @@ void Plot::VerticalLine(double x, const std::string& color, const std::string& l
 
 void Plot::HorizontalLine(double y, const std::string& color, const std::string& label) {
   const double py = y_.Map(y);
-  body_ += "<line x1='" + Num(kLeft, 0) + "' y1='" + Num(py, 1) + "' x2='" + Num(width_ - kRight, 0) +
-           "' y2='" + Num(py, 1) + "' stroke='" + color + "' stroke-dasharray='3,3'/>";
+  body_ += "<line x1='" + Num(kLeft, 0) + "' y1='" + Num(py, 1) + "' x2='" +
+           Num(width_ - kRight, 0) + "' y2='" + Num(py, 1) + "' stroke='" + color +
+           "' stroke-dasharray='3,3'/>";
   body_ += "<text x='" + Num(width_ - kRight - 4, 0) + "' y='" + Num(py - 4, 1) +
            "' font-size='10' text-anchor='end' fill='" + color + "'>" + Escape(label) + "</text>";
 }
@@ -154,8 +164,8 @@ void Plot::LegendBelow(const std::vector<std::pair<std::string, std::string>>& e
 
 std::string Plot::Finish() const {
   const int height = height_ + legend_rows_height_;
-  return "<svg xmlns='http://www.w3.org/2000/svg' width='" + std::to_string(width_) +
-         "' height='" + std::to_string(height) + "' viewBox='0 0 " + std::to_string(width_) + " " +
+  return "<svg xmlns='http://www.w3.org/2000/svg' width='" + std::to_string(width_) + "' height='" +
+         std::to_string(height) + "' viewBox='0 0 " + std::to_string(width_) + " " +
          std::to_string(height) + "' font-family='sans-serif'>" + body_ + "</svg>";
 }
 

@@ -80,13 +80,12 @@ std::string RenderTimetableHtml(const Json& timetable) {
       "table{border-collapse:collapse;margin:8px 0}td,th{border:1px solid #ccc;padding:4px 8px;"
       "font-size:13px;text-align:right}th{background:#f3f3f6}td:first-child{text-align:left}"
       ".note{color:#555;font-size:13px}</style></head><body>";
-  html += "<h1>Kareus timetable: " +
-          Escape(FormatFixed(timetable["iterations"].get<double>(), 0)) + " iterations by " +
-          Escape(timetable["deadline"].get<std::string>()) + "</h1>";
+  html += "<h1>Kareus timetable: " + Escape(FormatFixed(timetable["iterations"].get<double>(), 0)) +
+          " iterations by " + Escape(timetable["deadline"].get<std::string>()) + "</h1>";
   std::string totals = "<p>Total cost " + Num(timetable["total_cost"].get<double>(), 3) + " (" +
                        Escape(unit) + " x kWh), energy " +
-                       Num(timetable["total_energy_j"].get<double>() / 3.6e6, 2) +
-                       " kWh, finish " + Escape(timetable["finish"].get<std::string>());
+                       Num(timetable["total_energy_j"].get<double>() / 3.6e6, 2) + " kWh, finish " +
+                       Escape(timetable["finish"].get<std::string>());
   if (!constant.is_null()) {
     totals += "; the best constant plan (" + Escape(constant["plan"].get<std::string>()) +
               ", run from the start without a pause) costs " +
@@ -118,10 +117,11 @@ std::string RenderTimetableHtml(const Json& timetable) {
   const double last_end = h(Time(timetable["intervals"].back()["end"]));
   bottom.Polyline(Steps(signal, last_end), "#2ca02c", 2.0);
   html += bottom.Finish();
-  html += "<p class='note'>Top: the job's power (all GPUs) as the timetable runs it: a frontier "
-          "plan's evaluated energy per iteration over its time, the GPUs' static power while "
-          "paused, nothing once the iterations are done. Bottom: the signal the cost weighs the "
-          "energy with.</p>";
+  html +=
+      "<p class='note'>Top: the job's power (all GPUs) as the timetable runs it: a frontier "
+      "plan's evaluated energy per iteration over its time, the GPUs' static power while "
+      "paused, nothing once the iterations are done. Bottom: the signal the cost weighs the "
+      "energy with.</p>";
   html += "<h2>Intervals</h2>";
   std::vector<std::vector<std::string>> rows;
   for (const Json& in : timetable["intervals"]) {

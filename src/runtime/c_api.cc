@@ -108,7 +108,8 @@ const char* kareus_last_error(void) { return kareus::runtime::internal::t_last_e
 const char* kareus_version(void) { return KAREUS_VERSION; }
 
 int kareus_nvml_index_for_cuda_device(int cuda_device, int* nvml_index) {
-  return Guard([&] { *NotNull(nvml_index, "nvml_index") = rt::NvmlIndexForCudaDevice(cuda_device); });
+  return Guard(
+      [&] { *NotNull(nvml_index, "nvml_index") = rt::NvmlIndexForCudaDevice(cuda_device); });
 }
 
 int kareus_controller_create(int gpu, int flags, KareusController** out) {
@@ -116,8 +117,8 @@ int kareus_controller_create(int gpu, int flags, KareusController** out) {
     NotNull(out, "out");
     *out = nullptr;
     if ((flags & ~(KAREUS_CONTROLLER_NO_SIGNAL_HANDLERS | KAREUS_CONTROLLER_NO_COALESCE)) != 0) {
-      throw kareus::runtime::internal::InvalidArgument(
-          "flags = " + std::to_string(flags) + ": unknown bits (use KAREUS_CONTROLLER_*)");
+      throw kareus::runtime::internal::InvalidArgument("flags = " + std::to_string(flags) +
+                                                       ": unknown bits (use KAREUS_CONTROLLER_*)");
     }
     auto controller = std::make_unique<KareusController>();
     controller->impl = std::make_unique<rt::FrequencyController>(
@@ -193,9 +194,8 @@ int kareus_executor_on_step_end(KareusExecutor* executor) {
 }
 
 int kareus_executor_on_instruction_begin(KareusExecutor* executor, const char* kind) {
-  return Guard([&] {
-    NotNull(executor, "executor")->impl->OnInstructionBegin(NotNull(kind, "kind"));
-  });
+  return Guard(
+      [&] { NotNull(executor, "executor")->impl->OnInstructionBegin(NotNull(kind, "kind")); });
 }
 
 int kareus_executor_on_instruction_end(KareusExecutor* executor, const char* kind) {
@@ -210,10 +210,10 @@ int kareus_executor_on_instruction_begin_chunk(KareusExecutor* executor, const c
   });
 }
 
-int kareus_executor_on_instruction_end_chunk(KareusExecutor* executor, const char* kind, int chunk) {
-  return Guard([&] {
-    NotNull(executor, "executor")->impl->OnInstructionEnd(NotNull(kind, "kind"), chunk);
-  });
+int kareus_executor_on_instruction_end_chunk(KareusExecutor* executor, const char* kind,
+                                             int chunk) {
+  return Guard(
+      [&] { NotNull(executor, "executor")->impl->OnInstructionEnd(NotNull(kind, "kind"), chunk); });
 }
 
 int kareus_executor_on_gradient_sync_begin(KareusExecutor* executor) {
@@ -262,7 +262,7 @@ int kareus_executor_current(const KareusExecutor* executor, KareusInstruction* o
     const kareus::plan::PlannedInstruction* instruction = &Current(impl);
     *out = KareusInstruction{
         .kind = instruction->kind == kareus::schedule::Direction::kForward ? KAREUS_FORWARD
-                                                                             : KAREUS_BACKWARD,
+                                                                           : KAREUS_BACKWARD,
         .microbatch = instruction->microbatch,
         .freq_mhz = instruction->freq_mhz,
         .nanobatched = instruction->mode == kareus::schedule::ExecutionMode::kNanobatched ? 1 : 0,
@@ -320,9 +320,9 @@ int kareus_executor_swap_to_frontier(KareusExecutor* executor, const char* folde
                                      double target_time_s, double* time_s, double* energy_j,
                                      int* meets_target) {
   return Guard([&] {
-    const rt::FrontierChoice choice = NotNull(executor, "executor")
-                                          ->impl->SwapToFrontier(NotNull(folder, "folder"),
-                                                                 target_time_s);
+    const rt::FrontierChoice choice =
+        NotNull(executor, "executor")
+            ->impl->SwapToFrontier(NotNull(folder, "folder"), target_time_s);
     if (time_s != nullptr) *time_s = choice.point.time_s;
     if (energy_j != nullptr) *energy_j = choice.point.energy_j;
     if (meets_target != nullptr) *meets_target = choice.meets_target ? 1 : 0;
@@ -333,9 +333,9 @@ int kareus_executor_swap_to_power_budget(KareusExecutor* executor, const char* f
                                          double budget_w_per_gpu, double* time_s,
                                          double* power_w_per_gpu, int* fits) {
   return Guard([&] {
-    const rt::PowerChoice choice = NotNull(executor, "executor")
-                                       ->impl->SwapToPowerBudget(NotNull(folder, "folder"),
-                                                                 budget_w_per_gpu);
+    const rt::PowerChoice choice =
+        NotNull(executor, "executor")
+            ->impl->SwapToPowerBudget(NotNull(folder, "folder"), budget_w_per_gpu);
     if (time_s != nullptr) *time_s = choice.point.time_s;
     if (power_w_per_gpu != nullptr) *power_w_per_gpu = choice.power_w_per_gpu;
     if (fits != nullptr) *fits = choice.fits ? 1 : 0;
@@ -375,8 +375,8 @@ int kareus_monitor_create(const int* gpus, int num_gpus, KareusMonitor** out) {
     rt::EnergyMonitorOptions options;
     if (gpus != nullptr) options.gpus.assign(gpus, gpus + num_gpus);
     auto monitor = std::make_unique<KareusMonitor>();
-    monitor->impl = std::make_unique<rt::EnergyMonitor>(kareus::runtime::internal::SharedNvml(),
-                                                        options);
+    monitor->impl =
+        std::make_unique<rt::EnergyMonitor>(kareus::runtime::internal::SharedNvml(), options);
     *out = monitor.release();
   });
 }

@@ -16,8 +16,8 @@
 #include <ctime>
 #include <filesystem>
 #include <map>
-#include <vector>
 #include <mutex>
+#include <vector>
 
 #include <fmt/format.h>
 

@@ -50,7 +50,7 @@ class ClockWatcher {
   bool Arm(int slot, int gpu) const;
   bool Disarm(int slot, int gpu) const;
 
-  int fd() const;     // -1 in a forked child (the atfork handler closed it there)
+  int fd() const;  // -1 in a forked child (the atfork handler closed it there)
   pid_t pid() const { return pid_; }
 
  private:

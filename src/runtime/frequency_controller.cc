@@ -87,8 +87,8 @@ FrequencyController::FrequencyController(std::shared_ptr<Nvml> nvml,
   s.nvml->CheckGpu(s.options.gpu);
   s.supported_mhz = QuerySupportedClocks(*s.nvml, s.options.gpu);
   s.watcher = internal::ClockWatcher::ForLibrary(s.nvml->library_path());
-  s.slot = internal::ClaimGuardSlot(s.options.gpu, s.watcher->fd(),
-                                    s.options.install_signal_handlers);
+  s.slot =
+      internal::ClaimGuardSlot(s.options.gpu, s.watcher->fd(), s.options.install_signal_handlers);
   s.setter = std::thread([&s] { s.Run(); });
 }
 
@@ -304,17 +304,19 @@ void FrequencyController::State::Apply(int target_mhz) {
         measure_only = true;
         queue.clear();
         warning = nvml->Describe("nvmlDeviceSetGpuLockedClocks", status) +
-                  fmt::format(" on GPU {}: setting clocks needs root or CAP_SYS_ADMIN "
-                              "(docker --cap-add SYS_ADMIN); continuing in measure-only mode "
-                              "with the default clocks, no further clock changes",
-                              options.gpu);
-      } else if (std::find(warned_codes.begin(), warned_codes.end(),
-                           static_cast<int>(status)) == warned_codes.end()) {
+                  fmt::format(
+                      " on GPU {}: setting clocks needs root or CAP_SYS_ADMIN "
+                      "(docker --cap-add SYS_ADMIN); continuing in measure-only mode "
+                      "with the default clocks, no further clock changes",
+                      options.gpu);
+      } else if (std::find(warned_codes.begin(), warned_codes.end(), static_cast<int>(status)) ==
+                 warned_codes.end()) {
         warned_codes.push_back(static_cast<int>(status));
         warning = nvml->Describe("nvmlDeviceSetGpuLockedClocks", status) +
-                  fmt::format(" on GPU {} at {} MHz; the previous clock stays (warned once per "
-                              "error code)",
-                              options.gpu, target_mhz);
+                  fmt::format(
+                      " on GPU {} at {} MHz; the previous clock stays (warned once per "
+                      "error code)",
+                      options.gpu, target_mhz);
       }
     }
   }

@@ -63,9 +63,10 @@ void Bind(Nvml::Impl& impl, Fn& slot, const char* name) {
   dlerror();
   void* symbol = dlsym(impl.library, name);
   if (symbol == nullptr) {
-    throw EnvironmentError(fmt::format("NVML library {} does not export {}; need a driver with "
-                                       "NVML API v2 (R450 or newer)",
-                                       impl.path, name));
+    throw EnvironmentError(
+        fmt::format("NVML library {} does not export {}; need a driver with "
+                    "NVML API v2 (R450 or newer)",
+                    impl.path, name));
   }
   slot = reinterpret_cast<Fn>(symbol);
 }
@@ -153,9 +154,9 @@ std::shared_ptr<Nvml> Nvml::Open(const NvmlOptions& options) {
   for (unsigned int i = 0; i < count; ++i) {
     nvmlDevice_t device = nullptr;
     if (const nvmlReturn_t code = impl->get_handle(i, &device); code != 0) {
-      throw NvmlError(fmt::format("nvmlDeviceGetHandleByIndex_v2({}) failed: {}", i,
-                                  impl->ErrorText(code)),
-                      code);
+      throw NvmlError(
+          fmt::format("nvmlDeviceGetHandleByIndex_v2({}) failed: {}", i, impl->ErrorText(code)),
+          code);
     }
     impl->devices.push_back(device);
   }
@@ -170,9 +171,10 @@ int Nvml::device_count() const { return static_cast<int>(impl_->devices.size());
 
 void Nvml::CheckGpu(int gpu) const {
   if (gpu < 0 || gpu >= device_count()) {
-    throw EnvironmentError(fmt::format("gpu = {}: no such NVML device; this machine has {} "
-                                       "(indices 0..{})",
-                                       gpu, device_count(), device_count() - 1));
+    throw EnvironmentError(
+        fmt::format("gpu = {}: no such NVML device; this machine has {} "
+                    "(indices 0..{})",
+                    gpu, device_count(), device_count() - 1));
   }
 }
 
@@ -201,8 +203,7 @@ std::vector<int> Nvml::SupportedGraphicsClocksMhz(int gpu, int memory_clock_mhz)
 int Nvml::ClockMhz(int gpu, ClockType type) const {
   CheckGpu(gpu);
   unsigned int clock = 0;
-  const nvmlReturn_t code =
-      impl_->clock_info(impl_->devices[gpu], static_cast<int>(type), &clock);
+  const nvmlReturn_t code = impl_->clock_info(impl_->devices[gpu], static_cast<int>(type), &clock);
   if (code != 0) throw NvmlError("nvmlDeviceGetClockInfo: " + impl_->ErrorText(code), code);
   return static_cast<int>(clock);
 }
@@ -217,9 +218,8 @@ double Nvml::PowerW(int gpu) const {
 
 NvmlStatus Nvml::SetGpuLockedClocks(int gpu, int min_mhz, int max_mhz) const {
   CheckGpu(gpu);
-  return static_cast<NvmlStatus>(impl_->set_locked(impl_->devices[gpu],
-                                                   static_cast<unsigned int>(min_mhz),
-                                                   static_cast<unsigned int>(max_mhz)));
+  return static_cast<NvmlStatus>(impl_->set_locked(
+      impl_->devices[gpu], static_cast<unsigned int>(min_mhz), static_cast<unsigned int>(max_mhz)));
 }
 
 NvmlStatus Nvml::ResetGpuLockedClocks(int gpu) const {

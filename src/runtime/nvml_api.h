@@ -21,8 +21,7 @@ using NvmlDeviceGetSupportedGraphicsClocksFn = nvmlReturn_t (*)(nvmlDevice_t dev
                                                                 unsigned int memory_clock_mhz,
                                                                 unsigned int* count,
                                                                 unsigned int* clocks_mhz);
-using NvmlDeviceSetGpuLockedClocksFn = nvmlReturn_t (*)(nvmlDevice_t device,
-                                                        unsigned int min_mhz,
+using NvmlDeviceSetGpuLockedClocksFn = nvmlReturn_t (*)(nvmlDevice_t device, unsigned int min_mhz,
                                                         unsigned int max_mhz);
 using NvmlDeviceResetGpuLockedClocksFn = nvmlReturn_t (*)(nvmlDevice_t device);
 using NvmlDeviceGetTotalEnergyConsumptionFn = nvmlReturn_t (*)(nvmlDevice_t device,

@@ -14,7 +14,8 @@ namespace {
 
 std::string Describe(const plan::PlannedInstruction& instruction) {
   if (instruction.chunk == 0) {
-    return fmt::format("{} (microbatch {})", schedule::ToString(instruction.kind), instruction.microbatch);
+    return fmt::format("{} (microbatch {})", schedule::ToString(instruction.kind),
+                       instruction.microbatch);
   }
   return fmt::format("{} (microbatch {}, chunk {})", schedule::ToString(instruction.kind),
                      instruction.microbatch, instruction.chunk);
@@ -41,9 +42,8 @@ FrontierChoice ChooseFrontierPoint(const plan::FrontierFile& frontier, double ta
     if (plan::FrontierPlanPath(point).empty()) continue;
     if (fastest < 0 || point.time_s < frontier.points[fastest].time_s) fastest = i;
     if (point.time_s > target_time_s) continue;
-    const bool better =
-        best.point_index < 0 || point.energy_j < best.point.energy_j ||
-        (point.energy_j == best.point.energy_j && point.time_s < best.point.time_s);
+    const bool better = best.point_index < 0 || point.energy_j < best.point.energy_j ||
+                        (point.energy_j == best.point.energy_j && point.time_s < best.point.time_s);
     if (better) {
       best.point_index = i;
       best.point = point;
@@ -113,7 +113,8 @@ void PlanExecutor::Validate(const plan::Plan& plan) const {
           fmt::format("stages[{}].instructions[{}].freq_mhz", options_.stage, i));
   }
   if (stage.gradient_sync) {
-    check(stage.gradient_sync->freq_mhz, fmt::format("stages[{}].gradient_sync.freq_mhz", options_.stage));
+    check(stage.gradient_sync->freq_mhz,
+          fmt::format("stages[{}].gradient_sync.freq_mhz", options_.stage));
   }
 }
 
@@ -150,7 +151,8 @@ void PlanExecutor::OnStepBegin() {
 
 void PlanExecutor::OnStepEnd() {
   const auto& instructions = stage_plan().instructions;
-  if (in_gradient_sync_) Mismatch("on_step_end came during the gradient sync (missing on_gradient_sync_end)");
+  if (in_gradient_sync_)
+    Mismatch("on_step_end came during the gradient sync (missing on_gradient_sync_end)");
   if (in_instruction_) {
     Mismatch(fmt::format("on_step_end came while {} was running",
                          Describe(instructions[current_index_])));
@@ -165,10 +167,16 @@ void PlanExecutor::OnStepEnd() {
   ApplyPendingSwap();
 }
 
-void PlanExecutor::OnInstructionBegin(std::string_view kind) { Begin(ParseKind(kind), std::nullopt); }
-void PlanExecutor::OnInstructionBegin(std::string_view kind, int chunk) { Begin(ParseKind(kind), chunk); }
+void PlanExecutor::OnInstructionBegin(std::string_view kind) {
+  Begin(ParseKind(kind), std::nullopt);
+}
+void PlanExecutor::OnInstructionBegin(std::string_view kind, int chunk) {
+  Begin(ParseKind(kind), chunk);
+}
 void PlanExecutor::OnInstructionEnd(std::string_view kind) { End(ParseKind(kind), std::nullopt); }
-void PlanExecutor::OnInstructionEnd(std::string_view kind, int chunk) { End(ParseKind(kind), chunk); }
+void PlanExecutor::OnInstructionEnd(std::string_view kind, int chunk) {
+  End(ParseKind(kind), chunk);
+}
 
 void PlanExecutor::Begin(schedule::Direction got, std::optional<int> chunk) {
   if (in_instruction_) {
@@ -176,9 +184,10 @@ void PlanExecutor::Begin(schedule::Direction got, std::optional<int> chunk) {
                          Began(got, chunk), Describe(stage_plan().instructions[current_index_])));
   }
   if (in_gradient_sync_) {
-    Mismatch(fmt::format("{} began during the gradient sync (missing on_gradient_sync_end, or "
-                         "on_step_end?)",
-                         Began(got, chunk)));
+    Mismatch(
+        fmt::format("{} began during the gradient sync (missing on_gradient_sync_end, or "
+                    "on_step_end?)",
+                    Began(got, chunk)));
   }
   // Zeus's on_step_begin is a no-op, so its users may not call it: the first instruction after
   // a step end opens the next step (and installs a pending plan swap, so take references into
@@ -186,16 +195,18 @@ void PlanExecutor::Begin(schedule::Direction got, std::optional<int> chunk) {
   if (!in_step_) OnStepBegin();
   const auto& instructions = stage_plan().instructions;
   if (next_index_ >= static_cast<int>(instructions.size())) {
-    Mismatch(fmt::format("the loop began {} but the plan has only {} instructions per step for "
-                         "this stage (missing on_step_end, or a plan for fewer microbatches?)",
-                         Began(got, chunk), instructions.size()));
+    Mismatch(
+        fmt::format("the loop began {} but the plan has only {} instructions per step for "
+                    "this stage (missing on_step_end, or a plan for fewer microbatches?)",
+                    Began(got, chunk), instructions.size()));
   }
   const plan::PlannedInstruction& expected = instructions[next_index_];
   if (got != expected.kind || (chunk && *chunk != expected.chunk)) {
-    Mismatch(fmt::format("the training loop began {}, the plan expects {} (is the plan for this "
-                         "stage, pipeline size, number of microbatches{}?)",
-                         Began(got, chunk), Describe(expected),
-                         plan_.virtual_stages > 1 ? " and virtual stages" : ""));
+    Mismatch(
+        fmt::format("the training loop began {}, the plan expects {} (is the plan for this "
+                    "stage, pipeline size, number of microbatches{}?)",
+                    Began(got, chunk), Describe(expected),
+                    plan_.virtual_stages > 1 ? " and virtual stages" : ""));
   }
   current_index_ = next_index_;
   ++next_index_;
@@ -205,7 +216,8 @@ void PlanExecutor::Begin(schedule::Direction got, std::optional<int> chunk) {
 
 void PlanExecutor::End(schedule::Direction got, std::optional<int> chunk) {
   if (!in_instruction_) {
-    Mismatch(fmt::format("on_instruction_end({}) came with no instruction running", Began(got, chunk)));
+    Mismatch(
+        fmt::format("on_instruction_end({}) came with no instruction running", Began(got, chunk)));
   }
   const plan::PlannedInstruction& running = stage_plan().instructions[current_index_];
   if (got != running.kind || (chunk && *chunk != running.chunk)) {
@@ -220,12 +232,14 @@ void PlanExecutor::OnGradientSyncBegin() {
     Mismatch(fmt::format("on_gradient_sync_begin came while {} was running",
                          Describe(stage_plan().instructions[current_index_])));
   }
-  if (in_gradient_sync_) Mismatch("on_gradient_sync_begin came twice (missing on_gradient_sync_end)");
+  if (in_gradient_sync_)
+    Mismatch("on_gradient_sync_begin came twice (missing on_gradient_sync_end)");
   const auto& instructions = stage_plan().instructions;
   if (next_index_ != static_cast<int>(instructions.size())) {
-    Mismatch(fmt::format("on_gradient_sync_begin came after {} of {} instructions; the gradient "
-                         "sync follows the step's last instruction",
-                         next_index_, instructions.size()));
+    Mismatch(
+        fmt::format("on_gradient_sync_begin came after {} of {} instructions; the gradient "
+                    "sync follows the step's last instruction",
+                    next_index_, instructions.size()));
   }
   in_gradient_sync_ = true;
   const auto& sync = stage_plan().gradient_sync;
@@ -269,13 +283,14 @@ void PlanExecutor::CheckSwappable(const plan::Plan& plan) const {
   if (plan.stages.size() != plan_.stages.size() ||
       plan.num_microbatches != plan_.num_microbatches || plan.schedule != plan_.schedule ||
       plan.virtual_stages != plan_.virtual_stages) {
-    ThrowInput("plan", fmt::format("{} stages x {} microbatches ({}, {} chunks)", plan.stages.size(),
-                                   plan.num_microbatches, schedule::ToString(plan.schedule),
-                                   plan.virtual_stages),
-               fmt::format("a swapped-in plan must be for the same job ({} stages x {} "
-                           "microbatches, {}, {} chunks)",
-                           plan_.stages.size(), plan_.num_microbatches,
-                           schedule::ToString(plan_.schedule), plan_.virtual_stages));
+    ThrowInput(
+        "plan",
+        fmt::format("{} stages x {} microbatches ({}, {} chunks)", plan.stages.size(),
+                    plan.num_microbatches, schedule::ToString(plan.schedule), plan.virtual_stages),
+        fmt::format("a swapped-in plan must be for the same job ({} stages x {} "
+                    "microbatches, {}, {} chunks)",
+                    plan_.stages.size(), plan_.num_microbatches, schedule::ToString(plan_.schedule),
+                    plan_.virtual_stages));
   }
   Validate(plan);
 }
@@ -291,8 +306,8 @@ FrontierChoice PlanExecutor::SwapToFrontier(const std::filesystem::path& frontie
 PowerChoice PlanExecutor::SwapToPowerBudget(const std::filesystem::path& frontier_folder,
                                             double budget_w_per_gpu) {
   const plan::FrontierFile frontier = plan::ReadFrontierFile(frontier_folder / "frontier.json");
-  PowerChoice choice = ChooseFrontierPointForPower(frontier, budget_w_per_gpu,
-                                                   plan::JobGpus(plan_), frontier_folder);
+  PowerChoice choice = ChooseFrontierPointForPower(frontier, budget_w_per_gpu, plan::JobGpus(plan_),
+                                                   frontier_folder);
   SwapPlan(plan::ReadPlanFile(choice.plan_path));
   return choice;
 }

@@ -45,8 +45,8 @@ uint64_t ForkGeneration();
 // Registers a watcher socket so that a forked child closes its copy (the watcher then sees the
 // socket close only when the process that started it ends). Returns a registry index.
 int RegisterWatcherFd(int fd);
-int WatcherFd(int registry_index);        // -1 once closed (or in a forked child)
-int TakeWatcherFd(int registry_index);    // unregisters and returns the fd for closing
+int WatcherFd(int registry_index);      // -1 once closed (or in a forked child)
+int TakeWatcherFd(int registry_index);  // unregisters and returns the fd for closing
 
 // True when our handler is installed for `signal_number` (tests).
 bool GuardHandlerInstalled(int signal_number);

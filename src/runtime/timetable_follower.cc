@@ -17,9 +17,8 @@ constexpr double kTolerance = 1.0;
 
 }  // namespace
 
-PowerChoice ChooseFrontierPointForPower(const plan::FrontierFile& frontier,
-                                        double budget_w_per_gpu, int gpus,
-                                        const std::filesystem::path& frontier_folder) {
+PowerChoice ChooseFrontierPointForPower(const plan::FrontierFile& frontier, double budget_w_per_gpu,
+                                        int gpus, const std::filesystem::path& frontier_folder) {
   if (!(budget_w_per_gpu > 0) || !std::isfinite(budget_w_per_gpu)) {
     ThrowInput("power_budget_w", fmt::format("{}", budget_w_per_gpu),
                "must be a finite number of watts per GPU > 0");
@@ -163,23 +162,24 @@ TimetableStep TimetableFollower::Decide(double now, double iterations_done) cons
     const int fastest = FastestFitting(current);
     if (fastest < 0) {  // no plan fits the cap: wait for the interval to end
       step.pause_until = step.interval >= 0 ? current.end : t + 60.0;
-      step.message = fmt::format("behind by {:.1f} iterations, and no plan fits the cap of {:.1f} W "
-                                 "per GPU: paused until {}",
-                                 step.planned_iterations - iterations_done, current.power_cap_w,
-                                 plan::FormatUtcTime(step.pause_until));
+      step.message = fmt::format(
+          "behind by {:.1f} iterations, and no plan fits the cap of {:.1f} W "
+          "per GPU: paused until {}",
+          step.planned_iterations - iterations_done, current.power_cap_w,
+          plan::FormatUtcTime(step.pause_until));
     } else {
       step.plan = path(fastest);
-      step.message = fmt::format("behind by {:.1f} iterations: {} (the fastest plan the cap "
-                                 "allows) until caught up",
-                                 step.planned_iterations - iterations_done,
-                                 problem_.plans[fastest].name);
+      step.message = fmt::format(
+          "behind by {:.1f} iterations: {} (the fastest plan the cap "
+          "allows) until caught up",
+          step.planned_iterations - iterations_done, problem_.plans[fastest].name);
     }
     if (step.late) {
-      step.message += fmt::format("; {:.0f} iterations left cannot finish by the deadline {} "
-                                  "(at least {:.0f} s at the fastest plan, {:.0f} s left)",
-                                  remaining, plan::FormatUtcTime(deadline),
-                                  remaining * problem_.plans[fastest_overall].time_s,
-                                  std::max(0.0, deadline - t));
+      step.message += fmt::format(
+          "; {:.0f} iterations left cannot finish by the deadline {} "
+          "(at least {:.0f} s at the fastest plan, {:.0f} s left)",
+          remaining, plan::FormatUtcTime(deadline),
+          remaining * problem_.plans[fastest_overall].time_s, std::max(0.0, deadline - t));
     }
     return step;
   }

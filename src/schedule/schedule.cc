@@ -31,9 +31,12 @@ ExecutionMode ExecutionModeFromString(const std::string& text) {
 
 const char* ToString(ScheduleKind kind) {
   switch (kind) {
-    case ScheduleKind::k1F1B: return "1f1b";
-    case ScheduleKind::kGPipe: return "gpipe";
-    case ScheduleKind::kInterleaved1F1B: return "interleaved-1f1b";
+    case ScheduleKind::k1F1B:
+      return "1f1b";
+    case ScheduleKind::kGPipe:
+      return "gpipe";
+    case ScheduleKind::kInterleaved1F1B:
+      return "interleaved-1f1b";
   }
   return "unknown";
 }
@@ -64,15 +67,17 @@ void ValidateShape(ScheduleKind kind, int num_stages, int num_microbatches, int 
     ThrowInput("stages", Describe(num_stages), "must be >= 2 for interleaved 1F1B");
   }
   if (num_microbatches % num_stages != 0) {
-    ThrowInput("microbatches", Describe(num_microbatches),
-               fmt::format("must be a multiple of the pipeline stages ({}) for interleaved 1F1B "
-                           "(Megatron-LM runs microbatches in groups of one pipeline size per chunk)",
-                           num_stages));
+    ThrowInput(
+        "microbatches", Describe(num_microbatches),
+        fmt::format("must be a multiple of the pipeline stages ({}) for interleaved 1F1B "
+                    "(Megatron-LM runs microbatches in groups of one pipeline size per chunk)",
+                    num_stages));
   }
 }
 
 std::string ToString(const Instruction& instruction) {
-  if (instruction.chunk == 0) return fmt::format("{} {}", ToString(instruction.kind), instruction.microbatch);
+  if (instruction.chunk == 0)
+    return fmt::format("{} {}", ToString(instruction.kind), instruction.microbatch);
   return fmt::format("{} {} (chunk {})", ToString(instruction.kind), instruction.microbatch,
                      instruction.chunk);
 }
@@ -112,9 +117,14 @@ std::vector<Instruction> StageOrder(ScheduleKind kind, int num_stages, int stage
   order.reserve(2 * static_cast<std::size_t>(num_microbatches) * num_chunks);
   if (kind == ScheduleKind::kInterleaved1F1B) {
     const int total = num_microbatches * num_chunks;
-    const int warmup = std::min((num_stages - stage - 1) * 2 + (num_chunks - 1) * num_stages, total);
-    auto forward = [&](int k) { order.push_back(InterleavedSlot(stage, num_stages, num_chunks, k, Direction::kForward)); };
-    auto backward = [&](int k) { order.push_back(InterleavedSlot(stage, num_stages, num_chunks, k, Direction::kBackward)); };
+    const int warmup =
+        std::min((num_stages - stage - 1) * 2 + (num_chunks - 1) * num_stages, total);
+    auto forward = [&](int k) {
+      order.push_back(InterleavedSlot(stage, num_stages, num_chunks, k, Direction::kForward));
+    };
+    auto backward = [&](int k) {
+      order.push_back(InterleavedSlot(stage, num_stages, num_chunks, k, Direction::kBackward));
+    };
     for (int k = 0; k < warmup; ++k) forward(k);
     for (int k = 0; k < total - warmup; ++k) {
       forward(warmup + k);
@@ -125,8 +135,12 @@ std::vector<Instruction> StageOrder(ScheduleKind kind, int num_stages, int stage
   }
   int next_forward = 0;
   int next_backward = 0;
-  auto forward = [&] { order.push_back({.stage = stage, .microbatch = next_forward++, .kind = Direction::kForward}); };
-  auto backward = [&] { order.push_back({.stage = stage, .microbatch = next_backward++, .kind = Direction::kBackward}); };
+  auto forward = [&] {
+    order.push_back({.stage = stage, .microbatch = next_forward++, .kind = Direction::kForward});
+  };
+  auto backward = [&] {
+    order.push_back({.stage = stage, .microbatch = next_backward++, .kind = Direction::kBackward});
+  };
   if (kind == ScheduleKind::kGPipe) {
     for (int m = 0; m < num_microbatches; ++m) forward();
     for (int m = 0; m < num_microbatches; ++m) backward();
@@ -155,9 +169,12 @@ std::vector<std::vector<Instruction>> BuildSchedule(ScheduleKind kind, int num_s
 
 int Dag::SyncNodesPerStage() const {
   switch (gradient_sync) {
-    case GradientSync::kNone: return 0;
-    case GradientSync::kAtEnd: return 1;
-    case GradientSync::kOverlapped: return num_chunks;
+    case GradientSync::kNone:
+      return 0;
+    case GradientSync::kAtEnd:
+      return 1;
+    case GradientSync::kOverlapped:
+      return num_chunks;
   }
   return 0;
 }
@@ -189,7 +206,9 @@ Dag BuildDag(ScheduleKind kind, int num_stages, int num_microbatches, int num_ch
       DagNode node;
       static_cast<Instruction&>(node) = inst;
       dag.nodes.push_back(node);
-      (inst.kind == Direction::kForward ? forward_id : backward_id)[s][inst.chunk * num_microbatches + inst.microbatch] = id;
+      (inst.kind == Direction::kForward
+           ? forward_id
+           : backward_id)[s][inst.chunk * num_microbatches + inst.microbatch] = id;
       if (p > 0) dag.edges.push_back({id - 1, id, false});
     }
   }
@@ -218,7 +237,8 @@ Dag BuildDag(ScheduleKind kind, int num_stages, int num_microbatches, int num_ch
       if (c == 0) {
         dag.edges.push_back({s * per_stage + per_stage - 1, id, false});
       } else {
-        dag.edges.push_back({backward_id[s][c * num_microbatches + num_microbatches - 1], id, false});
+        dag.edges.push_back(
+            {backward_id[s][c * num_microbatches + num_microbatches - 1], id, false});
         dag.edges.push_back({id, id - 1, false});
       }
     }

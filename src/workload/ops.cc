@@ -12,32 +12,46 @@ namespace kareus::workload {
 
 const char* ToString(OpKind kind) {
   switch (kind) {
-    case OpKind::kGemm: return "gemm";
-    case OpKind::kAttention: return "attention";
-    case OpKind::kMemory: return "memory";
-    case OpKind::kCollective: return "collective";
+    case OpKind::kGemm:
+      return "gemm";
+    case OpKind::kAttention:
+      return "attention";
+    case OpKind::kMemory:
+      return "memory";
+    case OpKind::kCollective:
+      return "collective";
   }
   return "?";
 }
 
 const char* ToString(SlotGroup group) {
   switch (group) {
-    case SlotGroup::kNorm: return "norm";
-    case SlotGroup::kLinear: return "linear";
-    case SlotGroup::kRope: return "rope";
-    case SlotGroup::kAttn: return "attn";
-    case SlotGroup::kActivation: return "activation";
-    case SlotGroup::kNone: return "none";
+    case SlotGroup::kNorm:
+      return "norm";
+    case SlotGroup::kLinear:
+      return "linear";
+    case SlotGroup::kRope:
+      return "rope";
+    case SlotGroup::kAttn:
+      return "attn";
+    case SlotGroup::kActivation:
+      return "activation";
+    case SlotGroup::kNone:
+      return "none";
   }
   return "?";
 }
 
 const char* ToString(CollectiveType type) {
   switch (type) {
-    case CollectiveType::kAllReduce: return "all_reduce";
-    case CollectiveType::kAllGather: return "all_gather";
-    case CollectiveType::kReduceScatter: return "reduce_scatter";
-    case CollectiveType::kP2P: return "p2p";
+    case CollectiveType::kAllReduce:
+      return "all_reduce";
+    case CollectiveType::kAllGather:
+      return "all_gather";
+    case CollectiveType::kReduceScatter:
+      return "reduce_scatter";
+    case CollectiveType::kP2P:
+      return "p2p";
   }
   return "?";
 }
@@ -143,8 +157,8 @@ Op Attention(const Shard& s, bool backward) {
   op.name = backward ? "core_attention.bwd" : "core_attention";
   op.kind = OpKind::kAttention;
   op.group = SlotGroup::kAttn;
-  const double fwd_flops = 4.0 * s.batch * s.heads * s.head_dim * double(s.seq_local) *
-                           double(s.seq_full) * 0.5;
+  const double fwd_flops =
+      4.0 * s.batch * s.heads * s.head_dim * double(s.seq_local) * double(s.seq_full) * 0.5;
   // FlashAttention's backward runs five matmuls against the forward's two (Dao 2023): 2.5x.
   op.flops = backward ? 2.5 * fwd_flops : fwd_flops;
   const double q = double(s.tokens) * s.heads * s.head_dim;
@@ -158,11 +172,11 @@ Op Attention(const Shard& s, bool backward) {
 
 using internal::Attention;
 using internal::Collective;
+using internal::Gemm;
 using internal::kBf16Bytes;
 using internal::kElementwiseFlopsPerByte;
 using internal::kNormFlopsPerByte;
 using internal::kRopeFlopsPerByte;
-using internal::Gemm;
 using internal::Memory;
 using internal::Shard;
 
@@ -173,8 +187,8 @@ std::vector<Op> LayerForwardOps(const Workload& workload, int batch) {
   const int64_t qk_out = (s.heads + s.groups) * s.head_dim;
   std::vector<Op> ops;
   // Bytes of memory-bound kernels: reads + writes of bf16 tensors (+1-byte dropout masks).
-  ops.push_back(Memory("input_layernorm", "input_layernorm", SlotGroup::kNorm,
-                       kBf16Bytes * 2 * th, kNormFlopsPerByte));
+  ops.push_back(Memory("input_layernorm", "input_layernorm", SlotGroup::kNorm, kBf16Bytes * 2 * th,
+                       kNormFlopsPerByte));
   ops.push_back(Gemm("linear_qkv", "linear_qkv", s.tokens, qkv_out, s.hidden));
   double post_bytes = kBf16Bytes * 2.0 * s.tokens * qkv_out;
   if (s.qk_norm) post_bytes += kBf16Bytes * 2.0 * s.tokens * qk_out;
@@ -184,15 +198,17 @@ std::vector<Op> LayerForwardOps(const Workload& workload, int batch) {
   if (s.cp > 1) {
     // All-gather of K and V into full-length buffers [S, b, G/TP, d] (kareus-official.md §1.5).
     const double gathered = kBf16Bytes * double(s.batch) * s.seq_full * s.groups * s.head_dim;
-    ops.push_back(Collective("cp_all_gather_kv", CollectiveType::kAllGather, 2 * gathered, s.cp, 2));
+    ops.push_back(
+        Collective("cp_all_gather_kv", CollectiveType::kAllGather, 2 * gathered, s.cp, 2));
   }
   ops.push_back(Attention(s, /*backward=*/false));
   ops.push_back(Gemm("linear_proj", "linear_proj", s.tokens, s.hidden, s.heads * s.head_dim));
   if (s.tp > 1) {
-    ops.push_back(Collective("tp_all_reduce", CollectiveType::kAllReduce, kBf16Bytes * th, s.tp, 1));
+    ops.push_back(
+        Collective("tp_all_reduce", CollectiveType::kAllReduce, kBf16Bytes * th, s.tp, 1));
   }
-  ops.push_back(Memory("self_attn_bda", "self_attn_bda", SlotGroup::kNorm,
-                       kBf16Bytes * 3 * th + th, kElementwiseFlopsPerByte));
+  ops.push_back(Memory("self_attn_bda", "self_attn_bda", SlotGroup::kNorm, kBf16Bytes * 3 * th + th,
+                       kElementwiseFlopsPerByte));
   ops.push_back(Memory("pre_mlp_layernorm", "pre_mlp_layernorm", SlotGroup::kNorm,
                        kBf16Bytes * 2 * th, kNormFlopsPerByte));
   ops.push_back(Gemm("linear_fc1", "linear_fc1", s.tokens, 2 * s.ffn, s.hidden));
@@ -200,7 +216,8 @@ std::vector<Op> LayerForwardOps(const Workload& workload, int batch) {
                        kBf16Bytes * 3.0 * s.tokens * s.ffn, kElementwiseFlopsPerByte));
   ops.push_back(Gemm("linear_fc2", "linear_fc2", s.tokens, s.hidden, s.ffn));
   if (s.tp > 1) {
-    ops.push_back(Collective("tp_all_reduce", CollectiveType::kAllReduce, kBf16Bytes * th, s.tp, 1));
+    ops.push_back(
+        Collective("tp_all_reduce", CollectiveType::kAllReduce, kBf16Bytes * th, s.tp, 1));
   }
   ops.push_back(Memory("mlp_bda", "mlp_bda", SlotGroup::kNorm, kBf16Bytes * 3 * th + th,
                        kElementwiseFlopsPerByte));
@@ -221,7 +238,8 @@ std::vector<Op> LayerBackwardOps(const Workload& workload, int batch) {
   };
   auto all_reduce = [&]() {
     if (s.tp > 1) {
-      ops.push_back(Collective("tp_all_reduce", CollectiveType::kAllReduce, kBf16Bytes * th, s.tp, 1));
+      ops.push_back(
+          Collective("tp_all_reduce", CollectiveType::kAllReduce, kBf16Bytes * th, s.tp, 1));
     }
   };
   ops.push_back(Memory("mlp_bda.bwd", "mlp_bda", SlotGroup::kNorm, kBf16Bytes * 2 * th + th,
@@ -242,7 +260,8 @@ std::vector<Op> LayerBackwardOps(const Workload& workload, int batch) {
   if (s.cp > 1) {
     // One persistent K/V buffer per nanobatch is reused by every layer, so backward re-gathers
     // this layer's K/V (kareus-official.md §1.5, §8.3).
-    ops.push_back(Collective("cp_all_gather_kv", CollectiveType::kAllGather, 2 * gathered, s.cp, 2));
+    ops.push_back(
+        Collective("cp_all_gather_kv", CollectiveType::kAllGather, 2 * gathered, s.cp, 2));
   }
   ops.push_back(Attention(s, /*backward=*/true));
   if (s.cp > 1) {

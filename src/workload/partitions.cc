@@ -62,7 +62,8 @@ PartitionType MakeType(const Occurrence& o, Direction direction) {
   t.name = o.key;
   t.direction = direction;
   t.compute_ops = o.compute;
-  KAREUS_CHECK(o.collective.has_value()) << "type " << o.key << " built from an occurrence without collective";
+  KAREUS_CHECK(o.collective.has_value())
+      << "type " << o.key << " built from an occurrence without collective";
   t.collective = *o.collective;
   t.slots = internal::BuildSlots(t.compute_ops);
   t.sm_choices = SmChoices(t.collective.collective);
@@ -94,7 +95,8 @@ std::vector<Op> NonPartitionOps(const Workload& w, bool first, bool last, Direct
                            internal::kElementwiseFlopsPerByte));
       // VocabParallelEmbedding sums the TP shards' partial lookups.
       if (s.tp > 1) {
-        ops.push_back(Collective("embedding_all_reduce", CollectiveType::kAllReduce, bf16 * th, s.tp, 1));
+        ops.push_back(
+            Collective("embedding_all_reduce", CollectiveType::kAllReduce, bf16 * th, s.tp, 1));
         ops.back().module = "embedding";  // part of the embedding: it runs before the block
       }
     }
@@ -119,7 +121,8 @@ std::vector<Op> NonPartitionOps(const Workload& w, bool first, bool last, Direct
       ops.push_back(Gemm("output_layer.wgrad", "output_layer", s.hidden, s.vocab, s.tokens));
       // The column-parallel output layer's input gradient is summed across TP.
       if (s.tp > 1) {
-        ops.push_back(Collective("output_all_reduce", CollectiveType::kAllReduce, bf16 * th, s.tp, 1));
+        ops.push_back(
+            Collective("output_all_reduce", CollectiveType::kAllReduce, bf16 * th, s.tp, 1));
       }
       ops.push_back(Memory("final_layernorm.bwd", "final_layernorm", SlotGroup::kNone,
                            bf16 * 3 * th, internal::kNormFlopsPerByte));
@@ -199,7 +202,8 @@ const InstructionModel& WorkloadModel::Instruction(int stage, Direction directio
   return Instruction(stage, 0, direction);
 }
 
-const InstructionModel& WorkloadModel::Instruction(int stage, int chunk, Direction direction) const {
+const InstructionModel& WorkloadModel::Instruction(int stage, int chunk,
+                                                   Direction direction) const {
   const StageModel& s = Unit(stage, chunk);
   return direction == Direction::kForward ? s.forward : s.backward;
 }
@@ -208,12 +212,14 @@ std::vector<Op> FixedWorkOps(const WorkloadModel& model, int stage, Direction di
   return FixedWorkOps(model, stage, 0, direction);
 }
 
-std::vector<Op> FixedWorkOps(const WorkloadModel& model, int stage, int chunk, Direction direction) {
+std::vector<Op> FixedWorkOps(const WorkloadModel& model, int stage, int chunk,
+                             Direction direction) {
   const InstructionModel& ins = model.Instruction(stage, chunk, direction);
   std::vector<Op> ops = ins.non_partition_ops;
   for (const PartitionUse& use : ins.uses) {
     const auto& compute = model.partition_types[use.type].compute_ops;
-    for (int i = 0; i < use.without_collective; ++i) ops.insert(ops.end(), compute.begin(), compute.end());
+    for (int i = 0; i < use.without_collective; ++i)
+      ops.insert(ops.end(), compute.begin(), compute.end());
   }
   return ops;
 }
@@ -221,7 +227,8 @@ std::vector<Op> FixedWorkOps(const WorkloadModel& model, int stage, int chunk, D
 double WorkloadModel::IterationFlops() const {
   double flops = 0.0;
   for (const StageModel& stage : stages) {
-    flops += double(stage.gpus) * workload.microbatches * (stage.forward.flops + stage.backward.flops);
+    flops +=
+        double(stage.gpus) * workload.microbatches * (stage.forward.flops + stage.backward.flops);
   }
   return flops;
 }
@@ -229,9 +236,7 @@ double WorkloadModel::IterationFlops() const {
 namespace {
 
 // Megatron-Core's bucket default (distributed_data_parallel.py): max(40M, 1M x DP) parameters.
-double DefaultBucketParameters(const Workload& w) {
-  return std::max(40e6, 1e6 * w.parallelism.dp);
-}
+double DefaultBucketParameters(const Workload& w) { return std::max(40e6, 1e6 * w.parallelism.dp); }
 
 // The gradient buckets of every unit, in the order the backward completes them: the output
 // layer and final norm (last unit), the layers from the last to the first, the embedding (first
@@ -258,7 +263,8 @@ void BuildGradientSync(WorkloadModel& model) {
     sync.sm_choices.push_back(library);
     std::sort(sync.sm_choices.begin(), sync.sm_choices.end());
   }
-  const double bucket = sync.overlap ? sync.bucket_parameters : std::numeric_limits<double>::infinity();
+  const double bucket =
+      sync.overlap ? sync.bucket_parameters : std::numeric_limits<double>::infinity();
   const Shard shard(w, 1);
   const double tp = w.parallelism.tp;
   const double layer_parameters = double(w.model.LayerParameters()) / double(w.model.layers) / tp;
@@ -272,14 +278,16 @@ void BuildGradientSync(WorkloadModel& model) {
     const bool last_unit = unit.stage == model.num_stages - 1 && unit.chunk == model.num_chunks - 1;
     const bool first_unit = unit.stage == 0 && unit.chunk == 0;
     int head = 0;
-    for (const Op& op : unit.backward.non_partition_ops) head += RunsBeforeBlock(op, Direction::kBackward) ? 1 : 0;
+    for (const Op& op : unit.backward.non_partition_ops)
+      head += RunsBeforeBlock(op, Direction::kBackward) ? 1 : 0;
     if (last_unit) {
       const bool tied_single = w.model.tied_embeddings && first_unit;
       items.push_back({(tied_single ? 0.0 : vocab_parameters) + double(w.model.hidden), head - 1});
     }
     const int tail = static_cast<int>(unit.backward.non_partition_ops.size()) - head;
     const int per_layer = (last_index + 1 - head - tail) / std::max(unit.layers, 1);
-    for (int l = 0; l < unit.layers; ++l) items.push_back({layer_parameters, head + (l + 1) * per_layer - 1});
+    for (int l = 0; l < unit.layers; ++l)
+      items.push_back({layer_parameters, head + (l + 1) * per_layer - 1});
     if (first_unit) items.push_back({vocab_parameters, last_index});
     double held = 0.0;
     int ready = 0;
@@ -287,9 +295,9 @@ void BuildGradientSync(WorkloadModel& model) {
       GradientBucket b;
       b.parameters = parameters;
       b.ready_after = ready;
-      b.collective = Collective("grad_bucket_" + std::to_string(unit.gradient_buckets.size()),
-                                sync.collective, parameters * w.gradient_sync.reduce_bytes,
-                                sync.group_size, 1);
+      b.collective =
+          Collective("grad_bucket_" + std::to_string(unit.gradient_buckets.size()), sync.collective,
+                     parameters * w.gradient_sync.reduce_bytes, sync.group_size, 1);
       unit.gradient_buckets.push_back(std::move(b));
     };
     for (const auto& [parameters, after] : items) {
@@ -428,10 +436,9 @@ WorkloadModel BuildWorkloadModel(const Workload& w) {
       ins.non_partition_ops = NonPartitionOps(w, first, last, d);
       ins.flops = ComputeFlops(ins.sequential_ops) + ComputeFlops(ins.non_partition_ops);
       const bool sends = d == Direction::kForward ? !last : !first;
-      ins.p2p_send = Collective(d == Direction::kForward ? "p2p_activation" : "p2p_gradient",
-                                CollectiveType::kP2P,
-                                sends ? internal::kBf16Bytes * double(full.tokens) * full.hidden : 0.0,
-                                2, 1);
+      ins.p2p_send = Collective(
+          d == Direction::kForward ? "p2p_activation" : "p2p_gradient", CollectiveType::kP2P,
+          sends ? internal::kBf16Bytes * double(full.tokens) * full.hidden : 0.0, 2, 1);
       if (!model.nanobatching) continue;
       std::vector<std::pair<Direction, const std::vector<Op>*>> parts;
       if (d == Direction::kForward || w.recompute == Recompute::kFull) {
@@ -500,9 +507,8 @@ Json WorkloadModel::ToJson() const {
         parameters += b.parameters;
         bytes += b.collective.bytes;
       }
-      unit["gradient_sync"] = {{"buckets", stage.gradient_buckets.size()},
-                               {"parameters", parameters},
-                               {"bytes", bytes}};
+      unit["gradient_sync"] = {
+          {"buckets", stage.gradient_buckets.size()}, {"parameters", parameters}, {"bytes", bytes}};
     }
     stages_json.push_back(std::move(unit));
   }

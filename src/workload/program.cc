@@ -29,7 +29,8 @@ LayerKernels Concatenate(const std::vector<Op>& layer_ops, int layers, Direction
   LayerKernels out;
   for (int position = 0; position < layers; ++position) {
     out.ops.insert(out.ops.end(), layer_ops.begin(), layer_ops.end());
-    out.layers.insert(out.layers.end(), layer_ops.size(), LayerOfPosition(position, layers, direction));
+    out.layers.insert(out.layers.end(), layer_ops.size(),
+                      LayerOfPosition(position, layers, direction));
   }
   return out;
 }
@@ -57,8 +58,8 @@ std::vector<Slot> OccurrenceSlots(const PartitionType& type, const internal::Occ
   }
   std::vector<Slot> slots;
   for (const Slot& slot : type.slots) {
-    slots.push_back({.name = slot.name,
-                     .op_index = std::max(0, slot.op_index - static_cast<int>(missing))});
+    slots.push_back(
+        {.name = slot.name, .op_index = std::max(0, slot.op_index - static_cast<int>(missing))});
   }
   return slots;
 }
@@ -66,8 +67,11 @@ std::vector<Slot> OccurrenceSlots(const PartitionType& type, const internal::Occ
 void AppendPartitions(const WorkloadModel& model, const std::vector<Op>& layer_ops, int layers,
                       Direction direction, bool cp, std::vector<ProgramPartition>& out) {
   for (const internal::Occurrence& o : internal::Occurrences(layer_ops, layers, direction, cp)) {
-    ProgramPartition p{.type = o.key, .direction = direction, .nanobatch = o.nanobatch,
-                       .compute = {}, .slots = OccurrenceSlots(model.Type(o.key), o),
+    ProgramPartition p{.type = o.key,
+                       .direction = direction,
+                       .nanobatch = o.nanobatch,
+                       .compute = {},
+                       .slots = OccurrenceSlots(model.Type(o.key), o),
                        .collective = std::nullopt};
     for (size_t i = 0; i < o.compute.size(); ++i) {
       p.compute.push_back({.op = o.compute[i],
@@ -101,12 +105,10 @@ Json ProgramOp::ToJson() const {
 Json ProgramPartition::ToJson() const {
   Json slot_indices = Json::object();
   for (const Slot& slot : slots) slot_indices[slot.name] = slot.op_index;
-  return Json{{"type", type},
-              {"direction", schedule::ToString(direction)},
-              {"nanobatch", nanobatch},
-              {"compute", OpsJson(compute)},
-              {"slots", slot_indices},
-              {"collective", collective ? collective->ToJson() : Json(nullptr)}};
+  return Json{
+      {"type", type},           {"direction", schedule::ToString(direction)},
+      {"nanobatch", nanobatch}, {"compute", OpsJson(compute)},
+      {"slots", slot_indices},  {"collective", collective ? collective->ToJson() : Json(nullptr)}};
 }
 
 Json InstructionProgram::ToJson() const {
@@ -120,9 +122,12 @@ Json InstructionProgram::ToJson() const {
 }
 
 Json UnitProgram::ToJson() const {
-  return Json{{"stage", stage},           {"chunk", chunk},
-              {"layers", layers},         {"first_layer", first_layer},
-              {"forward", forward.ToJson()}, {"backward", backward.ToJson()}};
+  return Json{{"stage", stage},
+              {"chunk", chunk},
+              {"layers", layers},
+              {"first_layer", first_layer},
+              {"forward", forward.ToJson()},
+              {"backward", backward.ToJson()}};
 }
 
 std::vector<UnitProgram> BuildProgram(const WorkloadModel& model) {
@@ -149,8 +154,11 @@ std::vector<UnitProgram> BuildProgram(const WorkloadModel& model) {
   };
   std::vector<UnitProgram> units;
   for (const StageModel& unit : model.stages) {
-    UnitProgram p{.stage = unit.stage, .chunk = unit.chunk, .layers = unit.layers,
-                  .first_layer = first_layer_of(unit.stage, unit.chunk), .forward = {},
+    UnitProgram p{.stage = unit.stage,
+                  .chunk = unit.chunk,
+                  .layers = unit.layers,
+                  .first_layer = first_layer_of(unit.stage, unit.chunk),
+                  .forward = {},
                   .backward = {}};
     for (Direction d : {Direction::kForward, Direction::kBackward}) {
       InstructionProgram& ins = d == Direction::kForward ? p.forward : p.backward;
@@ -170,9 +178,11 @@ std::vector<UnitProgram> BuildProgram(const WorkloadModel& model) {
       if (d == Direction::kBackward) parts.push_back(Direction::kBackward);
       for (Direction part : parts) {
         const bool forward = part == Direction::kForward;
-        AppendSequential(Concatenate(forward ? fwd_full : bwd_full, unit.layers, part), ins.sequential);
+        AppendSequential(Concatenate(forward ? fwd_full : bwd_full, unit.layers, part),
+                         ins.sequential);
         if (model.nanobatching) {
-          AppendPartitions(model, forward ? fwd_nano : bwd_nano, unit.layers, part, cp, ins.partitions);
+          AppendPartitions(model, forward ? fwd_nano : bwd_nano, unit.layers, part, cp,
+                           ins.partitions);
         }
       }
       KAREUS_CHECK(ins.sequential.size() == planned.sequential_ops.size())

@@ -40,7 +40,8 @@ std::optional<PublishedLayout> Layout(Direction direction, bool cp) {
 // Splits a kernel list at its collectives. A collective with no compute before it replaces the
 // previous segment's collective (as the published _split_by_communications does).
 // `positions[i]`: the block position (layer of the flat list) of ops[i].
-std::vector<Segment> SplitAtCollectives(const std::vector<Op>& ops, const std::vector<int>& positions) {
+std::vector<Segment> SplitAtCollectives(const std::vector<Op>& ops,
+                                        const std::vector<int>& positions) {
   KAREUS_CHECK(ops.size() == positions.size());
   std::vector<Segment> segments;
   Segment current;

@@ -40,7 +40,8 @@ struct Occurrence {
 };
 
 // Splits a kernel list at its collectives; positions[i] is the block position of ops[i].
-std::vector<Segment> SplitAtCollectives(const std::vector<Op>& ops, const std::vector<int>& positions);
+std::vector<Segment> SplitAtCollectives(const std::vector<Op>& ops,
+                                        const std::vector<int>& positions);
 
 // Slot names of a compute list, as the published runtime builds them.
 std::vector<Slot> BuildSlots(const std::vector<Op>& compute);

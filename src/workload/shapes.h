@@ -30,11 +30,11 @@ struct Shard {
   int64_t seq_full;   // S
   int64_t tokens;     // batch x S / CP
   int64_t hidden;
-  int64_t heads;      // per TP rank
-  int64_t groups;     // KV groups per TP rank
+  int64_t heads;   // per TP rank
+  int64_t groups;  // KV groups per TP rank
   int64_t head_dim;
-  int64_t ffn;        // per TP rank
-  int64_t vocab;      // padded vocabulary per TP rank
+  int64_t ffn;    // per TP rank
+  int64_t vocab;  // padded vocabulary per TP rank
   int tp;
   int cp;
   bool qk_norm;

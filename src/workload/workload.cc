@@ -57,8 +57,8 @@ ModelConfig ParseModel(const YamlMap& map) {
   model.tied_embeddings = map.Has("tied_embeddings") ? map.Bool("tied_embeddings") : false;
   map.RejectUnknownKeys();
   if (model.heads % model.kv_groups != 0) {
-    map.Fail("kv_groups", Describe(model.kv_groups), "must divide heads (" +
-                                                         Describe(model.heads) + ")");
+    map.Fail("kv_groups", Describe(model.kv_groups),
+             "must divide heads (" + Describe(model.heads) + ")");
   }
   return model;
 }
@@ -118,8 +118,7 @@ ModelConfig ModelPreset(const std::string& name) {
   const auto names = ModelPresetNames();
   if (std::find(names.begin(), names.end(), name) == names.end()) {
     throw InputError("model = " + ShownValue(name) + ": unknown model preset (valid: " +
-                     JoinNames(names) +
-                     "; or write the model inline as a mapping)");
+                     JoinNames(names) + "; or write the model inline as a mapping)");
   }
   const auto path = DataDir() / "models" / (name + ".yaml");
   return ParseModel(YamlMap::Parse(ReadTextFile(path), path.string()));
@@ -128,40 +127,40 @@ ModelConfig ModelPreset(const std::string& name) {
 std::string Workload::Signature() const {
   std::ostringstream out;
   out << "model=" << model.name << ":" << model.hidden << "/" << model.heads << "/"
-      << model.kv_groups << "/" << model.head_dim << "/" << model.ffn << "/" << model.vocab
-      << "/" << (model.qk_norm ? "qk" : "-") << ";gpu=" << gpu.name;
+      << model.kv_groups << "/" << model.head_dim << "/" << model.ffn << "/" << model.vocab << "/"
+      << (model.qk_norm ? "qk" : "-") << ";gpu=" << gpu.name;
   // A power limit set by the workload changes every measurement.
   if (power_limit_w > 0.0) out << "@" << power_limit_w << "W";
-  out << ";tp=" << parallelism.tp
-      << ";cp=" << parallelism.cp << ";mbs=" << microbatch_size << ";seq=" << sequence_length
-      << ";recompute=" << ToString(recompute);
+  out << ";tp=" << parallelism.tp << ";cp=" << parallelism.cp << ";mbs=" << microbatch_size
+      << ";seq=" << sequence_length << ";recompute=" << ToString(recompute);
   return out.str();
 }
 
 Json Workload::ToJson() const {
   Json j{{"name", name},
-          {"model", workload::ToJson(model)},
-          {"gpu", gpu.name},
-          {"power_limit_w", gpu.power.cap_w},
-          {"parallelism",
-           {{"tp", parallelism.tp},
-            {"cp", parallelism.cp},
-            {"pp", parallelism.pp},
-            {"dp", parallelism.dp},
-            {"layers_per_stage", parallelism.layers_per_stage}}},
-          {"microbatch_size", microbatch_size},
-          {"sequence_length", sequence_length},
-          {"microbatches", microbatches},
-          {"recompute", ToString(recompute)},
-          {"gradient_sync",
-           {{"distributed_optimizer", gradient_sync.distributed_optimizer},
-            {"overlap", gradient_sync.overlap},
-            {"bucket_parameters", gradient_sync.bucket_parameters},
-            {"reduce_dtype", gradient_sync.reduce_bytes == 2 ? "bf16" : "fp32"}}},
-          {"nanobatching_possible", CanNanobatch()}};
+         {"model", workload::ToJson(model)},
+         {"gpu", gpu.name},
+         {"power_limit_w", gpu.power.cap_w},
+         {"parallelism",
+          {{"tp", parallelism.tp},
+           {"cp", parallelism.cp},
+           {"pp", parallelism.pp},
+           {"dp", parallelism.dp},
+           {"layers_per_stage", parallelism.layers_per_stage}}},
+         {"microbatch_size", microbatch_size},
+         {"sequence_length", sequence_length},
+         {"microbatches", microbatches},
+         {"recompute", ToString(recompute)},
+         {"gradient_sync",
+          {{"distributed_optimizer", gradient_sync.distributed_optimizer},
+           {"overlap", gradient_sync.overlap},
+           {"bucket_parameters", gradient_sync.bucket_parameters},
+           {"reduce_dtype", gradient_sync.reduce_bytes == 2 ? "bf16" : "fp32"}}},
+         {"nanobatching_possible", CanNanobatch()}};
   // Interleaved 1F1B's model chunks (plans also carry them at their top level); absent for one
   // chunk, so the record of every other workload reads as before.
-  if (parallelism.virtual_stages > 1) j["parallelism"]["virtual_stages"] = parallelism.virtual_stages;
+  if (parallelism.virtual_stages > 1)
+    j["parallelism"]["virtual_stages"] = parallelism.virtual_stages;
   return j;
 }
 
@@ -175,8 +174,9 @@ Workload WorkloadFromYaml(const std::string& yaml_text, const std::string& sourc
     ValidatePathComponent(root.FieldName("name"), w.name);
   } else {
     w.name = std::filesystem::path(source_name).stem().string();
-    ValidatePathComponent(source_name + ": name (taken from the file name; set name: to choose "
-                                        "another)",
+    ValidatePathComponent(source_name +
+                              ": name (taken from the file name; set name: to choose "
+                              "another)",
                           w.name);
   }
   if (root.IsMap("model")) {
@@ -239,9 +239,9 @@ Workload WorkloadFromYaml(const std::string& yaml_text, const std::string& sourc
     }
     for (int64_t layers : list) {
       if (layers <= 0 || layers > m.layers) {
-        par.Fail("layers_per_stage", Describe(layers),
-                 "every entry must be positive and at most model.layers (" +
-                     Describe(m.layers) + ")");
+        par.Fail(
+            "layers_per_stage", Describe(layers),
+            "every entry must be positive and at most model.layers (" + Describe(m.layers) + ")");
       }
       w.parallelism.layers_per_stage.push_back(static_cast<int>(layers));
     }
@@ -253,7 +253,8 @@ Workload WorkloadFromYaml(const std::string& yaml_text, const std::string& sourc
   } else {
     // Even split; the first stages take the remainder.
     for (int s = 0; s < pp; ++s) {
-      w.parallelism.layers_per_stage.push_back(static_cast<int>(m.layers / pp + (s < m.layers % pp)));
+      w.parallelism.layers_per_stage.push_back(
+          static_cast<int>(m.layers / pp + (s < m.layers % pp)));
     }
   }
   par.RejectUnknownKeys();
@@ -271,7 +272,8 @@ Workload WorkloadFromYaml(const std::string& yaml_text, const std::string& sourc
       if (layers % virtual_stages != 0) {
         par.Fail("virtual_stages", Describe(virtual_stages),
                  "must divide every stage's layers (stage " + Describe(s) + " has " +
-                     Describe(layers) + "): Megatron-LM gives each model chunk of a stage the "
+                     Describe(layers) +
+                     "): Megatron-LM gives each model chunk of a stage the "
                      "same number of layers");
       }
     }
@@ -298,7 +300,8 @@ Workload WorkloadFromYaml(const std::string& yaml_text, const std::string& sourc
   if (root.Has("gradient_sync")) {
     const YamlMap sync = root.Map("gradient_sync");
     GradientSyncConfig& g = w.gradient_sync;
-    if (sync.Has("distributed_optimizer")) g.distributed_optimizer = sync.Bool("distributed_optimizer");
+    if (sync.Has("distributed_optimizer"))
+      g.distributed_optimizer = sync.Bool("distributed_optimizer");
     if (sync.Has("overlap")) g.overlap = sync.Bool("overlap");
     if (sync.Has("bucket_parameters")) {
       g.bucket_parameters = PositiveInt(sync, "bucket_parameters", int64_t{1} << 40);
@@ -333,9 +336,11 @@ Workload WorkloadFromYaml(const std::string& yaml_text, const std::string& sourc
   return w;
 }
 
-Workload WorkloadFromRecord(const Json& record, int virtual_stages, const std::string& source_name) {
+Workload WorkloadFromRecord(const Json& record, int virtual_stages,
+                            const std::string& source_name) {
   if (!record.is_object() || record.empty()) {
-    throw InputError(source_name + ": the workload is missing (a plan made from a Perseus "
+    throw InputError(source_name +
+                     ": the workload is missing (a plan made from a Perseus "
                      "profile by `kareus solve` records none; give the workload file instead)");
   }
   // The record is Workload::ToJson: the workload file's fields plus what was derived from
@@ -346,7 +351,8 @@ Workload WorkloadFromRecord(const Json& record, int virtual_stages, const std::s
   if (record.contains("power_limit_w") && record["power_limit_w"].is_number() &&
       record.contains("gpu") && record["gpu"].is_string()) {
     const double limit = record["power_limit_w"].get<double>();
-    const hw::GpuSpec preset = CachedPreset<hw::GpuSpec>(record["gpu"].get<std::string>(), hw::GpuPreset);
+    const hw::GpuSpec preset =
+        CachedPreset<hw::GpuSpec>(record["gpu"].get<std::string>(), hw::GpuPreset);
     if (limit != preset.power.cap_w) {
       file["gpu"] = Json{{"name", record["gpu"]}, {"power_limit_w", limit}};
     }

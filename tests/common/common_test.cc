@@ -97,10 +97,10 @@ TEST(ShownValue, CutsLongValuesEscapesBytesAndKeepsCharactersWhole) {
 TEST(IsValidUtf8, FollowsRfc3629) {
   EXPECT_TRUE(IsValidUtf8("plain ascii"));
   EXPECT_TRUE(IsValidUtf8("\xE2\x82\xAC \xF0\x9F\x98\x80"));  // euro sign, emoji
-  EXPECT_FALSE(IsValidUtf8("\xC0\x80"));          // overlong NUL
-  EXPECT_FALSE(IsValidUtf8("\xED\xA0\x80"));      // surrogate
-  EXPECT_FALSE(IsValidUtf8("\xF4\x90\x80\x80"));  // above U+10FFFF
-  EXPECT_FALSE(IsValidUtf8("\xE2\x82"));          // truncated
+  EXPECT_FALSE(IsValidUtf8("\xC0\x80"));                      // overlong NUL
+  EXPECT_FALSE(IsValidUtf8("\xED\xA0\x80"));                  // surrogate
+  EXPECT_FALSE(IsValidUtf8("\xF4\x90\x80\x80"));              // above U+10FFFF
+  EXPECT_FALSE(IsValidUtf8("\xE2\x82"));                      // truncated
   EXPECT_FALSE(IsValidUtf8("\xFF"));
 }
 
@@ -157,7 +157,9 @@ TEST(YamlMap, RefusesWhatYamlCppWouldSilentlyAccept) {
   EXPECT_THAT(error("a: [1]\n"), HasSubstr("a = (a list)"));
   EXPECT_THAT(error("d: .inf\n"), HasSubstr("must be a finite number"));
   EXPECT_THAT(error("d: .nan\n"), HasSubstr("must be a finite number"));
-  EXPECT_THAT(error("s: a\xFF" "b\n"), HasSubstr("must be UTF-8 text"));
+  EXPECT_THAT(error("s: a\xFF"
+                    "b\n"),
+              HasSubstr("must be UTF-8 text"));
   EXPECT_THAT(error("l: [1, 010]\n"), HasSubstr("every entry must be a decimal integer"));
   EXPECT_EQ(error("a: -12\nd: 2.5\ns: text\nl: [0, +3]\n"), "");
   const YamlMap map = YamlMap::Parse("a: +7\n", "w.yaml");
@@ -175,11 +177,10 @@ TEST(ValidatePathComponent, AcceptsPlainNamesOnly) {
   for (const char* good : {"01-llama3.2-3b-tp8", "qwen3 1.7b", "caf\xC3\xA9", "a"}) {
     EXPECT_EQ(InputErrorOf([&] { ValidatePathComponent("name", good); }), "") << good;
   }
-  for (const std::string& bad : {std::string(""), std::string("."), std::string(".."),
-                                std::string("../../x"), std::string("/abs"), std::string("a/b"),
-                                std::string(".hidden"), std::string("-rf"),
-                                std::string("a\nb"), std::string("\xFF"),
-                                std::string(200, 'n'), std::string("a\\b")}) {
+  for (const std::string& bad :
+       {std::string(""), std::string("."), std::string(".."), std::string("../../x"),
+        std::string("/abs"), std::string("a/b"), std::string(".hidden"), std::string("-rf"),
+        std::string("a\nb"), std::string("\xFF"), std::string(200, 'n'), std::string("a\\b")}) {
     EXPECT_THAT(InputErrorOf([&] { ValidatePathComponent("name", bad); }), HasSubstr("name = "))
         << bad;
   }
@@ -218,7 +219,8 @@ TEST_F(OutputFolderTest, EachCommitLeavesExactlyOneRunsOutputs) {
     EXPECT_FALSE(std::filesystem::exists(out_)) << "nothing is visible before the commit";
     folder.Commit();
   }
-  EXPECT_EQ(Entries(out_ / "plans"), (std::vector<std::string>{"plan_00001.json", "plan_00002.json"}));
+  EXPECT_EQ(Entries(out_ / "plans"),
+            (std::vector<std::string>{"plan_00001.json", "plan_00002.json"}));
   {
     OutputFolder folder(out_);
     WriteFileAtomic(folder.staging() / "plans" / "plan_00007.json", "seven");
@@ -226,7 +228,8 @@ TEST_F(OutputFolderTest, EachCommitLeavesExactlyOneRunsOutputs) {
   }
   EXPECT_EQ(Entries(out_ / "plans"), std::vector<std::string>{"plan_00007.json"});
   EXPECT_EQ(Entries(out_), (std::vector<std::string>{".kareus-output", "plans"}));
-  EXPECT_EQ(Entries(root_), std::vector<std::string>{"out"}) << "no staging or previous folder left";
+  EXPECT_EQ(Entries(root_), std::vector<std::string>{"out"})
+      << "no staging or previous folder left";
 }
 
 TEST_F(OutputFolderTest, AFailedRunLeavesThePreviousOutputsAndNoStaging) {
@@ -257,7 +260,7 @@ TEST_F(OutputFolderTest, KeepsTheMeasurementStoreByHardLink) {
   WriteFileAtomic(folder.staging() / "plan.json", "new");
   folder.Commit();
   EXPECT_EQ(Entries(out_), (std::vector<std::string>{".kareus-output", "measurements.sqlite",
-                                                    "measurements.sqlite-wal", "plan.json"}));
+                                                     "measurements.sqlite-wal", "plan.json"}));
   struct stat after {};
   ASSERT_EQ(stat((out_ / "measurements.sqlite").c_str(), &after), 0);
   EXPECT_EQ(before.st_ino, after.st_ino) << "the store is the same file, never copied";
@@ -269,7 +272,8 @@ TEST_F(OutputFolderTest, RefusesFoldersKareusDidNotWrite) {
   EXPECT_THAT(InputErrorOf([&] { OutputFolder folder(out_); }), HasSubstr("'thesis.tex'"));
   EXPECT_EQ(Entries(out_), std::vector<std::string>{"thesis.tex"});
   WriteFileAtomic(root_ / "file", "x");
-  EXPECT_THAT(InputErrorOf([&] { OutputFolder folder(root_ / "file"); }), HasSubstr("not a folder"));
+  EXPECT_THAT(InputErrorOf([&] { OutputFolder folder(root_ / "file"); }),
+              HasSubstr("not a folder"));
   EXPECT_THAT(InputErrorOf([] { OutputFolder folder(""); }), HasSubstr("out = \"\""));
   EXPECT_THAT(InputErrorOf([] { OutputFolder folder("/"); }), HasSubstr("below /"));
   EXPECT_THAT(InputErrorOf([] { OutputFolder folder("."); }), HasSubstr("current folder"));

@@ -27,9 +27,9 @@ namespace fs = std::filesystem;
 
 workload::WorkloadModel SyntheticModel() {
   return testing::SyntheticModel({testing::SyntheticPartition("fwd_attn", 4),
-                                   testing::SyntheticPartition("bwd_mlp", 3),
-                                   testing::SyntheticPartition("fwd_mlp", 2),
-                                   testing::SyntheticPartition("fwd_trail", 1, false)});
+                                  testing::SyntheticPartition("bwd_mlp", 3),
+                                  testing::SyntheticPartition("fwd_mlp", 2),
+                                  testing::SyntheticPartition("fwd_trail", 1, false)});
 }
 
 mobo::ProfileOptions SmallOptions() {
@@ -78,7 +78,8 @@ class DistributedTest : public ::testing::Test {
                               RankReport* report = nullptr) {
     Planner planner(executors, Spec(model_));
     testing::SyntheticBackend backend(7);
-    mobo::ProfileSummary s = planner.Profile(0, model_, options, backend, {.seed = 7, .quiet = true});
+    mobo::ProfileSummary s =
+        planner.Profile(0, model_, options, backend, {.seed = 7, .quiet = true});
     if (report != nullptr) *report = planner.Report();
     EXPECT_EQ(backend.Measurements(), 0) << "rank 0's metadata backend measured";
     return s;
@@ -222,8 +223,8 @@ TEST_F(DistributedTest, WireFormatKeepsEveryBit) {
 
 TEST_F(DistributedTest, AnExecutorThatCannotMakeItsBackendIsNamed) {
   auto calls = std::make_shared<std::atomic<int>>(0);
-  measure::BackendFactory flaky = [calls](const workload::WorkloadModel&, uint64_t seed)
-      -> std::unique_ptr<measure::Backend> {
+  measure::BackendFactory flaky = [calls](const workload::WorkloadModel&,
+                                          uint64_t seed) -> std::unique_ptr<measure::Backend> {
     if (++*calls == 2) throw EnvironmentError("NVML: GPU 3 is lost (NVML_ERROR_GPU_IS_LOST)");
     return std::make_unique<testing::SyntheticBackend>(seed);
   };
@@ -234,7 +235,8 @@ TEST_F(DistributedTest, AnExecutorThatCannotMakeItsBackendIsNamed) {
     const std::string what = e.what();
     EXPECT_NE(what.find("rank "), std::string::npos) << what;
     EXPECT_NE(what.find("cannot make its measurement backend for workload synthetic"),
-              std::string::npos) << what;
+              std::string::npos)
+        << what;
     EXPECT_NE(what.find("GPU 3 is lost"), std::string::npos) << what;
   }
 }
@@ -256,8 +258,10 @@ class FailingBackend final : public testing::SyntheticBackend {
 
 TEST_F(DistributedTest, AFailedMeasurementNamesTheRankAndStopsCleanly) {
   auto batches = std::make_shared<std::atomic<int>>(0);
-  measure::BackendFactory failing = [batches](const workload::WorkloadModel&, uint64_t seed)
-      -> std::unique_ptr<measure::Backend> { return std::make_unique<FailingBackend>(seed, batches); };
+  measure::BackendFactory failing = [batches](const workload::WorkloadModel&,
+                                              uint64_t seed) -> std::unique_ptr<measure::Backend> {
+    return std::make_unique<FailingBackend>(seed, batches);
+  };
   Planner planner(3, Spec(model_, failing));
   testing::SyntheticBackend backend(7);
   try {
@@ -274,15 +278,16 @@ TEST_F(DistributedTest, AFailedMeasurementNamesTheRankAndStopsCleanly) {
 
 TEST_F(DistributedTest, RanksWithAnotherBackendAreRefused) {
   auto calls = std::make_shared<std::atomic<int>>(0);
-  measure::BackendFactory mixed = [calls](const workload::WorkloadModel&, uint64_t seed)
-      -> std::unique_ptr<measure::Backend> {
+  measure::BackendFactory mixed = [calls](const workload::WorkloadModel&,
+                                          uint64_t seed) -> std::unique_ptr<measure::Backend> {
     return std::make_unique<testing::SyntheticBackend>(seed, /*noise_free=*/++*calls == 2);
   };
   try {
     Planner planner(2, Spec(model_, mixed));
     FAIL() << "ranks with different backends were accepted";
   } catch (const EnvironmentError& e) {
-    EXPECT_NE(std::string(e.what()).find("every rank needs the same"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("every rank needs the same"), std::string::npos)
+        << e.what();
   }
 }
 
@@ -329,14 +334,19 @@ TEST(SessionTest, EachRankOfANodeMeasuresOnDevicesOfItsOwn) {
     RankDevices(second, {0, 1, 2, 3, 4, 5}, 4);
     FAIL() << "six GPUs for two ranks of four";
   } catch (const EnvironmentError& e) {
-    EXPECT_NE(std::string(e.what()).find("rank 3 (local rank 1 of 2"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("rank 3 (local rank 1 of 2"), std::string::npos)
+        << e.what();
   }
 }
 
 TEST(SessionTest, LaunchIsReadFromTheLauncherEnvironment) {
-  const char* kVars[] = {"OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK",
-                         "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE", "PMIX_RANK",
-                         "PMI_RANK", "PMI_SIZE"};
+  const char* kVars[] = {"OMPI_COMM_WORLD_SIZE",
+                         "OMPI_COMM_WORLD_RANK",
+                         "OMPI_COMM_WORLD_LOCAL_RANK",
+                         "OMPI_COMM_WORLD_LOCAL_SIZE",
+                         "PMIX_RANK",
+                         "PMI_RANK",
+                         "PMI_SIZE"};
   for (const char* v : kVars) unsetenv(v);
   EXPECT_FALSE(DetectLaunch().launched);
   setenv("OMPI_COMM_WORLD_SIZE", "4", 1);

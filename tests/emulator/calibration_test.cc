@@ -132,9 +132,9 @@ TEST(Calibration, OverlapSlowsComputeByAFewPercentUpToAbout40Percent) {
       if (!type.tunable) continue;
       workload::PartitionType alone_type = type;
       alone_type.collective.bytes = 0.0;
-      const SimResult alone =
-          SimulatePartition(A100(), alone_type, {.freq_mhz = 1410, .sms = type.sm_choices.front(),
-                                                 .slot = type.launch_slots.front()});
+      const SimResult alone = SimulatePartition(
+          A100(), alone_type,
+          {.freq_mhz = 1410, .sms = type.sm_choices.front(), .slot = type.launch_slots.front()});
       for (const SweepPoint& p : SweepPartition(A100(), type, {.freqs_mhz = {1410}})) {
         const double slowdown = p.result.compute_busy_s / alone.compute_busy_s;
         EXPECT_GE(slowdown, 1.0 - 1e-9) << type.name;

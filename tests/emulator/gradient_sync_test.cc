@@ -28,7 +28,8 @@ workload::WorkloadModel Model(const std::string& parallelism, const std::string&
 std::vector<GradientBucket> AllBuckets(const workload::WorkloadModel& model, int stage) {
   std::vector<GradientBucket> out;
   for (const auto& unit : model.stages) {
-    if (unit.stage == stage) out.insert(out.end(), unit.gradient_buckets.begin(), unit.gradient_buckets.end());
+    if (unit.stage == stage)
+      out.insert(out.end(), unit.gradient_buckets.begin(), unit.gradient_buckets.end());
   }
   return out;
 }
@@ -40,7 +41,8 @@ TEST(GradientSync, MoreReplicasLongerSyncAtFixedPerGpuWork) {
   std::vector<double> times;
   for (int dp : {2, 4, 8, 16}) {
     const auto model = Model("{tp: 8, pp: 2, dp: " + std::to_string(dp) + "}");
-    const SimResult r = SimulateGradientBuckets(model, AllBuckets(model, 0), {.freq_mhz = 1980, .sms = 8});
+    const SimResult r =
+        SimulateGradientBuckets(model, AllBuckets(model, 0), {.freq_mhz = 1980, .sms = 8});
     EXPECT_GT(r.time_s, previous) << "dp " << dp;
     previous = r.time_s;
     times.push_back(r.time_s);
@@ -60,9 +62,11 @@ TEST(GradientSync, OverlapReducesTheExposedSyncTime) {
     const int f = model.workload.gpu.clock.max_mhz;
     const auto buckets = workload::LastBackwardBuckets(model, 0);
     ASSERT_GT(buckets.size(), 2u);
-    const SimResult backward_alone = SimulateBackwardWithGradientSync(model, 0, 0, {}, {.freq_mhz = f, .sms = 4});
+    const SimResult backward_alone =
+        SimulateBackwardWithGradientSync(model, 0, 0, {}, {.freq_mhz = f, .sms = 4});
     const SimResult sync_alone = SimulateGradientBuckets(model, buckets, {.freq_mhz = f, .sms = 4});
-    const SimResult overlapped = SimulateBackwardWithGradientSync(model, 0, 0, buckets, {.freq_mhz = f, .sms = 4});
+    const SimResult overlapped =
+        SimulateBackwardWithGradientSync(model, 0, 0, buckets, {.freq_mhz = f, .sms = 4});
     EXPECT_LT(overlapped.time_s, backward_alone.time_s + sync_alone.time_s) << gpu;
     const double exposed = overlapped.time_s - backward_alone.time_s;
     EXPECT_LT(exposed, sync_alone.time_s) << gpu;
@@ -86,25 +90,28 @@ TEST(GradientSync, SmsBoundTheRateAndSlowTheOverlappedCompute) {
   const SimResult many = SimulateGradientBuckets(model, buckets, {.freq_mhz = 1980, .sms = 24});
   EXPECT_GT(one.time_s, two.time_s * 1.2);
   EXPECT_NEAR(two.time_s, many.time_s, 1e-9 * two.time_s);  // NIC-bound from 2 SMs on
-  EXPECT_GT(many.dynamic_energy_j, two.dynamic_energy_j);    // idle copy SMs still draw power
+  EXPECT_GT(many.dynamic_energy_j, two.dynamic_energy_j);   // idle copy SMs still draw power
   // Overlapped: the compute stream loses the reduction's SMs while a bucket runs.
-  const SimResult few = SimulateBackwardWithGradientSync(model, 0, 0, buckets, {.freq_mhz = 1980, .sms = 2});
-  const SimResult wide = SimulateBackwardWithGradientSync(model, 0, 0, buckets, {.freq_mhz = 1980, .sms = 32});
+  const SimResult few =
+      SimulateBackwardWithGradientSync(model, 0, 0, buckets, {.freq_mhz = 1980, .sms = 2});
+  const SimResult wide =
+      SimulateBackwardWithGradientSync(model, 0, 0, buckets, {.freq_mhz = 1980, .sms = 32});
   EXPECT_GT(wide.compute_busy_s, few.compute_busy_s);
 }
 
 // The inter-node network is the figure of the GPU preset: a group within one node rings over
 // NVLink; across nodes the per-GPU NIC share bounds it (A100 p4d 6.25 GB/s, far below NVLink).
 TEST(GradientSync, NetworkFiguresOfThePreset) {
-  const auto within = Model("{tp: 4, pp: 2, dp: 2}", "A100-SXM4-40GB");   // 8 GPUs: one node
-  const auto across = Model("{tp: 8, pp: 2, dp: 2}", "A100-SXM4-40GB");   // 16 GPUs: two nodes
+  const auto within = Model("{tp: 4, pp: 2, dp: 2}", "A100-SXM4-40GB");  // 8 GPUs: one node
+  const auto across = Model("{tp: 8, pp: 2, dp: 2}", "A100-SXM4-40GB");  // 16 GPUs: two nodes
   ASSERT_FALSE(within.gradient_sync.inter_node);
   ASSERT_TRUE(across.gradient_sync.inter_node);
   // Same bytes per bucket would differ by TP; compare rates instead: bytes moved per second.
   auto rate = [](const workload::WorkloadModel& m) {
     const auto buckets = AllBuckets(m, 0);
     double wire = 0.0;
-    for (const auto& b : buckets) wire += b.collective.bytes * 2.0 * (b.collective.group_size - 1) / b.collective.group_size;
+    for (const auto& b : buckets)
+      wire += b.collective.bytes * 2.0 * (b.collective.group_size - 1) / b.collective.group_size;
     return wire / SimulateGradientBuckets(m, buckets, {.freq_mhz = 1410, .sms = 24}).time_s;
   };
   EXPECT_NEAR(rate(across), 6.25e9, 0.02 * 6.25e9);
@@ -113,8 +120,10 @@ TEST(GradientSync, NetworkFiguresOfThePreset) {
   const auto buckets = AllBuckets(across, 0);
   const SimResult ar = SimulateGradientBuckets(across, buckets, {.freq_mhz = 1410, .sms = 4});
   EXPECT_NEAR(ar.energy_j, ar.static_energy_j + ar.dynamic_energy_j, 1e-9 * ar.energy_j);
-  const auto rs_model = Model("{tp: 8, pp: 2, dp: 2}", "A100-SXM4-40GB", "gradient_sync: {distributed_optimizer: true}\n");
-  const SimResult rs = SimulateGradientBuckets(rs_model, AllBuckets(rs_model, 0), {.freq_mhz = 1410, .sms = 4});
+  const auto rs_model = Model("{tp: 8, pp: 2, dp: 2}", "A100-SXM4-40GB",
+                              "gradient_sync: {distributed_optimizer: true}\n");
+  const SimResult rs =
+      SimulateGradientBuckets(rs_model, AllBuckets(rs_model, 0), {.freq_mhz = 1410, .sms = 4});
   EXPECT_NEAR(rs.time_s / ar.time_s, 0.5, 0.02);
 }
 
@@ -127,8 +136,10 @@ TEST(GradientSync, BadKnobsNameTheField) {
     EXPECT_NE(std::string(e.what()).find("sms"), std::string::npos) << e.what();
   }
   EXPECT_THROW(SimulateGradientBuckets(model, {}, {.freq_mhz = 7, .sms = 2}), InputError);
-  EXPECT_THROW(SimulateBackwardWithGradientSync(model, 2, 0, {}, {.freq_mhz = 1980, .sms = 2}), InputError);
-  EXPECT_THROW(SimulateBackwardWithGradientSync(model, 0, 1, {}, {.freq_mhz = 1980, .sms = 2}), InputError);
+  EXPECT_THROW(SimulateBackwardWithGradientSync(model, 2, 0, {}, {.freq_mhz = 1980, .sms = 2}),
+               InputError);
+  EXPECT_THROW(SimulateBackwardWithGradientSync(model, 0, 1, {}, {.freq_mhz = 1980, .sms = 2}),
+               InputError);
 }
 
 }  // namespace

@@ -42,9 +42,7 @@ TEST(Input, SmsOutsideTheChoicesListsTheChoices) {
       [&] { SimulatePartition(A100(), type, {.freq_mhz = 1410, .sms = 4, .slot = "norm_0"}); });
   EXPECT_NE(msg.find("sms = 4"), std::string::npos) << msg;
   EXPECT_NE(msg.find("3, 6, 9"), std::string::npos) << msg;
-  InputErrorMessage([&] {
-    SimulateSequential(A100(), {testing::MakeMemoryOp(1e6)}, 1410, 108);
-  });
+  InputErrorMessage([&] { SimulateSequential(A100(), {testing::MakeMemoryOp(1e6)}, 1410, 108); });
 }
 
 TEST(Input, UnknownSlotListsTheSlots) {

@@ -92,9 +92,9 @@ TEST(Partition, BusyTimesAreConsistent) {
 SimResult ComposedInstruction(const workload::WorkloadModel& model, int stage,
                               schedule::Direction dir, const InstructionKnobs& knobs) {
   const hw::GpuSpec& gpu = model.workload.gpu;
-  const workload::InstructionModel& instr =
-      dir == schedule::Direction::kForward ? model.stages[stage].forward
-                                           : model.stages[stage].backward;
+  const workload::InstructionModel& instr = dir == schedule::Direction::kForward
+                                                ? model.stages[stage].forward
+                                                : model.stages[stage].backward;
   SimResult sum = SimulateSequential(gpu, instr.non_partition_ops, knobs.freq_mhz,
                                      gpu.interconnect.library_default_sms);
   for (const workload::InstructionModel::Step& step : instr.sequence) {
@@ -127,7 +127,8 @@ TEST(Instruction, WithoutLaunchCostsTheInstructionIsTheSumOfItsPartitions) {
   workload::WorkloadModel model = LlamaTp8();
   model.workload.gpu.launch = {.kernel_gap_us = 0.0, .host_launch_us = 0.0};
   for (int stage : {0, 1}) {
-    for (schedule::Direction dir : {schedule::Direction::kForward, schedule::Direction::kBackward}) {
+    for (schedule::Direction dir :
+         {schedule::Direction::kForward, schedule::Direction::kBackward}) {
       const InstructionKnobs knobs = TunedKnobs(model, 1200);
       const SimResult whole = SimulateInstruction(model, stage, dir, knobs);
       const SimResult sum = ComposedInstruction(model, stage, dir, knobs);
@@ -144,7 +145,8 @@ TEST(Instruction, CompositionIsNotExactOnceLaunchCostsCount) {
   const workload::WorkloadModel& model = LlamaTp8();
   double worst = 0.0;
   for (int stage : {0, 1}) {
-    for (schedule::Direction dir : {schedule::Direction::kForward, schedule::Direction::kBackward}) {
+    for (schedule::Direction dir :
+         {schedule::Direction::kForward, schedule::Direction::kBackward}) {
       for (int f : {1410, 1110}) {
         const InstructionKnobs knobs = TunedKnobs(model, f);
         const SimResult whole = SimulateInstruction(model, stage, dir, knobs);
@@ -189,9 +191,10 @@ TEST(Instruction, LibraryDefaultKnobsRunOnEveryGpu) {
       workload::LoadWorkloadFile(testing::SourceDir() / "examples/llama3.1-8b-h100.yaml"));
   ASSERT_GT(model.workload.gpu.interconnect.library_default_sms, 30);
   for (schedule::Direction dir : {schedule::Direction::kForward, schedule::Direction::kBackward}) {
-    const SimResult r = SimulateInstruction(
-        model, 0, dir,
-        DefaultInstructionKnobs(model, model.workload.gpu.clock.max_mhz, ExecutionMode::kNanobatched));
+    const SimResult r =
+        SimulateInstruction(model, 0, dir,
+                            DefaultInstructionKnobs(model, model.workload.gpu.clock.max_mhz,
+                                                    ExecutionMode::kNanobatched));
     EXPECT_GT(r.time_s, 0.0);
     EXPECT_LE(r.effective_freq_mhz, model.workload.gpu.clock.max_mhz);
   }

@@ -15,8 +15,7 @@ using testing::MakeMemoryOp;
 
 std::vector<workload::Op> KernelZoo() {
   std::vector<workload::Op> ops = {MakeGemm(8192, 8192, 8192), MakeGemm(1536, 2304, 4096),
-                                   MakeGemm(300, 500, 256), MakeMemoryOp(4e8),
-                                   MakeMemoryOp(1e5)};
+                                   MakeGemm(300, 500, 256), MakeMemoryOp(4e8), MakeMemoryOp(1e5)};
   for (const auto* instr : {&LlamaTp8().stages[0].forward, &LlamaTp8().stages[1].backward}) {
     for (const workload::Op& op : instr->sequential_ops) {
       if (op.kind != workload::OpKind::kCollective) ops.push_back(op);
@@ -70,8 +69,8 @@ TEST(Physics, PartitionTimeNeverRisesWithTheLockedClock) {
       for (const std::string& slot : type.launch_slots) {
         double previous = 0.0;
         for (int f : A100().clock.ProfileGrid()) {
-          const double t = SimulatePartition(A100(), type, {.freq_mhz = f, .sms = sms, .slot = slot})
-                               .time_s;
+          const double t =
+              SimulatePartition(A100(), type, {.freq_mhz = f, .sms = sms, .slot = slot}).time_s;
           EXPECT_GE(t, previous * (1.0 - 1e-3)) << type.name << " " << slot << " " << f;
           previous = t;
         }
@@ -100,8 +99,8 @@ TEST(Physics, WaveQuantizationDoublesAGemmWhoseTilesEqualTheSmCount) {
   const workload::Op full = MakeGemm(128 * 12, 256 * 9, 8192);
   ASSERT_EQ(full.tiles, 108);
   const double alone = SimulateKernel(A100(), full, 108, 1110).time_s;
-  const SimResult shared =
-      SimulatePartition(A100(), GemmPartition(full), {.freq_mhz = 1110, .sms = 1, .slot = "linear_0"});
+  const SimResult shared = SimulatePartition(A100(), GemmPartition(full),
+                                             {.freq_mhz = 1110, .sms = 1, .slot = "linear_0"});
   ASSERT_NEAR(shared.overlap_s, shared.compute_busy_s, 1e-12);  // the AR outlasts the GEMM
   EXPECT_NEAR(shared.compute_busy_s / alone, 2.0, 0.1);
 

@@ -35,8 +35,8 @@ std::string InputErrorOf(const std::string& yaml) {
 
 // A100 SXM4 80GB exists as 400 W (default) and 500 W boards; the 40GB part stops at 400 W.
 TEST(PowerLimit, WorkloadGpuSectionSetsTheLimitWithinTheBoardRange) {
-  const workload::Workload plain = workload::WorkloadFromYaml(
-      Gpt3StageYaml("gpu: A100-SXM4-80GB\n"), "w.yaml");
+  const workload::Workload plain =
+      workload::WorkloadFromYaml(Gpt3StageYaml("gpu: A100-SXM4-80GB\n"), "w.yaml");
   EXPECT_EQ(plain.gpu.power.cap_w, 400.0);
   EXPECT_EQ(plain.power_limit_w, 0.0);
   const workload::Workload board500 = workload::WorkloadFromYaml(
@@ -52,8 +52,9 @@ TEST(PowerLimit, WorkloadGpuSectionSetsTheLimitWithinTheBoardRange) {
   EXPECT_NE(over.find("100 to 400 W"), std::string::npos) << over;
   EXPECT_NE(InputErrorOf(Gpt3StageYaml("gpu: {name: A40, power_limit_w: 50}\n")).find("100 to 300"),
             std::string::npos);
-  EXPECT_NE(InputErrorOf(Gpt3StageYaml("gpu: {name: A40, power_limt_w: 200}\n")).find("power_limt_w"),
-            std::string::npos);
+  EXPECT_NE(
+      InputErrorOf(Gpt3StageYaml("gpu: {name: A40, power_limt_w: 200}\n")).find("power_limt_w"),
+      std::string::npos);
 }
 
 // Power-limit mode: unlocked (the maximum clock), the GPU runs each kernel set at the highest
@@ -79,7 +80,8 @@ TEST(PowerLimit, LowerLimitsLowerTheClockAndHoldThePower) {
   // A GEMM held by a 400 W limit and the same GEMM on a 500 W board.
   hw::GpuSpec gpu500 = hw::GpuPreset("A100-SXM4-80GB");
   hw::SetPowerLimit(gpu500, 500.0);
-  const SimResult at400 = SimulateKernel(hw::GpuPreset("A100-SXM4-80GB"), MakeGemm(8192, 8192, 8192), 108, 1410);
+  const SimResult at400 =
+      SimulateKernel(hw::GpuPreset("A100-SXM4-80GB"), MakeGemm(8192, 8192, 8192), 108, 1410);
   const SimResult at500 = SimulateKernel(gpu500, MakeGemm(8192, 8192, 8192), 108, 1410);
   EXPECT_NEAR(at400.avg_power_w, 400.0, 0.5);
   EXPECT_GT(at500.effective_freq_mhz, at400.effective_freq_mhz);
@@ -125,7 +127,7 @@ TEST(PowerLimit, AverageModeHoldsTheRunsAveragePower) {
   const SimResult e = SimulateSequential(each, mix, top, 32);
   EXPECT_NEAR(a.avg_power_w, average.power.cap_w, 0.5);  // held at the limit on average
   EXPECT_LT(e.avg_power_w, each.power.cap_w - 20.0);     // the memory kernels pull it below
-  EXPECT_LT(a.time_s, e.time_s);                          // the GEMMs run faster
+  EXPECT_LT(a.time_s, e.time_s);                         // the GEMMs run faster
   // One clock for the whole run: reported exactly, below the maximum.
   EXPECT_LT(a.effective_freq_mhz, top);
   // A GEMM alone: the same clock and power in both modes.

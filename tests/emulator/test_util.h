@@ -72,15 +72,17 @@ inline std::filesystem::path SourceDir() {
 
 // examples/paper/01: Llama 3.2 3B, TP 8, MBS 8, seq 4096, PP 2 (15/13 layers), A100 40GB.
 inline const workload::WorkloadModel& LlamaTp8() {
-  static const workload::WorkloadModel model = workload::BuildWorkloadModel(
-      workload::LoadWorkloadFile(SourceDir() / "examples/paper/01-llama3.2-3b-tp8-mbs8-seq4096.yaml"));
+  static const workload::WorkloadModel model =
+      workload::BuildWorkloadModel(workload::LoadWorkloadFile(
+          SourceDir() / "examples/paper/01-llama3.2-3b-tp8-mbs8-seq4096.yaml"));
   return model;
 }
 
 // examples/paper/02: Llama 3.2 3B, CP 2 + TP 4, MBS 8, seq 4096.
 inline const workload::WorkloadModel& LlamaCp2Tp4() {
-  static const workload::WorkloadModel model = workload::BuildWorkloadModel(workload::LoadWorkloadFile(
-      SourceDir() / "examples/paper/02-llama3.2-3b-cp2-tp4-mbs8-seq4096.yaml"));
+  static const workload::WorkloadModel model =
+      workload::BuildWorkloadModel(workload::LoadWorkloadFile(
+          SourceDir() / "examples/paper/02-llama3.2-3b-cp2-tp4-mbs8-seq4096.yaml"));
   return model;
 }
 

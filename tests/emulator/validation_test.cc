@@ -60,8 +60,8 @@ TEST(Validation, A40Gpt3StageProfilesKnownGapsDoNotWiden) {
     EXPECT_LE(std::abs(c.top_power_error_pct), 10.0);
     if (c.direction == schedule::Direction::kForward) {
       EXPECT_LE(std::abs(c.emulated_optimal_mhz - c.measured_optimal_mhz), 45);
-      EXPECT_LE(c.time_rms_points, 5.5);                                          // target 3
-      EXPECT_LE(std::abs(c.emulated_saving_pct - c.measured_saving_pct), 5.5);    // target 3
+      EXPECT_LE(c.time_rms_points, 5.5);                                        // target 3
+      EXPECT_LE(std::abs(c.emulated_saving_pct - c.measured_saving_pct), 5.5);  // target 3
     } else {
       EXPECT_LE(c.time_rms_points, 15.5);                                         // target 3
       EXPECT_LE(std::abs(c.emulated_optimal_mhz - c.measured_optimal_mhz), 150);  // target 45

@@ -13,8 +13,8 @@ namespace kareus::hw {
 namespace {
 
 TEST(GpuPresets, AllFiveLoad) {
-  const std::vector<std::string> expected = {"A100-SXM4-40GB", "A100-SXM4-80GB", "A40",
-                                             "H100-SXM", "H200-SXM"};
+  const std::vector<std::string> expected = {"A100-SXM4-40GB", "A100-SXM4-80GB", "A40", "H100-SXM",
+                                             "H200-SXM"};
   EXPECT_EQ(GpuPresetNames(), expected);
   for (const auto& name : expected) {
     const GpuSpec gpu = GpuPreset(name);

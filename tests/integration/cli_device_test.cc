@@ -15,18 +15,21 @@ namespace {
 using testing::RunKareus;
 using testing::SourceDir;
 
-const std::string kExample = (SourceDir() / "examples" / "paper" / "01-llama3.2-3b-tp8-mbs8-seq4096.yaml").string();
+const std::string kExample =
+    (SourceDir() / "examples" / "paper" / "01-llama3.2-3b-tp8-mbs8-seq4096.yaml").string();
 
 TEST(CliDevice, CudaBackendFailsCleanlyOrGetsPastTheCheck) {
   const auto out = std::filesystem::temp_directory_path() / "kareus_cli_device_store.sqlite";
   std::filesystem::remove(out);
   // An unknown partition stops the profile before anything is measured when a GPU is present;
   // without one the backend check fails first. Either way: exit 2, a message, no store.
-  const auto r = RunKareus("profile " + kExample + " --backend cuda --partition no_such_type --store " + out.string());
+  const auto r = RunKareus("profile " + kExample +
+                           " --backend cuda --partition no_such_type --store " + out.string());
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_EQ(r.err.rfind("kareus: error: ", 0), 0u) << r.err;
-  const bool no_gpu = r.err.find("driver") != std::string::npos || r.err.find("CUDA") != std::string::npos ||
-                      r.err.find("NVML") != std::string::npos || r.err.find("unknown backend") != std::string::npos;
+  const bool no_gpu =
+      r.err.find("driver") != std::string::npos || r.err.find("CUDA") != std::string::npos ||
+      r.err.find("NVML") != std::string::npos || r.err.find("unknown backend") != std::string::npos;
   const bool got_past = r.err.find("no_such_type") != std::string::npos;
   EXPECT_TRUE(no_gpu || got_past) << r.err;
   EXPECT_FALSE(std::filesystem::exists(out));
@@ -44,7 +47,8 @@ TEST(CliDevice, CudaFlagsNeedTheCudaBackend) {
 TEST(CliDevice, DeviceCheckAlwaysReportsJson) {
   const auto file = std::filesystem::temp_directory_path() / "kareus_cli_device_check.json";
   std::filesystem::remove(file);
-  const auto r = RunKareus("device-check --json --window 0.2 --cooldown 0 --kernel-runs 3 --output " + file.string());
+  const auto r = RunKareus(
+      "device-check --json --window 0.2 --cooldown 0 --kernel-runs 3 --output " + file.string());
   ASSERT_TRUE(r.exit_code == 0 || r.exit_code == 2) << r.exit_code << "\n" << r.err;
   const Json report = Json::parse(r.out);
   EXPECT_EQ(report["format"], "kareus-device-check");

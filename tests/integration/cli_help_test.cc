@@ -99,10 +99,13 @@ TEST(CliHelp, VersionAndMisspeltFlags) {
   const auto version = RunKareus("--version");
   EXPECT_EQ(version.exit_code, 0) << version.err;
   EXPECT_EQ(version.out, "kareus 0.1.0\n");
-  const auto typo = RunKareus("run " + (testing::SourceDir() / "examples/paper/01-llama3.2-3b-tp8-mbs8-seq4096.yaml").string() +
-                              " --out /tmp/kareus_cli_help_typo --method kareus");
+  const auto typo = RunKareus(
+      "run " +
+      (testing::SourceDir() / "examples/paper/01-llama3.2-3b-tp8-mbs8-seq4096.yaml").string() +
+      " --out /tmp/kareus_cli_help_typo --method kareus");
   EXPECT_EQ(typo.exit_code, 2);
-  EXPECT_THAT(typo.err, ::testing::HasSubstr("--method: unknown flag of kareus run; did you mean --methods?"));
+  EXPECT_THAT(typo.err, ::testing::HasSubstr(
+                            "--method: unknown flag of kareus run; did you mean --methods?"));
   EXPECT_FALSE(std::filesystem::exists("/tmp/kareus_cli_help_typo"));
   const auto unknown = RunKareus("schedule run --iterations=3 --zzzz 1");
   EXPECT_EQ(unknown.exit_code, 2);
@@ -114,8 +117,10 @@ TEST(CliHelp, VersionAndMisspeltFlags) {
 }
 
 TEST(CliHelp, UnknownBackendExitsTwo) {
-  const auto r = RunKareus("profile " + (testing::SourceDir() / "examples/paper/01-llama3.2-3b-tp8-mbs8-seq4096.yaml").string() +
-                           " --backend tpu --quiet");
+  const auto r = RunKareus(
+      "profile " +
+      (testing::SourceDir() / "examples/paper/01-llama3.2-3b-tp8-mbs8-seq4096.yaml").string() +
+      " --backend tpu --quiet");
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_NE(r.err.find("--backend = tpu"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("emulator"), std::string::npos) << r.err;
@@ -129,7 +134,8 @@ TEST(CliHelp, ReadmeDocumentsEveryCommandAndFlag) {
     for (auto at = readme.find(word); at != std::string::npos; at = readme.find(word, at + 1)) {
       const std::size_t end = at + word.size();
       const char next = end < readme.size() ? readme[end] : ' ';
-      if (!std::isalnum(static_cast<unsigned char>(next)) && next != '-' && next != '_') return true;
+      if (!std::isalnum(static_cast<unsigned char>(next)) && next != '-' && next != '_')
+        return true;
     }
     return false;
   };
@@ -156,8 +162,8 @@ TEST(CliHelp, ReadmeDocumentsEveryCommandAndFlag) {
       std::smatch m;
       if (!std::regex_search(line, m, flag_line) || m[1] == "--help") continue;
       seen.insert(m[1]);
-      EXPECT_TRUE(documented(m[1])) << "README.md does not mention " << m[1] << " of kareus "
-                                    << command;
+      EXPECT_TRUE(documented(m[1]))
+          << "README.md does not mention " << m[1] << " of kareus " << command;
     }
     EXPECT_FALSE(seen.empty()) << command << " --help listed no flags";
   }

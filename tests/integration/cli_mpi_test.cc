@@ -71,8 +71,7 @@ class MpiCliTest : public ::testing::Test {
   // same (planning cost aside) and writes the same `out` folder; `also(ranks, folder)` checks
   // more of each spread run.
   void ExpectSameWithOneToFourRanks(
-      const std::string& args,
-      const std::function<void(int, const fs::path&)>& also = nullptr);
+      const std::string& args, const std::function<void(int, const fs::path&)>& also = nullptr);
 
   fs::path dir_;
 };
@@ -143,8 +142,10 @@ void ExpectSameFolders(const fs::path& a, const fs::path& b) {
   for (const auto& e : fs::recursive_directory_iterator(b)) {
     if (e.is_regular_file()) files_b.insert(fs::relative(e.path(), b).string());
   }
-  std::erase_if(files_a, [](const std::string& f) { return f.find(".sqlite-") != std::string::npos; });
-  std::erase_if(files_b, [](const std::string& f) { return f.find(".sqlite-") != std::string::npos; });
+  std::erase_if(files_a,
+                [](const std::string& f) { return f.find(".sqlite-") != std::string::npos; });
+  std::erase_if(files_b,
+                [](const std::string& f) { return f.find(".sqlite-") != std::string::npos; });
   EXPECT_EQ(files_a, files_b);
   ASSERT_FALSE(files_a.empty());
   for (const std::string& f : files_a) {
@@ -156,7 +157,8 @@ void ExpectSameFolders(const fs::path& a, const fs::path& b) {
                 DumpJson(WithoutTimings(ReadJsonFile(b / f))))
           << f;
     } else {
-      EXPECT_EQ(WithoutPlanningCost(testing::Slurp(a / f)), WithoutPlanningCost(testing::Slurp(b / f)))
+      EXPECT_EQ(WithoutPlanningCost(testing::Slurp(a / f)),
+                WithoutPlanningCost(testing::Slurp(b / f)))
           << f;
     }
   }
@@ -208,7 +210,8 @@ TEST_F(MpiCliTest, ProfileIsByteIdenticalWithOneToFourRanks) {
   }
   // Batches cut into units of 4 configurations: spread over the ranks, same result as one
   // process with the same unit size.
-  const std::string units = "profile " + Paper("02-") + " " + kBudget + " --quiet --json --unit-size 4";
+  const std::string units =
+      "profile " + Paper("02-") + " " + kBudget + " --quiet --json --unit-size 4";
   const CliResult one = Kareus("units1", 0, units);
   const CliResult three = Kareus("units3", 3, units);
   ASSERT_EQ(one.exit_code, 0) << one.err;
@@ -238,15 +241,16 @@ TEST_F(MpiCliTest, EvaluateWritesTheSameFilesAndTableWithOneToFourRanks) {
 // `resume_ranks` ranks reuses exactly those rows, measures the rest and ends with the
 // uninterrupted frontiers and store.
 void MpiCliTest::KillAndResume(int killed, int after, int resume_ranks) {
-  const std::string args = "profile " + Paper("02-") + " " + kBudget + " --quiet --json --store store.sqlite";
+  const std::string args =
+      "profile " + Paper("02-") + " " + kBudget + " --quiet --json --store store.sqlite";
   const CliResult clean = Kareus("clean", 0, args);
   ASSERT_EQ(clean.exit_code, 0) << clean.err;
   const Json expected = Json::parse(clean.out);
   const int64_t total = expected["measurements_taken"].get<int64_t>();
 
-  const CliResult dead = Kareus("run", 3, args,
-                                "KAREUS_FAULT_KILL_RANK=" + std::to_string(killed) + ":" +
-                                    std::to_string(after));
+  const CliResult dead =
+      Kareus("run", 3, args,
+             "KAREUS_FAULT_KILL_RANK=" + std::to_string(killed) + ":" + std::to_string(after));
   EXPECT_NE(dead.exit_code, 0);
   EXPECT_NE(dead.err.find("process rank " + std::to_string(killed)), std::string::npos) << dead.err;
   EXPECT_NE(dead.err.find("signal 9"), std::string::npos) << dead.err;
@@ -263,7 +267,8 @@ void MpiCliTest::KillAndResume(int killed, int after, int resume_ranks) {
   ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
   const Json again = Json::parse(resumed.out);
   EXPECT_EQ(again["measurements_reused"].get<int64_t>(), static_cast<int64_t>(committed.size()));
-  EXPECT_EQ(again["measurements_taken"].get<int64_t>(), total - static_cast<int64_t>(committed.size()));
+  EXPECT_EQ(again["measurements_taken"].get<int64_t>(),
+            total - static_cast<int64_t>(committed.size()));
   ASSERT_EQ(again["partitions"].size(), expected["partitions"].size());
   for (std::size_t t = 0; t < expected["partitions"].size(); ++t) {
     const Json& x = expected["partitions"][t];
@@ -288,14 +293,13 @@ TEST_F(MpiCliTest, AKilledRankZeroLosesNothingCommitted) {
 TEST_F(MpiCliTest, ARankThatCannotMakeItsBackendIsNamed) {
   // Two programs in one job (MPMD): rank 1 asks for a backend this build does not have.
   const std::string workload = Paper("01-");
-  const std::string command = std::string(KAREUS_MPIEXEC) +
-                              " --oversubscribe --allow-run-as-root -np 1 " +
-                              testing::KareusBinary().string() + " profile " + workload +
-                              " --quiet --store store.sqlite : -np 1 " +
-                              testing::KareusBinary().string() + " profile " + workload +
-                              " --quiet --store store.sqlite --backend gpu";
-  const std::string full = "cd " + dir_.string() + " && timeout 300 " + command +
-                           " >stdout.txt 2>stderr.txt </dev/null";
+  const std::string command =
+      std::string(KAREUS_MPIEXEC) + " --oversubscribe --allow-run-as-root -np 1 " +
+      testing::KareusBinary().string() + " profile " + workload +
+      " --quiet --store store.sqlite : -np 1 " + testing::KareusBinary().string() + " profile " +
+      workload + " --quiet --store store.sqlite --backend gpu";
+  const std::string full =
+      "cd " + dir_.string() + " && timeout 300 " + command + " >stdout.txt 2>stderr.txt </dev/null";
   const int status = std::system(full.c_str());
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 2);
@@ -311,8 +315,8 @@ TEST_F(MpiCliTest, RanksOfANodeNeverShareTheirGpus) {
   if (Kareus("probe", 0, "profile --help").out.find("--devices") == std::string::npos) {
     GTEST_SKIP() << "this kareus has no --devices";
   }
-  const CliResult shared = Kareus(
-      "shared", 2, "profile " + Paper("01-") + " --backend cuda --devices 0,1,2,3 --quiet");
+  const CliResult shared =
+      Kareus("shared", 2, "profile " + Paper("01-") + " --backend cuda --devices 0,1,2,3 --quiet");
   if (shared.err.find("without CUDA") != std::string::npos) {
     GTEST_SKIP() << "this kareus was built without the cuda backend";
   }

@@ -51,9 +51,7 @@ Shell Sh(const std::string& command) {
 }
 
 // Runs `script` (sh) as root of a new user and mount namespace, where it may mount.
-Shell InNamespace(const std::string& script) {
-  return Sh("unshare -rm sh -c '" + script + "'");
-}
+Shell InNamespace(const std::string& script) { return Sh("unshare -rm sh -c '" + script + "'"); }
 
 bool NamespacesAvailable() {
   static const bool available =
@@ -90,7 +88,8 @@ class ReliabilityCli : public ::testing::Test {
 // it set aside. (Before checksums: 14 of 40 trials exited 0, 9 of them with another profile.)
 TEST_F(ReliabilityCli, ABitFlippedStoreNeverChangesAProfileSilently) {
   const fs::path store = dir_ / "s.sqlite";
-  ASSERT_EQ(RunKareus("profile " + workload_ + kProfile + " --store " + store.string()).exit_code, 0);
+  ASSERT_EQ(RunKareus("profile " + workload_ + kProfile + " --store " + store.string()).exit_code,
+            0);
   const std::string bytes = ReadTextFile(store);
   const auto profile = [&] {
     return RunKareus("profile " + workload_ + kProfile + " --store " + store.string());
@@ -121,9 +120,10 @@ TEST_F(ReliabilityCli, ABitFlippedStoreNeverChangesAProfileSilently) {
       ADD_FAILURE() << "a flip at byte " << at << " changed the profile without a word";
     }
   }
-  std::printf("%d flipped stores: %d exit 2, %d named the rows set aside, %d unchanged, %d "
-              "silent\n",
-              trials, refused, named, unchanged, silent);
+  std::printf(
+      "%d flipped stores: %d exit 2, %d named the rows set aside, %d unchanged, %d "
+      "silent\n",
+      trials, refused, named, unchanged, silent);
   EXPECT_EQ(silent, 0);
   // Told not to re-measure, a store with a damaged row stops the run naming it.
   WriteBytes(store, bytes);
@@ -135,8 +135,8 @@ TEST_F(ReliabilityCli, ABitFlippedStoreNeverChangesAProfileSilently) {
               SQLITE_OK);
     sqlite3_close(db);
   }
-  const auto strict = RunKareus("profile " + workload_ + kProfile + " --damaged-rows fail --store " +
-                                store.string());
+  const auto strict = RunKareus("profile " + workload_ + kProfile +
+                                " --damaged-rows fail --store " + store.string());
   EXPECT_EQ(strict.exit_code, 2);
   EXPECT_THAT(strict.err, ::testing::HasSubstr("1 row fails its checks"));
   EXPECT_THAT(strict.err, ::testing::HasSubstr("checksum does not match"));
@@ -148,7 +148,8 @@ TEST_F(ReliabilityCli, ABitFlippedStoreNeverChangesAProfileSilently) {
 // Reproducer 2: a valid store on a read-only mount is read; --related never leaves side files.
 TEST_F(ReliabilityCli, ReadOnlyStoresAreReadAndRelatedLeavesNoSideFiles) {
   const fs::path related = dir_ / "related.sqlite";
-  const std::string other = (SourceDir() / "examples/paper/06-qwen3-1.7b-tp8-mbs8-seq8192.yaml").string();
+  const std::string other =
+      (SourceDir() / "examples/paper/06-qwen3-1.7b-tp8-mbs8-seq8192.yaml").string();
   const std::string related_workload =
       (SourceDir() / "examples/paper/05-qwen3-1.7b-tp8-mbs8-seq4096.yaml").string();
   ASSERT_EQ(RunKareus("profile " + related_workload + kProfile + " --store " + related.string())
@@ -208,7 +209,8 @@ TEST_F(ReliabilityCli, OutputFoldersAreCheckedBeforeTheWork) {
   EXPECT_THAT(empty.err, ::testing::HasSubstr("--out = \"\": an output folder is required"));
   EXPECT_THAT(empty.out, ::testing::Not(::testing::HasSubstr("Wrote")));
   { std::ofstream file(dir_ / "file"); }
-  const auto under_file = RunKareus("run " + workload_ + " --quiet --out " + (dir_ / "file/out").string());
+  const auto under_file =
+      RunKareus("run " + workload_ + " --quiet --out " + (dir_ / "file/out").string());
   EXPECT_EQ(under_file.exit_code, 2);
   EXPECT_THAT(under_file.err, ::testing::HasSubstr("cannot be created"));
   // solve and export, on a real input each.
@@ -228,8 +230,8 @@ TEST_F(ReliabilityCli, OutputFoldersAreCheckedBeforeTheWork) {
   EXPECT_EQ(solve.exit_code, 2);
   EXPECT_THAT(solve.err, ::testing::HasSubstr("is a mount point"));
   plan::WritePlanFile(dir_ / "plan.json", plan::testing::PlanFor(fs::path(kWorkload).filename()));
-  const auto exported = RunKareus("export " + (dir_ / "plan.json").string() +
-                                  " --format kareus-scheds --out /proc");
+  const auto exported =
+      RunKareus("export " + (dir_ / "plan.json").string() + " --format kareus-scheds --out /proc");
   EXPECT_EQ(exported.exit_code, 2);
   EXPECT_THAT(exported.err, ::testing::HasSubstr("is a mount point"));
 
@@ -282,7 +284,8 @@ TEST_F(ReliabilityCli, ExportRefusesPlansThatDoNotFitTheirWorkload) {
 // SQLite), and a full disk's message says exactly what was left.
 TEST_F(ReliabilityCli, MessagesAreUtf8AndSayWhatAFullDiskLeft) {
   const fs::path store = dir_ / "s.sqlite";
-  ASSERT_EQ(RunKareus("profile " + workload_ + kProfile + " --store " + store.string()).exit_code, 0);
+  ASSERT_EQ(RunKareus("profile " + workload_ + kProfile + " --store " + store.string()).exit_code,
+            0);
   std::string bytes = ReadTextFile(store);
   const std::size_t at = bytes.find("sqlite_autoindex_meta_1");
   ASSERT_NE(at, std::string::npos);
@@ -296,11 +299,11 @@ TEST_F(ReliabilityCli, MessagesAreUtf8AndSayWhatAFullDiskLeft) {
   for (const char* size : {"4k", "8k", "12k", "16k", "20k"}) {
     const fs::path full = dir_ / "full";
     fs::create_directories(full);
-    Shell run = InNamespace("mount -t tmpfs -o size=" + std::string(size) + " none " +
-                            full.string() + " && head -c 1 /dev/zero > " + full.string() +
-                            "/x; " + Kareus() + " profile " + workload_ + kProfile + " --store " +
-                            full.string() + "/s.sqlite >/dev/null; echo rc=$?; ls -A " +
-                            full.string());
+    Shell run =
+        InNamespace("mount -t tmpfs -o size=" + std::string(size) + " none " + full.string() +
+                    " && head -c 1 /dev/zero > " + full.string() + "/x; " + Kareus() + " profile " +
+                    workload_ + kProfile + " --store " + full.string() +
+                    "/s.sqlite >/dev/null; echo rc=$?; ls -A " + full.string());
     SCOPED_TRACE(std::string(size) + ": " + run.out);
     EXPECT_TRUE(IsValidUtf8(run.out));
     if (run.out.find("rc=0") != std::string::npos) continue;  // it fitted

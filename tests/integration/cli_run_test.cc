@@ -20,7 +20,8 @@ namespace {
 using testing::RunKareus;
 using testing::SourceDir;
 
-const std::string kExample = (SourceDir() / "examples" / "paper" / "01-llama3.2-3b-tp8-mbs8-seq4096.yaml").string();
+const std::string kExample =
+    (SourceDir() / "examples" / "paper" / "01-llama3.2-3b-tp8-mbs8-seq4096.yaml").string();
 
 std::filesystem::path Fresh(const std::string& name) {
   const auto dir = std::filesystem::temp_directory_path() / ("kareus_cli_run_" + name);
@@ -128,8 +129,8 @@ TEST(CliRun, AnInterruptedRunLeavesThePreviousOutputsAndNoTemporaries) {
     const int null_fd = ::open("/dev/null", O_WRONLY);
     dup2(null_fd, 1);
     dup2(null_fd, 2);
-    execl(testing::KareusBinary().c_str(), "kareus", "run", kExample.c_str(), "--out",
-          out.c_str(), "--methods", "kareus,perseus", "--quiet", static_cast<char*>(nullptr));
+    execl(testing::KareusBinary().c_str(), "kareus", "run", kExample.c_str(), "--out", out.c_str(),
+          "--methods", "kareus,perseus", "--quiet", static_cast<char*>(nullptr));
     _exit(127);
   }
   // Interrupt once the run is under way (its staging folder exists).
@@ -168,9 +169,9 @@ TEST(CliEvaluate, WorkloadNamesAreDistinctFolderNames) {
   EXPECT_EQ(escape.exit_code, 2);
   EXPECT_NE(escape.err.find("name"), std::string::npos) << escape.err;
   EXPECT_FALSE(std::filesystem::exists(dir / "escaped"));
-  const auto twice = RunKareus("evaluate " + with_name("b.yaml", "same") + " " +
-                               with_name("c.yaml", "same") + " --out " + out.string() +
-                               " --methods megatron --quiet");
+  const auto twice =
+      RunKareus("evaluate " + with_name("b.yaml", "same") + " " + with_name("c.yaml", "same") +
+                " --out " + out.string() + " --methods megatron --quiet");
   EXPECT_EQ(twice.exit_code, 2);
   EXPECT_NE(twice.err.find("another workload of this evaluation"), std::string::npos) << twice.err;
   EXPECT_FALSE(std::filesystem::exists(out));
@@ -179,9 +180,10 @@ TEST(CliEvaluate, WorkloadNamesAreDistinctFolderNames) {
 
 TEST(CliEvaluate, CombinedTableOverWorkloads) {
   const auto out = Fresh("evaluate");
-  const auto r = RunKareus("evaluate " + kExample + " " +
-                           (SourceDir() / "examples" / "paper" / "05-qwen3-1.7b-tp8-mbs8-seq4096.yaml").string() +
-                           " --out " + out.string() + " --methods megatron,perseus,kareus --quiet --json");
+  const auto r = RunKareus(
+      "evaluate " + kExample + " " +
+      (SourceDir() / "examples" / "paper" / "05-qwen3-1.7b-tp8-mbs8-seq4096.yaml").string() +
+      " --out " + out.string() + " --methods megatron,perseus,kareus --quiet --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const Json j = Json::parse(r.out);
   EXPECT_EQ(j["format"], "kareus.evaluation/1");

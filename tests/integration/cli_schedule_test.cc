@@ -23,7 +23,8 @@ class CliSchedule : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = fs::temp_directory_path() /
-           ("kareus_cli_schedule_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+           ("kareus_cli_schedule_" +
+            std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
     fs::remove_all(dir_);
     fs::create_directories(dir_ / "run" / "plans");
     // 2 GPUs; 300, 225 and 170 W per GPU; the GPUs' static power 100 W each.
@@ -31,20 +32,28 @@ class CliSchedule : public ::testing::Test {
     const double times[] = {1.0, 1.2, 1.5}, energies[] = {600, 540, 510};
     Json points = Json::array();
     for (int i = 0; i < 3; ++i) {
-      fs::copy_file(SourceDir() / "tests/runtime/data/plan_2x8.json", dir_ / "run/plans" / names[i]);
-      points.push_back({{"time_s", times[i]}, {"energy_j", energies[i]},
-                        {"static_energy_j", 200.0 * times[i]}, {"plan_index", i},
+      fs::copy_file(SourceDir() / "tests/runtime/data/plan_2x8.json",
+                    dir_ / "run/plans" / names[i]);
+      points.push_back({{"time_s", times[i]},
+                        {"energy_j", energies[i]},
+                        {"static_energy_j", 200.0 * times[i]},
+                        {"plan_index", i},
                         {"plan_path", std::string("plans/") + names[i]}});
     }
-    points.insert(points.begin() + 1, Json{{"time_s", 1.1}, {"energy_j", 580},
-                                           {"static_energy_j", 220}, {"plan_index", -1},
+    points.insert(points.begin() + 1, Json{{"time_s", 1.1},
+                                           {"energy_j", 580},
+                                           {"static_energy_j", 220},
+                                           {"plan_index", -1},
                                            {"plan_path", ""}});  // not kept: not used
-    WriteJsonFile(dir_ / "run/frontier.json", {{"format", "kareus.frontier/1"}, {"method", "kareus"},
-                                               {"workload", Json::object()}, {"points", points}});
+    WriteJsonFile(dir_ / "run/frontier.json", {{"format", "kareus.frontier/1"},
+                                               {"method", "kareus"},
+                                               {"workload", Json::object()},
+                                               {"points", points}});
     // Hourly prices: cheap, expensive, cheap, cheap.
-    WriteFileAtomic(dir_ / "price.csv",
-                    "# test prices\ntime,price\n2026-03-02T00:00:00Z,0.1\n2026-03-02T01:00:00Z,1.0\n"
-                    "2026-03-02T02:00:00Z,0.1\n2026-03-02T03:00:00Z,0.1\n");
+    WriteFileAtomic(
+        dir_ / "price.csv",
+        "# test prices\ntime,price\n2026-03-02T00:00:00Z,0.1\n2026-03-02T01:00:00Z,1.0\n"
+        "2026-03-02T02:00:00Z,0.1\n2026-03-02T03:00:00Z,0.1\n");
   }
   void TearDown() override { fs::remove_all(dir_); }
 
@@ -113,9 +122,9 @@ TEST_F(CliSchedule, BadAndInfeasibleRequestsExitTwoNamingTheBound) {
   EXPECT_EQ(backwards.exit_code, 2);
   EXPECT_THAT(backwards.err, ::testing::HasSubstr("backwards.csv line 3"));
   EXPECT_THAT(backwards.err, ::testing::HasSubstr("times must increase"));
-  const auto no_run = RunKareus("schedule " + dir_.string() + " --signal " +
-                                (dir_ / "price.csv").string() + " --out " +
-                                (dir_ / "out").string() + " --iterations 10 --deadline 1h");
+  const auto no_run =
+      RunKareus("schedule " + dir_.string() + " --signal " + (dir_ / "price.csv").string() +
+                " --out " + (dir_ / "out").string() + " --iterations 10 --deadline 1h");
   EXPECT_EQ(no_run.exit_code, 2);
   EXPECT_THAT(no_run.err, ::testing::HasSubstr("has no frontier.json"));
 }

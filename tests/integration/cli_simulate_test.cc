@@ -20,9 +20,9 @@ std::string Tp8() {
 }
 
 void ExpectResultFields(const Json& j) {
-  for (const char* field : {"time_s", "energy_j", "static_energy_j", "dynamic_energy_j",
-                            "avg_power_w", "effective_freq_mhz", "compute_busy_s", "comm_busy_s",
-                            "overlap_s"}) {
+  for (const char* field :
+       {"time_s", "energy_j", "static_energy_j", "dynamic_energy_j", "avg_power_w",
+        "effective_freq_mhz", "compute_busy_s", "comm_busy_s", "overlap_s"}) {
     ASSERT_TRUE(j.contains(field)) << field;
     EXPECT_TRUE(j[field].is_number()) << field;
   }
@@ -41,9 +41,10 @@ TEST(CliSimulate, PartitionAsJson) {
   EXPECT_EQ(j["partition"], "fwd_attn");
   EXPECT_EQ(j["sms"], 12);
   EXPECT_LE(j["effective_freq_mhz"].get<double>(), 1410.0);
-  EXPECT_EQ(RunKareus("simulate " + Tp8() + " --partition fwd_attn --freq 1410 --sms 12 --slot linear_0")
-                .exit_code,
-            0);
+  EXPECT_EQ(
+      RunKareus("simulate " + Tp8() + " --partition fwd_attn --freq 1410 --sms 12 --slot linear_0")
+          .exit_code,
+      0);
   // Power-limit mode without --freq: the header must not claim a locked clock.
   const auto capped = RunKareus("simulate " + Tp8() +
                                 " --partition fwd_attn --power-limit 250 --sms 12 --slot linear_0");
@@ -61,16 +62,18 @@ TEST(CliSimulate, InstructionAsJson) {
     ExpectResultFields(j);
     EXPECT_EQ(j["mode"], mode.empty() ? "nanobatched" : "sequential");
   }
-  const auto tuned = RunKareus("simulate " + Tp8() +
-                               " --stage 0 --instruction forward --freq 1410 --comm fwd_attn=9@linear_0 "
-                               "--comm fwd_mlp=12@linear_0 --json");
+  const auto tuned =
+      RunKareus("simulate " + Tp8() +
+                " --stage 0 --instruction forward --freq 1410 --comm fwd_attn=9@linear_0 "
+                "--comm fwd_mlp=12@linear_0 --json");
   ASSERT_EQ(tuned.exit_code, 0) << tuned.err;
 }
 
 TEST(CliSimulate, SweepWritesTheWholeGridAsCsv) {
   const auto csv = std::filesystem::temp_directory_path() /
                    ("kareus_sweep_" + std::to_string(::getpid()) + ".csv");
-  const auto r = RunKareus("simulate " + Tp8() + " --partition fwd_mlp --sweep --csv " + csv.string());
+  const auto r =
+      RunKareus("simulate " + Tp8() + " --partition fwd_mlp --sweep --csv " + csv.string());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   std::istringstream in(testing::Slurp(csv));
   std::string line;
@@ -105,12 +108,12 @@ TEST(CliSimulate, BadInputExitsTwoWithTheChoices) {
 // --csv must name a file Kareus can write: a folder, or a place it cannot write, is refused with
 // the path and the rule, and nothing is left behind.
 TEST(CliSimulate, CsvThatCannotBeWrittenExitsTwoNamingThePath) {
-  const auto dir = std::filesystem::temp_directory_path() /
-                   ("kareus_sweep_dir_" + std::to_string(::getpid()));
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("kareus_sweep_dir_" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
-  const auto folder = RunKareus("simulate " + Tp8() + " --partition fwd_mlp --sweep --csv " +
-                                dir.string());
+  const auto folder =
+      RunKareus("simulate " + Tp8() + " --partition fwd_mlp --sweep --csv " + dir.string());
   EXPECT_EQ(folder.exit_code, 2);
   EXPECT_NE(folder.err.find(dir.string() + ": is a folder; a file path is required"),
             std::string::npos)
@@ -121,8 +124,8 @@ TEST(CliSimulate, CsvThatCannotBeWrittenExitsTwoNamingThePath) {
   EXPECT_EQ(unwritable.exit_code, 2);
   EXPECT_NE(unwritable.err.find("/proc/kareus_sweep.csv: cannot be written"), std::string::npos)
       << unwritable.err;
-  EXPECT_EQ(unwritable.err.find(".tmp."), std::string::npos) << "names a temporary: "
-                                                             << unwritable.err;
+  EXPECT_EQ(unwritable.err.find(".tmp."), std::string::npos)
+      << "names a temporary: " << unwritable.err;
   std::filesystem::remove_all(dir);
 }
 

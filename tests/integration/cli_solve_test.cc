@@ -49,7 +49,8 @@ TEST(CliSolve, SolvesAndExports) {
   WriteProfile(dir / "profile.csv");
   const auto solve = RunKareus("solve " + (dir / "profile.csv").string() +
                                " --stages 2 --microbatches 8 --static-power 85 "
-                               "--gpus-per-stage 8 --out " + (dir / "out").string() + " --json");
+                               "--gpus-per-stage 8 --out " +
+                               (dir / "out").string() + " --json");
   ASSERT_EQ(solve.exit_code, 0) << solve.err;
   const Json json = Json::parse(solve.out);
   EXPECT_EQ(json["status"], "reached_minimum_time");
@@ -117,7 +118,8 @@ TEST(CliSolve, GPipePlansAreSolvedWrittenAndExported) {
   WriteProfile(dir / "profile.csv");
   const auto solve = RunKareus("solve " + (dir / "profile.csv").string() +
                                " --stages 2 --microbatches 4 --static-power 85 --schedule gpipe"
-                               " --out " + (dir / "out").string() + " --json");
+                               " --out " +
+                               (dir / "out").string() + " --json");
   ASSERT_EQ(solve.exit_code, 0) << solve.err;
   const Json plan = ReadJsonFile(dir / "out" / "plan.json");
   EXPECT_EQ(plan["schedule"], "gpipe");
@@ -142,9 +144,11 @@ TEST(CliSolve, GPipePlansAreSolvedWrittenAndExported) {
     ++forwards;
   }
   EXPECT_EQ(forwards, 4u) << text;
-  const auto bad = RunKareus("solve " + (dir / "profile.csv").string() +
-                             " --stages 2 --microbatches 4 --static-power 85 --schedule interleaved-1f1b"
-                             " --out " + (dir / "bad").string());
+  const auto bad =
+      RunKareus("solve " + (dir / "profile.csv").string() +
+                " --stages 2 --microbatches 4 --static-power 85 --schedule interleaved-1f1b"
+                " --out " +
+                (dir / "bad").string());
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_THAT(bad.err, ::testing::HasSubstr("--schedule"));
   EXPECT_FALSE(fs::exists(dir / "bad"));
@@ -153,9 +157,9 @@ TEST(CliSolve, GPipePlansAreSolvedWrittenAndExported) {
 TEST(CliSolve, BadProfileExitsTwoNamingTheLineAndWritesNothing) {
   const fs::path dir = Scratch("bad");
   WriteProfile(dir / "profile.csv", "1,backward,1410,-0.2,30\n");
-  const auto solve = RunKareus("solve " + (dir / "profile.csv").string() +
-                               " --stages 2 --microbatches 8 --static-power 85 --out " +
-                               (dir / "out").string());
+  const auto solve =
+      RunKareus("solve " + (dir / "profile.csv").string() +
+                " --stages 2 --microbatches 8 --static-power 85 --out " + (dir / "out").string());
   EXPECT_EQ(solve.exit_code, 2);
   EXPECT_THAT(solve.err, ::testing::HasSubstr("profile.csv:74 time"));
   EXPECT_FALSE(fs::exists(dir / "out"));
@@ -169,9 +173,9 @@ TEST(CliSolve, BadProfileExitsTwoNamingTheLineAndWritesNothing) {
 TEST(CliSolve, HugeValuesExitTwoNamingTheField) {
   const fs::path dir = Scratch("huge");
   WriteProfile(dir / "huge.csv", "1,backward,1410,0.3,1e308\n");
-  const auto energy = RunKareus("solve " + (dir / "huge.csv").string() +
-                                " --stages 2 --microbatches 8 --static-power 85 --out " +
-                                (dir / "out").string());
+  const auto energy =
+      RunKareus("solve " + (dir / "huge.csv").string() +
+                " --stages 2 --microbatches 8 --static-power 85 --out " + (dir / "out").string());
   EXPECT_EQ(energy.exit_code, 2) << energy.err;
   EXPECT_THAT(energy.err, ::testing::HasSubstr("huge.csv:74 energy"));
   WriteProfile(dir / "profile.csv");
@@ -186,9 +190,9 @@ TEST(CliSolve, HugeValuesExitTwoNamingTheField) {
   EXPECT_EQ(many.exit_code, 2) << many.err;
   EXPECT_THAT(many.err, ::testing::HasSubstr("microbatches"));
   WriteProfile(dir / "long.csv", "1,backward,1410,0.3," + std::string(100000, '7') + "x\n");
-  const auto long_value = RunKareus("solve " + (dir / "long.csv").string() +
-                                    " --stages 2 --microbatches 8 --static-power 85 --out " +
-                                    (dir / "out").string());
+  const auto long_value =
+      RunKareus("solve " + (dir / "long.csv").string() +
+                " --stages 2 --microbatches 8 --static-power 85 --out " + (dir / "out").string());
   EXPECT_EQ(long_value.exit_code, 2);
   EXPECT_LT(long_value.err.size(), 1000u) << "a 100 KB value echoed";
   EXPECT_FALSE(fs::exists(dir / "out"));
@@ -221,9 +225,11 @@ TEST(CliExport, PlanStringsAreWrittenAsPythonData) {
     // Python loads it as a literal and running it creates nothing.
     const fs::path mark = dir / (std::string("mark-") + format);
     const std::string python =
-        "MARK=" + mark.string() + " /usr/bin/python3 -c \"import ast, sys; "
+        "MARK=" + mark.string() +
+        " /usr/bin/python3 -c \"import ast, sys; "
         "v = ast.literal_eval(open(sys.argv[1]).read()); exec(open(sys.argv[1]).read()); "
-        "print(repr(v))\" " + file.string() + " > " + (dir / "value.txt").string();
+        "print(repr(v))\" " +
+        file.string() + " > " + (dir / "value.txt").string();
     if (!fs::exists("/usr/bin/python3")) GTEST_SKIP() << "no /usr/bin/python3";
     EXPECT_EQ(std::system(python.c_str()), 0) << format;
     EXPECT_FALSE(fs::exists(mark)) << format << ": loading the file ran code";
@@ -249,7 +255,8 @@ TEST(CliExport, ZeusExportOfANanobatchedPlanIsRefusedUnlessClocksOnly) {
       "export " + (dir / "plan.json").string() + " --format zeus --out " + (dir / "zeus").string();
   const auto refused = RunKareus(export_zeus);
   EXPECT_EQ(refused.exit_code, 2) << refused.err;
-  EXPECT_THAT(refused.err, ::testing::HasSubstr("1 of the 2 instructions of this kareus plan run nanobatched"));
+  EXPECT_THAT(refused.err,
+              ::testing::HasSubstr("1 of the 2 instructions of this kareus plan run nanobatched"));
   EXPECT_THAT(refused.err, ::testing::HasSubstr("methods/perseus/plan.json"));
   EXPECT_THAT(refused.err, ::testing::HasSubstr("kareus.torch"));
   EXPECT_THAT(refused.err, ::testing::HasSubstr("--clocks-only"));
@@ -265,9 +272,9 @@ TEST(CliExport, ZeusExportOfANanobatchedPlanIsRefusedUnlessClocksOnly) {
                       (dir / "scheds").string())
                 .exit_code,
             0);
-  const auto misuse = RunKareus("export " + (dir / "plan.json").string() +
-                                " --format kareus-scheds --clocks-only --out " +
-                                (dir / "scheds2").string());
+  const auto misuse =
+      RunKareus("export " + (dir / "plan.json").string() +
+                " --format kareus-scheds --clocks-only --out " + (dir / "scheds2").string());
   EXPECT_EQ(misuse.exit_code, 2);
   EXPECT_THAT(misuse.err, ::testing::HasSubstr("zeus"));
 }
@@ -275,11 +282,11 @@ TEST(CliExport, ZeusExportOfANanobatchedPlanIsRefusedUnlessClocksOnly) {
 TEST(CliExport, BadPlansExitTwoAndEachExportReplacesTheFolder) {
   const fs::path dir = Scratch("export_bad");
   WriteProfile(dir / "profile.csv");
-  ASSERT_EQ(RunKareus("solve " + (dir / "profile.csv").string() +
-                      " --stages 2 --microbatches 8 --static-power 85 --out " +
-                      (dir / "out").string())
-                .exit_code,
-            0);
+  ASSERT_EQ(
+      RunKareus("solve " + (dir / "profile.csv").string() +
+                " --stages 2 --microbatches 8 --static-power 85 --out " + (dir / "out").string())
+          .exit_code,
+      0);
   const std::string plan = ReadTextFile(dir / "out" / "plan.json");
   // The index in the file name overflowed std::stol (exit 1).
   fs::create_directories(dir / "overflow");
@@ -292,8 +299,8 @@ TEST(CliExport, BadPlansExitTwoAndEachExportReplacesTheFolder) {
   std::string huge = plan;
   huge.replace(huge.find("\"time_s\": "), 10, "\"time_s\": 1e400, \"x\": ");
   WriteFileAtomic(dir / "huge.json", huge);
-  const auto number = RunKareus("export " + (dir / "huge.json").string() +
-                                " --format zeus --out " + (dir / "x").string());
+  const auto number = RunKareus("export " + (dir / "huge.json").string() + " --format zeus --out " +
+                                (dir / "x").string());
   EXPECT_EQ(number.exit_code, 2) << number.err;
   EXPECT_THAT(number.err, ::testing::HasSubstr("huge.json: not valid JSON"));
   // A 100 KB kind is named, not echoed.

@@ -28,14 +28,14 @@ TEST(CliValidate, JsonListsEveryDatasetWithItsShapeErrors) {
       for (const char* field : {"measured", "emulated", "error_pct", "comparable"}) {
         EXPECT_TRUE(d["rows"][0].contains(field)) << field;
       }
-      EXPECT_TRUE(d["median_abs_error"].contains(d["kind"] == "device_check" ? "partitions"
-                                                                             : "loads"));
+      EXPECT_TRUE(
+          d["median_abs_error"].contains(d["kind"] == "device_check" ? "partitions" : "loads"));
     } else if (d["kind"] == "stage_profile") {
       EXPECT_EQ(d["curves"].size(), 16u);
-      for (const char* field : {"time_rms_points", "energy_rms_points", "measured_optimal_mhz",
-                                "emulated_optimal_mhz", "measured_saving_pct",
-                                "emulated_saving_pct", "measured_top_power_w",
-                                "emulated_top_power_w"}) {
+      for (const char* field :
+           {"time_rms_points", "energy_rms_points", "measured_optimal_mhz", "emulated_optimal_mhz",
+            "measured_saving_pct", "emulated_saving_pct", "measured_top_power_w",
+            "emulated_top_power_w"}) {
         EXPECT_TRUE(d["curves"][0].contains(field)) << field;
       }
     } else {
@@ -70,8 +70,8 @@ std::string Tp8() {
 TEST(CliSimulatePowerLimit, UnlockedUnderALimitTheClockFallsWithTheLimit) {
   double previous = 1e9;
   for (const char* limit : {"400", "250", "150"}) {
-    const auto r = RunKareus("simulate " + Tp8() + " --stage 0 --instruction forward --power-limit " +
-                             limit + " --json");
+    const auto r = RunKareus("simulate " + Tp8() +
+                             " --stage 0 --instruction forward --power-limit " + limit + " --json");
     ASSERT_EQ(r.exit_code, 0) << r.err;
     const Json j = Json::parse(r.out);
     EXPECT_EQ(j["freq_mhz"], 1410);  // unlocked: the maximum clock, lowered by the limit
@@ -83,7 +83,8 @@ TEST(CliSimulatePowerLimit, UnlockedUnderALimitTheClockFallsWithTheLimit) {
 }
 
 TEST(CliSimulatePowerLimit, OutsideTheBoardRangeExitsTwoWithTheRange) {
-  const auto r = RunKareus("simulate " + Tp8() + " --stage 0 --instruction forward --power-limit 500");
+  const auto r =
+      RunKareus("simulate " + Tp8() + " --stage 0 --instruction forward --power-limit 500");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("--power-limit"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("100 to 400 W"), std::string::npos) << r.err;

@@ -83,7 +83,8 @@ TEST(CliPartitions, InvalidWorkloadsExitTwoNamingTheFieldAndPrintNothing) {
     EXPECT_TRUE(r.out.empty()) << c.field << ": " << r.out;
     EXPECT_NE(r.err.find(c.field), std::string::npos) << r.err;
   }
-  // Issue 16: inputs that crashed (SIGFPE) or were internal errors (exit 1) exit 2 naming the field.
+  // Issue 16: inputs that crashed (SIGFPE) or were internal errors (exit 1) exit 2 naming the
+  // field.
   const std::vector<Case> hostile = {
       {"cp: 1", "cp: 2147483648", "parallelism.cp"},
       {"tp: 8", "tp: 4294967304", "parallelism.tp"},

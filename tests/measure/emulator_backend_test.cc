@@ -15,8 +15,8 @@ namespace {
 workload::WorkloadModel PaperModel() {
   const char* source = std::getenv("KAREUS_SOURCE_DIR");
   const std::filesystem::path root = source ? source : ".";
-  return workload::BuildWorkloadModel(workload::LoadWorkloadFile(
-      root / "examples/paper/01-llama3.2-3b-tp8-mbs8-seq4096.yaml"));
+  return workload::BuildWorkloadModel(
+      workload::LoadWorkloadFile(root / "examples/paper/01-llama3.2-3b-tp8-mbs8-seq4096.yaml"));
 }
 
 TEST(EmulatorBackend, NoiseFreeTwinIsTheSimulationAndNoiseIsPerConfiguration) {
@@ -40,8 +40,10 @@ TEST(EmulatorBackend, NoiseFreeTwinIsTheSimulationAndNoiseIsPerConfiguration) {
   EXPECT_EQ(exact->DeclaredNoise().time, 0.0);
   EXPECT_EQ(exact->DeclaredNoise().energy, 0.0);
 
-  const PartitionKnobs a{.freq_mhz = 1410, .sms = type.sm_choices.front(), .slot = type.launch_slots.front()};
-  const PartitionKnobs b{.freq_mhz = 1200, .sms = type.sm_choices.back(), .slot = type.launch_slots.back()};
+  const PartitionKnobs a{
+      .freq_mhz = 1410, .sms = type.sm_choices.front(), .slot = type.launch_slots.front()};
+  const PartitionKnobs b{
+      .freq_mhz = 1200, .sms = type.sm_choices.back(), .slot = type.launch_slots.back()};
   const auto first = noisy->MeasureAll(type, {a, b});
   const auto reversed = again->MeasureAll(type, {b, a});
   EXPECT_DOUBLE_EQ(first[0].energy_j, reversed[1].energy_j);
@@ -77,17 +79,24 @@ TEST(EmulatorBackend, InstructionsAndFixedWork) {
   auto noisy = MakeEmulatorBackend(model.workload.gpu, options);
   auto exact = noisy->NoiseFreeTwin();
   const schedule::Direction backward = schedule::Direction::kBackward;
-  InstructionRequest sequential{.stage = 1, .direction = backward,
-                                .knobs = {.freq_mhz = 1200, .mode = schedule::ExecutionMode::kSequential, .partitions = {}}};
-  InstructionRequest tuned{.stage = 0, .direction = backward,
-                           .knobs = {.freq_mhz = 1410, .mode = schedule::ExecutionMode::kNanobatched, .partitions = {}}};
+  InstructionRequest sequential{
+      .stage = 1,
+      .direction = backward,
+      .knobs = {.freq_mhz = 1200, .mode = schedule::ExecutionMode::kSequential, .partitions = {}}};
+  InstructionRequest tuned{
+      .stage = 0,
+      .direction = backward,
+      .knobs = {.freq_mhz = 1410, .mode = schedule::ExecutionMode::kNanobatched, .partitions = {}}};
   for (const auto& type : model.partition_types) {
-    if (type.tunable && type.direction == backward) tuned.knobs.partitions[type.name] = {.sms = 9, .slot = type.launch_slots.back()};
+    if (type.tunable && type.direction == backward)
+      tuned.knobs.partitions[type.name] = {.sms = 9, .slot = type.launch_slots.back()};
   }
   ASSERT_FALSE(tuned.knobs.partitions.empty());
   const auto truth = exact->MeasureAll(model, std::vector<InstructionRequest>{sequential, tuned});
-  EXPECT_DOUBLE_EQ(truth[0].time_s, emulator::SimulateInstruction(model, 1, backward, sequential.knobs).time_s);
-  EXPECT_DOUBLE_EQ(truth[1].energy_j, emulator::SimulateInstruction(model, 0, backward, tuned.knobs).energy_j);
+  EXPECT_DOUBLE_EQ(truth[0].time_s,
+                   emulator::SimulateInstruction(model, 1, backward, sequential.knobs).time_s);
+  EXPECT_DOUBLE_EQ(truth[1].energy_j,
+                   emulator::SimulateInstruction(model, 0, backward, tuned.knobs).energy_j);
   const auto read = noisy->MeasureAll(model, std::vector<InstructionRequest>{tuned, sequential});
   EXPECT_NE(read[0].time_s, truth[1].time_s);
   EXPECT_NEAR(read[0].time_s / truth[1].time_s, 1.0, 0.03);
@@ -96,13 +105,15 @@ TEST(EmulatorBackend, InstructionsAndFixedWork) {
   EXPECT_EQ(read[0].gpus, 8);
   EXPECT_EQ(noisy->Measurements(), 3);
 
-  const FixedWorkRequest last{.stage = 1, .direction = schedule::Direction::kForward, .freq_mhz = 1110};
+  const FixedWorkRequest last{
+      .stage = 1, .direction = schedule::Direction::kForward, .freq_mhz = 1110};
   const auto fixed = exact->MeasureAll(model, std::vector<FixedWorkRequest>{last});
   const auto ops = workload::FixedWorkOps(model, 1, schedule::Direction::kForward);
   ASSERT_FALSE(ops.empty());
   EXPECT_DOUBLE_EQ(fixed[0].time_s,
                    emulator::SimulateSequential(model.workload.gpu, ops, 1110,
-                                                model.workload.gpu.interconnect.library_default_sms).time_s);
+                                                model.workload.gpu.interconnect.library_default_sms)
+                       .time_s);
 }
 
 TEST(EmulatorBackend, OptionsValidate) {

@@ -10,15 +10,15 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <cstring>
-#include <map>
-#include <tuple>
 #include <csignal>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 #include <thread>
+#include <tuple>
 
 #include "kareus/common/context.h"
 #include "kareus/common/error.h"
@@ -41,13 +41,18 @@ class StoreTest : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(dir_); }
   fs::path dir_;
-  StoreIdentity identity_{.gpu = "A100-SXM4-40GB", .workload_signature = "sig-1",
-                          .backend = "emulator(test)"};
+  StoreIdentity identity_{
+      .gpu = "A100-SXM4-40GB", .workload_signature = "sig-1", .backend = "emulator(test)"};
 };
 
 Sample MakeSample(double t) {
-  return Sample{.time_s = t, .energy_j = 2 * t, .static_energy_j = 0.5 * t,
-                .dynamic_energy_j = 1.5 * t, .realized_freq_mhz = 1300, .seconds = 12, .gpus = 1,
+  return Sample{.time_s = t,
+                .energy_j = 2 * t,
+                .static_energy_j = 0.5 * t,
+                .dynamic_energy_j = 1.5 * t,
+                .realized_freq_mhz = 1300,
+                .seconds = 12,
+                .gpus = 1,
                 .noise_free = false};
 }
 
@@ -86,8 +91,8 @@ TEST_F(StoreTest, RoundTripAndReopen) {
   ASSERT_EQ(rows.size(), 3u);
   EXPECT_EQ(rows[2].partition, "fwd_mlp");
   // A duplicate insert (another process measured it meanwhile) keeps the stored row.
-  EXPECT_FALSE(store->Insert("fwd_mlp", {.freq_mhz = 1410, .sms = 6, .slot = "norm_0"},
-                             MakeSample(9.0)));
+  EXPECT_FALSE(
+      store->Insert("fwd_mlp", {.freq_mhz = 1410, .sms = 6, .slot = "norm_0"}, MakeSample(9.0)));
   EXPECT_DOUBLE_EQ(store->Find("fwd_mlp", {.freq_mhz = 1410, .sms = 6, .slot = "norm_0"})->time_s,
                    3e-3);
 }
@@ -102,8 +107,7 @@ TEST_F(StoreTest, UsesWalJournalAndSchemaVersion) {
   ASSERT_EQ(sqlite3_step(stmt), SQLITE_ROW);
   EXPECT_STREQ(reinterpret_cast<const char*>(sqlite3_column_text(stmt, 0)), "wal");
   sqlite3_finalize(stmt);
-  sqlite3_prepare_v2(db, "SELECT value FROM meta WHERE key = 'schema_version'", -1, &stmt,
-                     nullptr);
+  sqlite3_prepare_v2(db, "SELECT value FROM meta WHERE key = 'schema_version'", -1, &stmt, nullptr);
   ASSERT_EQ(sqlite3_step(stmt), SQLITE_ROW);
   EXPECT_EQ(sqlite3_column_int(stmt, 0), MeasurementStore::kSchemaVersion);
   sqlite3_finalize(stmt);
@@ -117,11 +121,10 @@ TEST_F(StoreTest, AnotherWorkloadGpuOrBackendIsRefusedAndUntouched) {
     store->Insert("fwd_attn", {.freq_mhz = 1410, .sms = 6, .slot = "norm_0"}, MakeSample(1e-3));
   }
   const std::string before = Snapshot(path);
-  for (StoreIdentity other : {StoreIdentity{identity_.gpu, "sig-2", identity_.backend},
-                              StoreIdentity{"H100-SXM", identity_.workload_signature,
-                                            identity_.backend},
-                              StoreIdentity{identity_.gpu, identity_.workload_signature,
-                                            "emulator(other)"}}) {
+  for (StoreIdentity other :
+       {StoreIdentity{identity_.gpu, "sig-2", identity_.backend},
+        StoreIdentity{"H100-SXM", identity_.workload_signature, identity_.backend},
+        StoreIdentity{identity_.gpu, identity_.workload_signature, "emulator(other)"}}) {
     try {
       MeasurementStore::Open(path, other);
       ADD_FAILURE() << "expected EnvironmentError";
@@ -287,8 +290,7 @@ TEST_F(StoreTest, DamagedRowsAreSetAsideOrRefused) {
     EditStore(path, edit.sql + " WHERE freq_mhz = 1410");
     const std::string before = Snapshot(path);
     try {
-      MeasurementStore::Open(path, identity_,
-                             {.damaged = StoreOptions::DamagedRows::kFail});
+      MeasurementStore::Open(path, identity_, {.damaged = StoreOptions::DamagedRows::kFail});
       ADD_FAILURE() << "trusted";
     } catch (const EnvironmentError& e) {
       EXPECT_THAT(e.what(), ::testing::HasSubstr(edit.expected));
@@ -339,8 +341,8 @@ TEST_F(StoreTest, DamagedRowsAreSetAsideOrRefused) {
 
 TEST_F(StoreTest, DamagedMetaTableIsRefusedUntouched) {
   const fs::path path = dir_ / "store.db";
-  MeasurementStore::Open(path, identity_)->Insert(
-      "fwd_attn", {.freq_mhz = 1410, .sms = 6, .slot = "norm_0"}, MakeSample(1e-3));
+  MeasurementStore::Open(path, identity_)
+      ->Insert("fwd_attn", {.freq_mhz = 1410, .sms = 6, .slot = "norm_0"}, MakeSample(1e-3));
   EditStore(path, "UPDATE meta SET value = 'sig-2' WHERE key = 'workload_signature'");
   const std::string before = Snapshot(path);
   try {
@@ -386,15 +388,15 @@ TEST_F(StoreTest, VersionOneStoreIsUpgraded) {
   WriteVersionOneStore(path);
   // Told not to re-measure, the damaged row refuses it before anything is upgraded.
   const std::string v1_bytes = Snapshot(path);
-  EXPECT_THROW(MeasurementStore::Open(path, identity_,
-                                      {.damaged = StoreOptions::DamagedRows::kFail}),
-               EnvironmentError);
+  EXPECT_THROW(
+      MeasurementStore::Open(path, identity_, {.damaged = StoreOptions::DamagedRows::kFail}),
+      EnvironmentError);
   EXPECT_EQ(Snapshot(path), v1_bytes);
   // Read-only, it is read as it is: the good row served, the bad one skipped.
   {
-    auto store = MeasurementStore::Open(path, identity_,
-                                        {.access = StoreOptions::Access::kReadOnly,
-                                         .warn = [](const std::string&) {}});
+    auto store = MeasurementStore::Open(
+        path, identity_,
+        {.access = StoreOptions::Access::kReadOnly, .warn = [](const std::string&) {}});
     EXPECT_EQ(store->Count(), 1);
     EXPECT_FALSE(fs::exists(path.string() + "-wal"));
   }
@@ -417,8 +419,9 @@ TEST_F(StoreTest, VersionOneStoreIsUpgraded) {
 // WAL, and the message said "left unchanged"). Here a trigger refuses the upgrade's UPDATE.
 TEST_F(StoreTest, FailedUpgradeLeavesTheFileAsItWas) {
   const fs::path path = dir_ / "v1.db";
-  WriteVersionOneStore(path, "CREATE TRIGGER no_update BEFORE UPDATE ON measurements "
-                             "BEGIN SELECT RAISE(ABORT, 'refused by a trigger'); END;");
+  WriteVersionOneStore(path,
+                       "CREATE TRIGGER no_update BEFORE UPDATE ON measurements "
+                       "BEGIN SELECT RAISE(ABORT, 'refused by a trigger'); END;");
   const std::string before = Snapshot(path);
   try {
     MeasurementStore::Open(path, identity_, {.warn = [](const std::string&) {}});
@@ -437,8 +440,9 @@ TEST_F(StoreTest, FailedUpgradeLeavesTheFileAsItWas) {
 // upgrade commits and a trigger then refuses to move the damaged row to set_aside.
 TEST_F(StoreTest, FailureAfterTheUpgradeSaysTheStoreWasUpgraded) {
   const fs::path path = dir_ / "v1.db";
-  WriteVersionOneStore(path, "CREATE TRIGGER no_delete BEFORE DELETE ON measurements "
-                             "BEGIN SELECT RAISE(ABORT, 'refused by a trigger'); END;");
+  WriteVersionOneStore(path,
+                       "CREATE TRIGGER no_delete BEFORE DELETE ON measurements "
+                       "BEGIN SELECT RAISE(ABORT, 'refused by a trigger'); END;");
   try {
     MeasurementStore::Open(path, identity_, {.warn = [](const std::string&) {}});
     ADD_FAILURE() << "the trigger did not refuse the set-aside";
@@ -449,8 +453,9 @@ TEST_F(StoreTest, FailureAfterTheUpgradeSaysTheStoreWasUpgraded) {
     EXPECT_THAT(e.what(), ::testing::Not(::testing::HasSubstr("left unchanged")));
   }
   // Read-only, the upgraded store serves its good row (the damaged one skipped).
-  auto store = MeasurementStore::Open(path, identity_, {.access = StoreOptions::Access::kReadOnly,
-                                                        .warn = [](const std::string&) {}});
+  auto store = MeasurementStore::Open(
+      path, identity_,
+      {.access = StoreOptions::Access::kReadOnly, .warn = [](const std::string&) {}});
   EXPECT_EQ(store->Count(), 1);
 }
 
@@ -550,8 +555,8 @@ TEST_F(StoreTest, BitFlipsNeverChangeAnAnswerSilently) {
     auto store = MeasurementStore::Open(intact, identity_);
     for (int i = 0; i < 48; ++i) {
       const std::string partition = i % 2 ? "fwd_attn" : "bwd_mlp";
-      const PartitionKnobs knobs{.freq_mhz = 900 + 15 * (i / 2), .sms = 2 + i % 5,
-                                 .slot = i % 3 ? "norm_0" : "linear_1"};
+      const PartitionKnobs knobs{
+          .freq_mhz = 900 + 15 * (i / 2), .sms = 2 + i % 5, .slot = i % 3 ? "norm_0" : "linear_1"};
       Sample sample = MakeSample(1e-3 * (1 + i) + 1e-7 * i * i);
       sample.noise_free = i % 4 == 0;
       store->Insert(partition, knobs, sample);
@@ -577,8 +582,8 @@ TEST_F(StoreTest, BitFlipsNeverChangeAnAnswerSilently) {
     return out;
   };
   for (const auto& [key, sample] : rows) {
-    for (double v : {sample.time_s, sample.energy_j, sample.static_energy_j,
-                     sample.dynamic_energy_j}) {
+    for (double v :
+         {sample.time_s, sample.energy_j, sample.static_energy_j, sample.dynamic_energy_j}) {
       find_all(big_endian(v));
     }
   }
@@ -606,12 +611,13 @@ TEST_F(StoreTest, BitFlipsNeverChangeAnAnswerSilently) {
       out.write(damaged.data(), static_cast<std::streamsize>(damaged.size()));
     }
     try {
-      auto store = MeasurementStore::Open(trial_path, identity_,
-                                          {.warn = [](const std::string&) {}});
+      auto store =
+          MeasurementStore::Open(trial_path, identity_, {.warn = [](const std::string&) {}});
       std::size_t served = 0;
       bool changed = false;
       for (const StoredMeasurement& row : store->All()) {
-        const auto it = rows.find({row.partition, row.knobs.freq_mhz, row.knobs.sms, row.knobs.slot});
+        const auto it =
+            rows.find({row.partition, row.knobs.freq_mhz, row.knobs.sms, row.knobs.slot});
         const Sample& s = row.sample;
         changed |= it == rows.end() || s.time_s != it->second.time_s ||
                    s.energy_j != it->second.energy_j ||
@@ -622,17 +628,16 @@ TEST_F(StoreTest, BitFlipsNeverChangeAnAnswerSilently) {
         ++served;
       }
       for (const auto& [key, sample] : rows) {  // the lookups (through the index) agree
-        const auto found = store->Find(std::get<0>(key), {.freq_mhz = std::get<1>(key),
-                                                          .sms = std::get<2>(key),
-                                                          .slot = std::get<3>(key)});
+        const auto found = store->Find(
+            std::get<0>(key),
+            {.freq_mhz = std::get<1>(key), .sms = std::get<2>(key), .slot = std::get<3>(key)});
         changed |= found && found->time_s != sample.time_s;
       }
       const std::size_t missing = rows.size() - std::min(rows.size(), served);
       if (changed || missing > store->damaged_rows().size()) {
         ++silent;
-        ADD_FAILURE() << "flip at byte " << at << ": " << (changed ? "a changed row" : "")
-                      << " " << missing << " rows missing, " << store->damaged_rows().size()
-                      << " named";
+        ADD_FAILURE() << "flip at byte " << at << ": " << (changed ? "a changed row" : "") << " "
+                      << missing << " rows missing, " << store->damaged_rows().size() << " named";
       } else if (!store->damaged_rows().empty()) {
         ++set_aside;
       } else {
@@ -642,9 +647,10 @@ TEST_F(StoreTest, BitFlipsNeverChangeAnAnswerSilently) {
       ++refused;
     }
   }
-  std::printf("%d bit flips: %d refused at open, %d with rows set aside (named), %d unchanged, "
-              "%d silent\n",
-              trials, refused, set_aside, unchanged, silent);
+  std::printf(
+      "%d bit flips: %d refused at open, %d with rows set aside (named), %d unchanged, "
+      "%d silent\n",
+      trials, refused, set_aside, unchanged, silent);
   EXPECT_EQ(silent, 0);
   // The flips did hit what matters: many trials needed the checks.
   EXPECT_GT(refused + set_aside, trials / 4);
@@ -668,7 +674,8 @@ std::vector<PartitionKnobs> Configurations(int count) {
 // One process's profiling of `batches` through the store; every measurement it takes is
 // appended (one line, O_APPEND) to `log`.
 void ProfileThroughStore(const fs::path& store_path, const StoreIdentity& identity,
-                         const std::vector<std::vector<PartitionKnobs>>& batches, const fs::path& log) {
+                         const std::vector<std::vector<PartitionKnobs>>& batches,
+                         const fs::path& log) {
   auto store = MeasurementStore::Open(store_path, identity);
   for (const auto& batch : batches) {
     std::vector<bool> ready(batch.size(), false);
@@ -678,8 +685,8 @@ void ProfileThroughStore(const fs::path& store_path, const StoreIdentity& identi
             const std::function<void(std::size_t, const Sample&)>& on_sample) {
           for (std::size_t j = 0; j < knobs.size(); ++j) {
             const Sample sample = SlowSample(knobs[j]);
-            const std::string line = std::to_string(knobs[j].freq_mhz) + " " +
-                                     std::to_string(knobs[j].sms) + "\n";
+            const std::string line =
+                std::to_string(knobs[j].freq_mhz) + " " + std::to_string(knobs[j].sms) + "\n";
             const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
             if (::write(fd, line.data(), line.size()) < 0) std::abort();
             ::close(fd);
@@ -751,7 +758,8 @@ TEST_F(StoreTest, AClaimOfAKilledProcessIsTakenOver) {
     auto store = MeasurementStore::Open(path, identity_);
     store->FindOrMeasure(
         "fwd_attn", all,
-        [&](const std::vector<PartitionKnobs>&, const std::function<void(std::size_t, const Sample&)>&) {
+        [&](const std::vector<PartitionKnobs>&,
+            const std::function<void(std::size_t, const Sample&)>&) {
           if (write(ready[1], "x", 1) != 1) std::abort();
           while (true) std::this_thread::sleep_for(std::chrono::seconds(1));
         },

@@ -25,8 +25,12 @@ inline hw::GpuSpec SyntheticGpu() {
   hw::GpuSpec gpu;
   gpu.name = "SYNTH-GPU";
   gpu.sm_count = 108;
-  gpu.clock = {.min_mhz = 900, .max_mhz = 1410, .step_mhz = 15, .default_mhz = 1410,
-               .profile_min_mhz = 900, .profile_step_mhz = 30};
+  gpu.clock = {.min_mhz = 900,
+               .max_mhz = 1410,
+               .step_mhz = 15,
+               .default_mhz = 1410,
+               .profile_min_mhz = 900,
+               .profile_step_mhz = 30};
   gpu.power.static_w = 85.0;
   gpu.power.cap_w = 400.0;
   return gpu;
@@ -88,7 +92,8 @@ class SyntheticBackend : public measure::Backend {
       double penalty = 0.25;  // library default
       if (!r.knobs.partitions.empty()) {
         penalty = 0.0;
-        for (const auto& [type, comm] : r.knobs.partitions) penalty += std::abs(comm.sms - 12) / 60.0;
+        for (const auto& [type, comm] : r.knobs.partitions)
+          penalty += std::abs(comm.sms - 12) / 60.0;
         penalty = 0.05 + penalty / static_cast<double>(r.knobs.partitions.size());
       }
       time_s = std::max(compute_s, comm_s) * 1.04 + penalty * std::min(compute_s, comm_s);
@@ -113,7 +118,8 @@ class SyntheticBackend : public measure::Backend {
       const auto& r = batch[i];
       std::string key = std::to_string(r.stage) + schedule::ToString(r.direction) +
                         schedule::ToString(r.knobs.mode) + std::to_string(r.knobs.freq_mhz);
-      for (const auto& [type, comm] : r.knobs.partitions) key += type + std::to_string(comm.sms) + comm.slot;
+      for (const auto& [type, comm] : r.knobs.partitions)
+        key += type + std::to_string(comm.sms) + comm.slot;
       measure::Sample s = Noisy(InstructionTruth(model, r), key);
       s.seconds = 12.0;
       Account(s.GpuSeconds(), 1);
@@ -129,7 +135,8 @@ class SyntheticBackend : public measure::Backend {
     for (std::size_t i = 0; i < batch.size(); ++i) {
       const auto& r = batch[i];
       double flops = 0.0;
-      for (const workload::Op& op : workload::FixedWorkOps(model, r.stage, r.chunk, r.direction)) flops += op.flops;
+      for (const workload::Op& op : workload::FixedWorkOps(model, r.stage, r.chunk, r.direction))
+        flops += op.flops;
       const double f = r.freq_mhz / 1410.0;
       measure::Sample s;
       s.time_s = flops / (180e12 * f) + 1e-4;
@@ -139,7 +146,8 @@ class SyntheticBackend : public measure::Backend {
       s.realized_freq_mhz = r.freq_mhz;
       s.gpus = measure::InstructionGpus(model);
       s.noise_free = true;
-      s = Noisy(s, "fixed" + std::to_string(r.stage) + schedule::ToString(r.direction) + std::to_string(r.freq_mhz));
+      s = Noisy(s, "fixed" + std::to_string(r.stage) + schedule::ToString(r.direction) +
+                       std::to_string(r.freq_mhz));
       s.seconds = 12.0;
       Account(s.GpuSeconds(), 1);
       on_sample(i, s);
@@ -176,7 +184,8 @@ class SyntheticBackend : public measure::Backend {
       s.gpus = measure::GradientSyncGpus(model);
       s.noise_free = true;
       s = Noisy(s, std::string("sync") + measure::ToString(r.work) + std::to_string(r.stage) +
-                       std::to_string(r.chunk) + std::to_string(r.freq_mhz) + std::to_string(r.sms));
+                       std::to_string(r.chunk) + std::to_string(r.freq_mhz) +
+                       std::to_string(r.sms));
       s.seconds = 12.0;
       Account(s.GpuSeconds(), 1);
       on_sample(i, s);
@@ -187,11 +196,12 @@ class SyntheticBackend : public measure::Backend {
   // the process from here).
   std::function<void(int64_t)> before_measure;
 
-  static measure::Sample Truth(const workload::PartitionType& type, const measure::PartitionKnobs& k) {
+  static measure::Sample Truth(const workload::PartitionType& type,
+                               const measure::PartitionKnobs& k) {
     const double f = k.freq_mhz / 1410.0;
-    const int slot = static_cast<int>(std::find(type.launch_slots.begin(),
-                                                type.launch_slots.end(), k.slot) -
-                                      type.launch_slots.begin());
+    const int slot =
+        static_cast<int>(std::find(type.launch_slots.begin(), type.launch_slots.end(), k.slot) -
+                         type.launch_slots.begin());
     const double salt = static_cast<double>(type.name.size() % 3);
     const double waves = std::ceil((380.0 + 40 * salt) / (108.0 - k.sms));
     const double compute_s = waves * 2.2e-4 / f + 4e-4 * (1.0 + 0.1 * slot);
@@ -222,7 +232,8 @@ class SyntheticBackend : public measure::Backend {
     return s;
   }
 
-  void MeasureBatch(const workload::PartitionType& type, const std::vector<measure::PartitionKnobs>& batch,
+  void MeasureBatch(const workload::PartitionType& type,
+                    const std::vector<measure::PartitionKnobs>& batch,
                     const measure::SampleCallback& on_sample) override {
     if (batch.empty()) return;
     Account(10.0, 0);

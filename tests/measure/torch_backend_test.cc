@@ -36,8 +36,10 @@ workload::WorkloadModel Model() {
 
 // A scripted worker: `behaviour` is Python run for each request line (`request` parsed, `send`
 // writes a reply line). The hello is answered ready first.
-fs::path Script(const std::string& name, const std::string& behaviour, const std::string& hello_reply =
-                    "send({'protocol': 'kareus.measure/1', 'ready': True, 'description': 'scripted'})") {
+fs::path Script(
+    const std::string& name, const std::string& behaviour,
+    const std::string& hello_reply =
+        "send({'protocol': 'kareus.measure/1', 'ready': True, 'description': 'scripted'})") {
   const fs::path dir = fs::temp_directory_path() / "kareus_torch_backend_test";
   fs::create_directories(dir);
   const fs::path script = dir / (name + ".py");
@@ -54,8 +56,9 @@ fs::path Script(const std::string& name, const std::string& behaviour, const std
                         << behaviour << "\n";
   // The backend runs `INTERPRETER -m kareus.torch.measure`: a wrapper that runs the script.
   const fs::path wrapper = dir / name;
-  std::ofstream(wrapper) << "#!/bin/sh\nif [ \"$1\" = -c ]; then exec " << kPython << " " << script.string()
-                         << " -c; fi\nexec " << kPython << " " << script.string() << "\n";
+  std::ofstream(wrapper) << "#!/bin/sh\nif [ \"$1\" = -c ]; then exec " << kPython << " "
+                         << script.string() << " -c; fi\nexec " << kPython << " " << script.string()
+                         << "\n";
   fs::permissions(wrapper, fs::perms::owner_all);
   return wrapper;
 }
@@ -67,9 +70,16 @@ const char* kAnswers =
     "    send({'id': request['id'], 'done': True, 'overhead_s': 1.5})\n";
 
 TorchBackendOptions Options(const fs::path& worker, double timeout_s = 10.0) {
-  return {.python = worker.string(), .python_path = "/nonexistent", .device = "cpu",
-          .allow_clock_control = false, .warmup_runs = 0, .min_runs = 1, .window_s = 0.0,
-          .threads = 1, .timeout_s = timeout_s, .seed = 1};
+  return {.python = worker.string(),
+          .python_path = "/nonexistent",
+          .device = "cpu",
+          .allow_clock_control = false,
+          .warmup_runs = 0,
+          .min_runs = 1,
+          .window_s = 0.0,
+          .threads = 1,
+          .timeout_s = timeout_s,
+          .seed = 1};
 }
 
 std::string ErrorOf(const std::function<void()>& f) {
@@ -85,7 +95,8 @@ std::string ErrorOf(const std::function<void()>& f) {
 TEST(TorchBackend, SamplesArriveInOrderWithTheStaticSplit) {
   const auto model = Model();
   auto backend = MakeTorchBackend(model, Options(Script("answers", kAnswers)));
-  EXPECT_THAT(backend->Description(), HasSubstr("torch(scripted; clock as found: one clock level (1980 MHz)"));
+  EXPECT_THAT(backend->Description(),
+              HasSubstr("torch(scripted; clock as found: one clock level (1980 MHz)"));
   // Without clock control the one clock level is the preset's default.
   EXPECT_EQ(backend->Gpu().clock.min_mhz, model.workload.gpu.clock.default_mhz);
   EXPECT_EQ(backend->Gpu().clock.max_mhz, model.workload.gpu.clock.default_mhz);
@@ -104,45 +115,58 @@ TEST(TorchBackend, SamplesArriveInOrderWithTheStaticSplit) {
   EXPECT_DOUBLE_EQ(backend->GpuSeconds(), 2 * 2.0 * 2 + 1.5 * 2);
   EXPECT_DOUBLE_EQ(backend->BatchOverheadSeconds(), 1.5);
   // Knobs are checked here, before the worker sees them.
-  EXPECT_THROW(backend->MeasureAll(type, {{.freq_mhz = 1980, .sms = 3, .slot = "rope_9"}}), InputError);
-  EXPECT_THROW(backend->MeasureAll(type, {{.freq_mhz = 1410, .sms = 3, .slot = "norm_0"}}), InputError);
+  EXPECT_THROW(backend->MeasureAll(type, {{.freq_mhz = 1980, .sms = 3, .slot = "rope_9"}}),
+               InputError);
+  EXPECT_THROW(backend->MeasureAll(type, {{.freq_mhz = 1410, .sms = 3, .slot = "norm_0"}}),
+               InputError);
   const std::vector<Sample> instructions = backend->MeasureAll(
-      model, std::vector<InstructionRequest>{{.stage = 0,
-                                              .direction = schedule::Direction::kBackward,
-                                              .knobs = {.freq_mhz = 1980,
-                                                        .mode = schedule::ExecutionMode::kNanobatched,
-                                                        .partitions = {{"bwd_mlp", {6, "linear_0"}}}},
-                                              .chunk = 0}});
+      model,
+      std::vector<InstructionRequest>{{.stage = 0,
+                                       .direction = schedule::Direction::kBackward,
+                                       .knobs = {.freq_mhz = 1980,
+                                                 .mode = schedule::ExecutionMode::kNanobatched,
+                                                 .partitions = {{"bwd_mlp", {6, "linear_0"}}}},
+                                       .chunk = 0}});
   EXPECT_EQ(instructions.size(), 1u);
 }
 
 TEST(TorchBackend, AWorkerThatCannotMeasureTheWorkloadSaysWhy) {
-  const fs::path worker = Script("refuses", kAnswers,
-                                 "send({'protocol': 'kareus.measure/1', 'error': 'no energy source: NVML "
-                                 "is missing'}); sys.exit(2)");
+  const fs::path worker =
+      Script("refuses", kAnswers,
+             "send({'protocol': 'kareus.measure/1', 'error': 'no energy source: NVML "
+             "is missing'}); sys.exit(2)");
   const std::string error = ErrorOf([&] { MakeTorchBackend(Model(), Options(worker)); });
-  EXPECT_THAT(error, HasSubstr("the torch backend cannot measure workload t: no energy source: NVML is missing"));
+  EXPECT_THAT(
+      error,
+      HasSubstr("the torch backend cannot measure workload t: no energy source: NVML is missing"));
 }
 
 TEST(TorchBackend, ADyingWorkerIsNamedWithItsMessages) {
-  const fs::path worker = Script("dies",
-                                 "    send({'id': request['id'], 'index': 0, 'time_s': 1, 'energy_j': 1, "
-                                 "'seconds': 1, 'gpus': 2})\n"
-                                 "    sys.stderr.write('rank 1 lost its GPU\\n'); sys.stderr.flush(); os._exit(3)");
+  const fs::path worker =
+      Script("dies",
+             "    send({'id': request['id'], 'index': 0, 'time_s': 1, 'energy_j': 1, "
+             "'seconds': 1, 'gpus': 2})\n"
+             "    sys.stderr.write('rank 1 lost its GPU\\n'); sys.stderr.flush(); os._exit(3)");
   const auto model = Model();
   auto backend = MakeTorchBackend(model, Options(worker));
   std::size_t delivered = 0;
   const std::string error = ErrorOf([&] {
     backend->MeasureBatch(model.Type("fwd_mlp"),
-                          {{.freq_mhz = 1980, .sms = 3, .slot = "norm_0"}, {.freq_mhz = 1980, .sms = 6, .slot = "norm_0"}},
+                          {{.freq_mhz = 1980, .sms = 3, .slot = "norm_0"},
+                           {.freq_mhz = 1980, .sms = 6, .slot = "norm_0"}},
                           [&](std::size_t, const Sample&) { ++delivered; });
   });
   EXPECT_EQ(delivered, 1u);  // what was measured before the death was delivered
-  EXPECT_THAT(error, HasSubstr("request 1 (partition fwd_mlp, 2 configuration(s)) after 1 of 2 measurements"));
+  EXPECT_THAT(
+      error,
+      HasSubstr("request 1 (partition fwd_mlp, 2 configuration(s)) after 1 of 2 measurements"));
   EXPECT_THAT(error, HasSubstr("it exited with code 3"));
   EXPECT_THAT(error, HasSubstr("rank 1 lost its GPU"));
   // Later requests fail at once, naming the earlier failure.
-  EXPECT_THAT(ErrorOf([&] { backend->MeasureAll(model.Type("fwd_mlp"), {{.freq_mhz = 1980, .sms = 3, .slot = "norm_0"}}); }),
+  EXPECT_THAT(ErrorOf([&] {
+                backend->MeasureAll(model.Type("fwd_mlp"),
+                                    {{.freq_mhz = 1980, .sms = 3, .slot = "norm_0"}});
+              }),
               HasSubstr("stopped after an earlier failure"));
 }
 
@@ -151,25 +175,40 @@ TEST(TorchBackend, AHangingWorkerIsStoppedAfterTheTimeout) {
   const auto model = Model();
   auto backend = MakeTorchBackend(model, Options(worker, /*timeout_s=*/1.0));
   const auto start = std::chrono::steady_clock::now();
-  const std::string error = ErrorOf(
-      [&] { backend->MeasureAll(model.Type("fwd_mlp"), {{.freq_mhz = 1980, .sms = 3, .slot = "norm_0"}}); });
+  const std::string error = ErrorOf([&] {
+    backend->MeasureAll(model.Type("fwd_mlp"), {{.freq_mhz = 1980, .sms = 3, .slot = "norm_0"}});
+  });
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
   EXPECT_THAT(error, HasSubstr("it said nothing for 1 s and was stopped"));
 }
 
 TEST(TorchBackend, GarbageAndErrorRepliesAreNamed) {
   const auto model = Model();
-  auto garbage = MakeTorchBackend(model, Options(Script("garbage", "    print('Traceback (most recent call last):', flush=True)")));
-  EXPECT_THAT(ErrorOf([&] { garbage->MeasureAll(model.Type("fwd_mlp"), {{.freq_mhz = 1980, .sms = 3, .slot = "norm_0"}}); }),
+  auto garbage = MakeTorchBackend(
+      model,
+      Options(Script("garbage", "    print('Traceback (most recent call last):', flush=True)")));
+  EXPECT_THAT(ErrorOf([&] {
+                garbage->MeasureAll(model.Type("fwd_mlp"),
+                                    {{.freq_mhz = 1980, .sms = 3, .slot = "norm_0"}});
+              }),
               HasSubstr("not a kareus.measure/1 line: Traceback (most recent call last):"));
   auto refusing = MakeTorchBackend(
-      model, Options(Script("error", "    send({'id': request['id'], 'error': 'rank 0: out of memory'})")));
-  EXPECT_THAT(ErrorOf([&] { refusing->MeasureAll(model.Type("fwd_mlp"), {{.freq_mhz = 1980, .sms = 3, .slot = "norm_0"}}); }),
-              HasSubstr("request 1 (partition fwd_mlp, 1 configuration(s)): rank 0: out of memory"));
-  auto impossible = MakeTorchBackend(
-      model, Options(Script("impossible",
-                            "    send({'id': request['id'], 'index': 0, 'time_s': -1, 'energy_j': 1, 'seconds': 1, 'gpus': 2})")));
-  EXPECT_THAT(ErrorOf([&] { impossible->MeasureAll(model.Type("fwd_mlp"), {{.freq_mhz = 1980, .sms = 3, .slot = "norm_0"}}); }),
+      model, Options(Script("error",
+                            "    send({'id': request['id'], 'error': 'rank 0: out of memory'})")));
+  EXPECT_THAT(
+      ErrorOf([&] {
+        refusing->MeasureAll(model.Type("fwd_mlp"),
+                             {{.freq_mhz = 1980, .sms = 3, .slot = "norm_0"}});
+      }),
+      HasSubstr("request 1 (partition fwd_mlp, 1 configuration(s)): rank 0: out of memory"));
+  auto impossible =
+      MakeTorchBackend(model, Options(Script("impossible",
+                                             "    send({'id': request['id'], 'index': 0, 'time_s': "
+                                             "-1, 'energy_j': 1, 'seconds': 1, 'gpus': 2})")));
+  EXPECT_THAT(ErrorOf([&] {
+                impossible->MeasureAll(model.Type("fwd_mlp"),
+                                       {{.freq_mhz = 1980, .sms = 3, .slot = "norm_0"}});
+              }),
               HasSubstr("impossible reading"));
 }
 

@@ -19,8 +19,10 @@ workload::Workload Small(int microbatch_size = 4) {
       "layers: 4, vocab: 32000}\n"
       "gpu: A100-SXM4-40GB\n"
       "parallelism: {tp: 4, pp: 2}\n"
-      "microbatch_size: " + std::to_string(microbatch_size) + "\n"
-      "sequence_length: 2048\nmicrobatches: 4\nrecompute: full\n",
+      "microbatch_size: " +
+          std::to_string(microbatch_size) +
+          "\n"
+          "sequence_length: 2048\nmicrobatches: 4\nrecompute: full\n",
       "small.yaml");
 }
 
@@ -87,7 +89,8 @@ TEST_F(RunTest, NoEvaluatedDominatedPlanIsOnTheFrontier) {
     for (std::size_t i = 0; i < m.evaluated.size(); ++i) {
       if (i > 0) {  // slowest evaluated time first, so energies rise
         EXPECT_LT(m.evaluated[i].time_s, m.evaluated[i - 1].time_s) << m.method.name << " " << i;
-        EXPECT_GT(m.evaluated[i].energy_j, m.evaluated[i - 1].energy_j) << m.method.name << " " << i;
+        EXPECT_GT(m.evaluated[i].energy_j, m.evaluated[i - 1].energy_j)
+            << m.method.name << " " << i;
       }
     }
     for (std::size_t k : m.solved.sampled) EXPECT_LT(k, m.evaluated.size());
@@ -194,7 +197,8 @@ TEST(Run, MicrobatchOfOnePlansSequentially) {
     EXPECT_FALSE(m.note.empty());
     for (size_t index : m.solved.sampled) {
       for (const auto& stage : MakePlan(m, index).stages) {
-        for (const auto& ins : stage.instructions) EXPECT_EQ(ins.mode, schedule::ExecutionMode::kSequential);
+        for (const auto& ins : stage.instructions)
+          EXPECT_EQ(ins.mode, schedule::ExecutionMode::kSequential);
       }
     }
   }

@@ -19,10 +19,12 @@ workload::Workload Interleaved(int dp, bool overlap = true, int chunks = 2) {
       "model: {name: small, hidden: 2048, heads: 16, kv_groups: 8, head_dim: 128, ffn: 8192, "
       "layers: 4, vocab: 32000}\n"
       "gpu: A100-SXM4-40GB\n"
-      "parallelism: {tp: 4, pp: 2, dp: " + std::to_string(dp) + ", virtual_stages: " +
-          std::to_string(chunks) + "}\n"
-      "microbatch_size: 4\nsequence_length: 2048\nmicrobatches: 4\nrecompute: full\n"
-      "gradient_sync: {overlap: " + (overlap ? "true" : "false") + ", bucket_parameters: 20000000}\n",
+      "parallelism: {tp: 4, pp: 2, dp: " +
+          std::to_string(dp) + ", virtual_stages: " + std::to_string(chunks) +
+          "}\n"
+          "microbatch_size: 4\nsequence_length: 2048\nmicrobatches: 4\nrecompute: full\n"
+          "gradient_sync: {overlap: " +
+          (overlap ? "true" : "false") + ", bucket_parameters: 20000000}\n",
       "interleaved.yaml");
 }
 
@@ -42,7 +44,8 @@ RunResult RunPlanned(const workload::Workload& w, const std::vector<std::string>
 class InterleavedRun : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    run_ = new RunResult(RunPlanned(Interleaved(4), {"megatron", "perseus", "nanobatching+perseus", "kareus"}));
+    run_ = new RunResult(
+        RunPlanned(Interleaved(4), {"megatron", "perseus", "nanobatching+perseus", "kareus"}));
   }
   static void TearDownTestSuite() { delete run_; }
   static RunResult* run_;
@@ -70,13 +73,15 @@ TEST_F(InterleavedRun, PlansCarryChunksAndTheGradientSync) {
             EXPECT_EQ(ins.kind, schedule::Direction::kBackward);
             EXPECT_EQ(ins.microbatch, 3);
             if (m.method.comm == CommSource::kLibraryDefault) {
-              EXPECT_EQ(ins.gradient_sync->sms, run_->model.workload.gpu.interconnect.library_default_sms);
+              EXPECT_EQ(ins.gradient_sync->sms,
+                        run_->model.workload.gpu.interconnect.library_default_sms);
             }
           }
         }
         // Chunk 1's last backward launches its buckets; chunk 0's launches those it completes
         // before it ends, when there are any.
-        const int expected = 1 + (workload::LastBackwardBuckets(run_->model, stage.stage).empty() ? 0 : 1);
+        const int expected =
+            1 + (workload::LastBackwardBuckets(run_->model, stage.stage).empty() ? 0 : 1);
         EXPECT_EQ(launches, expected) << m.method.name;
       }
     }
@@ -140,7 +145,8 @@ TEST(GradientSyncRun, ReplicasAndOverlapMoveTheIterationEnd) {
   const double none = RunPlanned(Interleaved(1), {"megatron"}).methods[0].evaluated[0].time_s;
   EXPECT_LT(none, dp4);
   EXPECT_LT(dp4, dp8);
-  const double serial = RunPlanned(Interleaved(4, false), {"megatron"}).methods[0].evaluated[0].time_s;
+  const double serial =
+      RunPlanned(Interleaved(4, false), {"megatron"}).methods[0].evaluated[0].time_s;
   EXPECT_LT(dp4, serial);
 }
 

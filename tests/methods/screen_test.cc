@@ -87,7 +87,8 @@ TEST(SweepScreen, FewerMeasurementsEveryOptionMeasuredResultKept) {
   // The screen leaves the partitions alone and measures fewer fallbacks and sync options.
   EXPECT_EQ(b.profiling_by_kind.at("partitions_profiled").measurements,
             a.profiling_by_kind.at("partitions_profiled").measurements);
-  EXPECT_EQ(b.profiling_by_kind.at("fixed_work").measurements, a.profiling_by_kind.at("fixed_work").measurements);
+  EXPECT_EQ(b.profiling_by_kind.at("fixed_work").measurements,
+            a.profiling_by_kind.at("fixed_work").measurements);
   EXPECT_LT(b.profiling_by_kind.at("instructions").measurements, instructions);
   EXPECT_LT(b.profiling_by_kind.at("gradient_sync").measurements,
             a.profiling_by_kind.at("gradient_sync").measurements);
@@ -100,14 +101,17 @@ TEST(SweepScreen, FewerMeasurementsEveryOptionMeasuredResultKept) {
   for (std::size_t u = 0; u < b.problem.stages.size(); ++u) {
     const auto& unit = screened.model.stages[u];
     for (const auto d : {schedule::Direction::kForward, schedule::Direction::kBackward}) {
-      const auto& list = d == schedule::Direction::kForward ? b.problem.stages[u].forward : b.problem.stages[u].backward;
+      const auto& list = d == schedule::Direction::kForward ? b.problem.stages[u].forward
+                                                            : b.problem.stages[u].backward;
       for (const auto& o : list) {
         if (!o.partitions.empty() || o.gradient_sync) continue;
         const measure::Sample reading = backend->MeasureAll(
-            screened.model, std::vector<measure::InstructionRequest>{
-                                {.stage = unit.stage, .direction = d,
-                                 .knobs = {.freq_mhz = o.freq_mhz, .mode = o.mode, .partitions = {}},
-                                 .chunk = unit.chunk}})[0];
+            screened.model,
+            std::vector<measure::InstructionRequest>{
+                {.stage = unit.stage,
+                 .direction = d,
+                 .knobs = {.freq_mhz = o.freq_mhz, .mode = o.mode, .partitions = {}},
+                 .chunk = unit.chunk}})[0];
         EXPECT_EQ(o.time_s, reading.time_s) << o.freq_mhz;
         EXPECT_EQ(o.energy_j, reading.energy_j) << o.freq_mhz;
         ++checked;
@@ -119,11 +123,14 @@ TEST(SweepScreen, FewerMeasurementsEveryOptionMeasuredResultKept) {
     for (const auto& o : b.problem.sync_nodes[i]) {
       ASSERT_TRUE(o.gradient_sync);
       const measure::Sample reading = backend->MeasureAll(
-          screened.model, std::vector<measure::GradientSyncRequest>{
-                              {.stage = static_cast<int>(i) / per_stage, .chunk = static_cast<int>(i) % per_stage,
-                               .work = measure::GradientSyncWork::kSyncNode, .freq_mhz = o.freq_mhz,
-                               .sms = o.gradient_sync->sms}})[0];
-      EXPECT_EQ(o.time_s, reading.time_s) << o.freq_mhz << " MHz, " << o.gradient_sync->sms << " SMs";
+          screened.model,
+          std::vector<measure::GradientSyncRequest>{{.stage = static_cast<int>(i) / per_stage,
+                                                     .chunk = static_cast<int>(i) % per_stage,
+                                                     .work = measure::GradientSyncWork::kSyncNode,
+                                                     .freq_mhz = o.freq_mhz,
+                                                     .sms = o.gradient_sync->sms}})[0];
+      EXPECT_EQ(o.time_s, reading.time_s)
+          << o.freq_mhz << " MHz, " << o.gradient_sync->sms << " SMs";
       ++checked;
     }
   }

@@ -4,8 +4,8 @@
 // table entries, and options validate themselves.
 #include <cmath>
 #include <filesystem>
-#include <limits>
 #include <fstream>
+#include <limits>
 #include <regex>
 #include <sstream>
 
@@ -15,9 +15,9 @@
 #include "kareus/common/error.h"
 #include "kareus/common/io.h"
 #include "kareus/measure/emulator_backend.h"
+#include "kareus/methods/run.h"
 #include "kareus/pareto/pareto.h"
 #include "kareus/plan/perseus.h"
-#include "kareus/methods/run.h"
 #include "kareus/plan/plan_file.h"
 #include "measure/synthetic_backend.h"
 
@@ -39,7 +39,8 @@ workload::Workload Small() {
 }
 
 measure::BackendFactory Synthetic(bool has_twin = true) {
-  return [has_twin](const workload::WorkloadModel&, uint64_t seed) -> std::unique_ptr<measure::Backend> {
+  return [has_twin](const workload::WorkloadModel&,
+                    uint64_t seed) -> std::unique_ptr<measure::Backend> {
     return std::make_unique<testing::SyntheticBackend>(seed, false, has_twin);
   };
 }
@@ -68,11 +69,14 @@ double SyntheticIterationTime(const RunResult& run, const MethodResult& m, std::
     const auto& ins = dag.nodes[v];
     const auto& stage = m.problem.stages[ins.stage];
     const auto& option =
-        (ins.kind == schedule::Direction::kForward ? stage.forward : stage.backward)[m.Choice(point)[v]];
-    measure::InstructionRequest request{.stage = ins.stage, .direction = ins.kind,
-                                        .knobs = {.freq_mhz = option.freq_mhz, .mode = option.mode,
-                                                  .partitions = {}}};
-    for (const auto& p : option.partitions) request.knobs.partitions[p.type] = {.sms = p.sms, .slot = p.slot};
+        (ins.kind == schedule::Direction::kForward ? stage.forward
+                                                   : stage.backward)[m.Choice(point)[v]];
+    measure::InstructionRequest request{
+        .stage = ins.stage,
+        .direction = ins.kind,
+        .knobs = {.freq_mhz = option.freq_mhz, .mode = option.mode, .partitions = {}}};
+    for (const auto& p : option.partitions)
+      request.knobs.partitions[p.type] = {.sms = p.sms, .slot = p.slot};
     durations[v] = testing::SyntheticBackend::InstructionTruth(run.model, request).time_s;
   }
   return schedule::StartTimes(dag, durations, m.problem.p2p_time_s).makespan;
@@ -98,7 +102,8 @@ TEST_F(SyntheticRun, EveryMethodRunsOnTheSyntheticBackend) {
     EXPECT_GT(m.measurements, 0) << m.method.name;
     // Every evaluated point is the synthetic backend's own value of that plan.
     for (std::size_t i : m.solved.sampled) {
-      EXPECT_NEAR(m.evaluated[i].time_s, SyntheticIterationTime(*run_, m, i), 1e-12 * m.evaluated[i].time_s)
+      EXPECT_NEAR(m.evaluated[i].time_s, SyntheticIterationTime(*run_, m, i),
+                  1e-12 * m.evaluated[i].time_s)
           << m.method.name << " point " << i;
     }
   }
@@ -123,7 +128,8 @@ TEST_F(SyntheticRun, ItsValuesAppearInTheOutputs) {
   const plan::Plan plan = plan::ReadPlanFile(dir / "plan.json");
   EXPECT_DOUBLE_EQ(plan.iteration.time_s, kareus.evaluated[kareus.Fastest()].time_s);
   EXPECT_DOUBLE_EQ(plan.iteration.time_s, SyntheticIterationTime(*run_, kareus, kareus.Fastest()));
-  EXPECT_EQ(ReadJsonFile(dir / "summary.json")["evaluator"], "noise-free re-run on synthetic(noise_free)");
+  EXPECT_EQ(ReadJsonFile(dir / "summary.json")["evaluator"],
+            "noise-free re-run on synthetic(noise_free)");
   fs::remove_all(dir);
 }
 
@@ -136,8 +142,10 @@ TEST_F(SyntheticRun, CostsAreGpuSecondsOfTheMeasuredGroups) {
   const MethodResult& oracle = Get(*run_, "kareus-oracle");
   int64_t space = 0;
   for (const auto& type : run_->model.partition_types) {
-    space += type.tunable ? type.SpaceSize(static_cast<int>(run_->model.workload.gpu.clock.ProfileGrid().size()))
-                          : static_cast<int64_t>(run_->model.workload.gpu.clock.ProfileGrid().size());
+    space +=
+        type.tunable
+            ? type.SpaceSize(static_cast<int>(run_->model.workload.gpu.clock.ProfileGrid().size()))
+            : static_cast<int64_t>(run_->model.workload.gpu.clock.ProfileGrid().size());
   }
   EXPECT_GT(oracle.measurements, space);
   EXPECT_GT(oracle.profiling_gpu_seconds, 12.0 * static_cast<double>(space));
@@ -210,7 +218,8 @@ TEST(Evaluation, NotEvaluatedIsExplicit) {
 TEST(Evaluation, WithoutATwinPlansAreMeasured) {
   RunOptions options = AllMethods();
   options.methods = {FindMethod("megatron")};
-  const RunResult run = RunWorkload(Small(), options, Synthetic(/*has_twin=*/false), Context{.seed = 5});
+  const RunResult run =
+      RunWorkload(Small(), options, Synthetic(/*has_twin=*/false), Context{.seed = 5});
   EXPECT_EQ(run.evaluator, "measured runs on synthetic(noise)");
   EXPECT_GT(run.methods[0].evaluation_gpu_seconds, 0.0);
   options.evaluation = EvaluationMode::kNoiseFree;
@@ -285,7 +294,8 @@ TEST(Options, EveryComponentValidates) {
 TEST(Seam, MethodsNeverCallTheEmulator) {
   const char* source = std::getenv("KAREUS_SOURCE_DIR");
   ASSERT_NE(source, nullptr) << "KAREUS_SOURCE_DIR is set by CTest";
-  const std::regex forbidden(R"(#include\s*"kareus/(emulator/|measure/emulator_backend)|\bemulator::|EmulatorBackend)");
+  const std::regex forbidden(
+      R"(#include\s*"kareus/(emulator/|measure/emulator_backend)|\bemulator::|EmulatorBackend)");
   int files = 0;
   for (const auto& entry : fs::recursive_directory_iterator(fs::path(source) / "src" / "methods")) {
     if (!entry.is_regular_file()) continue;

@@ -183,8 +183,8 @@ TEST(Surrogate, NamesRoundTripAndUnknownNamesAreInputErrors) {
   for (auto kind : {SurrogateKind::kXgbEnsemble, SurrogateKind::kGaussianProcess}) {
     EXPECT_EQ(SurrogateKindFromString(ToString(kind)), kind);
   }
-  for (auto s : {Strategy::kPublished, Strategy::kPerClock, Strategy::kBeliever,
-                 Strategy::kThompson}) {
+  for (auto s :
+       {Strategy::kPublished, Strategy::kPerClock, Strategy::kBeliever, Strategy::kThompson}) {
     EXPECT_EQ(StrategyFromString(ToString(s)), s);
   }
   EXPECT_THROW(SurrogateKindFromString("forest"), InputError);
@@ -193,7 +193,8 @@ TEST(Surrogate, NamesRoundTripAndUnknownNamesAreInputErrors) {
 
 // The synthetic fwd_mlp space the acquisition tests pick from.
 SearchSpace AcquisitionSpace() {
-  return SearchSpace::For(testing::SyntheticGpu(), testing::SyntheticPartition("fwd_mlp", 3), false);
+  return SearchSpace::For(testing::SyntheticGpu(), testing::SyntheticPartition("fwd_mlp", 3),
+                          false);
 }
 
 // A GP fitted on 11 measurements of `space`, and the acquisition input over every configuration

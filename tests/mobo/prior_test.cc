@@ -14,11 +14,11 @@
 #include "emulator/test_util.h"
 #include "kareus/common/error.h"
 #include "kareus/measure/emulator_backend.h"
-#include "kareus/workload/workload.h"
 #include "kareus/mobo/prior.h"
 #include "kareus/mobo/profiler.h"
 #include "kareus/mobo/search_space.h"
 #include "kareus/mobo/surrogate.h"
+#include "kareus/workload/workload.h"
 #include "measure/synthetic_backend.h"
 
 namespace kareus::mobo {
@@ -34,8 +34,8 @@ const workload::PartitionType* PaperType(const std::string& name) {
 }
 
 workload::WorkloadModel SyntheticModel() {
-  return testing::SyntheticModel({testing::SyntheticPartition("fwd_attn", 4),
-                                   testing::SyntheticPartition("bwd_mlp", 3)});
+  return testing::SyntheticModel(
+      {testing::SyntheticPartition("fwd_attn", 4), testing::SyntheticPartition("bwd_mlp", 3)});
 }
 
 // The synthetic backend's noise-free model, distorted by `perturbation`, as the prior.
@@ -57,9 +57,9 @@ ProfileOptions SmallBudget() {
 }
 
 struct Outcome {
-  std::vector<double> hv_ratio;  // per type
-  std::vector<PriorUse> last_use;  // per type: the fit the frontier was selected with
-  std::vector<int> initial_design;  // per type
+  std::vector<double> hv_ratio;           // per type
+  std::vector<PriorUse> last_use;         // per type: the fit the frontier was selected with
+  std::vector<int> initial_design;        // per type
   std::vector<std::string> prior_design;  // per type: "prior", "fallback" or "" (no prior)
   std::vector<bool> ever_trusted;  // per type: some fit trusted the prior (frontier acquisition)
   std::string json;
@@ -224,9 +224,10 @@ TEST(Prior, ShuffledPriorPassingTheFirstCheckIsRefutedOnceItsDesignIsMeasured) {
     ASSERT_GT(bad.initial_design, none.initial_design) << "seed " << seed;
     const auto first = bad.evaluations.begin();
     for (int i = 0; i < none.initial_design; ++i) {
-      EXPECT_NE(std::find_if(first, first + bad.initial_design,
-                             [&](const Evaluation& e) { return e.knobs == none.evaluations[i].knobs; }),
-                first + bad.initial_design)
+      EXPECT_NE(
+          std::find_if(first, first + bad.initial_design,
+                       [&](const Evaluation& e) { return e.knobs == none.evaluations[i].knobs; }),
+          first + bad.initial_design)
           << "seed " << seed << ": no-prior design point " << i << " not measured";
     }
   }
@@ -280,7 +281,8 @@ TEST(Prior, CalibrationRecoversAKnownPerturbation) {
   EXPECT_GT(c.log_rms_before, 0.1);
   EXPECT_LT(c.log_rms_after, 0.1 * c.log_rms_before);
 
-  const CalibrationResult same = CalibratePrior(EmulatorPrior({}), model, *type, knobs, readings, {});
+  const CalibrationResult same =
+      CalibratePrior(EmulatorPrior({}), model, *type, knobs, readings, {});
   EXPECT_LT(same.log_rms_before, 1e-9);
   EXPECT_NEAR(same.calibration.dynamic_power, 1.0, 1e-3) << same.calibration.ToString();
   EXPECT_EQ(same.calibration.voltage_shift_mhz, 0) << same.calibration.ToString();
@@ -298,10 +300,12 @@ TEST(Prior, AutomaticBudgetIsFivePercentWithAPrior) {
   ProfileOptions options;
   options.partitions = {"fwd_attn"};  // 720 configurations
   testing::SyntheticBackend a(1), b(1);
-  const ProfileSummary none = ProfileWorkload(SyntheticModel(), options, a, {.seed = 1, .quiet = true});
+  const ProfileSummary none =
+      ProfileWorkload(SyntheticModel(), options, a, {.seed = 1, .quiet = true});
   options.prior = SyntheticPrior({});
   EXPECT_DOUBLE_EQ(options.BudgetFraction(), 0.05);
-  const ProfileSummary with = ProfileWorkload(SyntheticModel(), options, b, {.seed = 1, .quiet = true});
+  const ProfileSummary with =
+      ProfileWorkload(SyntheticModel(), options, b, {.seed = 1, .quiet = true});
   EXPECT_EQ(none.partitions[0].evaluations.size(), 108u);  // 15 %
   EXPECT_EQ(with.partitions[0].evaluations.size(), 36u);   // 5 %
 }
@@ -325,9 +329,9 @@ TEST(Prior, EveryTypeIsMeasuredAtItsFastestConfigurationAtTheTopClock) {
   options.partitions = {"bwd_a_ag", "bwd_a_rs", "bwd_o_ar", "fwd_qkv_ar", "fwd_ao_ar"};
   for (const bool with_prior : {true, false}) {
     if (with_prior) {
-      options.prior = EmulatorPrior(ParsePerturbation(
-          "dynamic_power=1.25,voltage_shift_mhz=100,collective_bandwidth=0.7,"
-          "compute_efficiency=0.85"));
+      options.prior = EmulatorPrior(
+          ParsePerturbation("dynamic_power=1.25,voltage_shift_mhz=100,collective_bandwidth=0.7,"
+                            "compute_efficiency=0.85"));
     } else {
       options.prior = {};
     }
@@ -347,10 +351,12 @@ TEST(Prior, EveryTypeIsMeasuredAtItsFastestConfigurationAtTheTopClock) {
         if (e.knobs.freq_mhz == top) measured.push_back(e.knobs);
       }
       EXPECT_FALSE(measured.empty()) << r.type << (with_prior ? " prior" : " no prior");
-      if (measured.empty() || !with_prior) continue;  // the surrogate alone may not know which one is fastest
+      if (measured.empty() || !with_prior)
+        continue;  // the surrogate alone may not know which one is fastest
       auto fastest = [&](const std::vector<measure::PartitionKnobs>& knobs) {
         double best = std::numeric_limits<double>::infinity();
-        for (const measure::Sample& x : truth->MeasureAll(*type, knobs)) best = std::min(best, x.time_s);
+        for (const measure::Sample& x : truth->MeasureAll(*type, knobs))
+          best = std::min(best, x.time_s);
         return best;
       };
       EXPECT_LE(fastest(measured), 1.005 * fastest(all))
@@ -387,10 +393,12 @@ TEST(Prior, RelatedRowsTakeTheTargetsCalibration) {
   measure::EmulatorBackendOptions truth_options;
   truth_options.measurement.noise_free = true;
   const std::vector<measure::Sample> truth =
-      measure::MakeEmulatorBackend(model.workload.gpu, truth_options)->MeasureAll(*type, rows.knobs);
+      measure::MakeEmulatorBackend(model.workload.gpu, truth_options)
+          ->MeasureAll(*type, rows.knobs);
   double before = 0.0;
   for (std::size_t i = 0; i < truth.size(); ++i) {
-    before = std::max(before, std::abs(rows.prior_dynamic_energy_j[i] / truth[i].dynamic_energy_j - 1.0));
+    before = std::max(before,
+                      std::abs(rows.prior_dynamic_energy_j[i] / truth[i].dynamic_energy_j - 1.0));
   }
   EXPECT_GT(before, 0.1);
 

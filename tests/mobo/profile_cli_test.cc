@@ -35,8 +35,9 @@ class ProfileCliTest : public ::testing::Test {
     kareus_ = fs::path(binary_dir) / "apps/kareus/kareus";
     if (!fs::exists(kareus_)) GTEST_SKIP() << "build the kareus target first";
     examples_ = fs::path(source_dir) / "examples/paper";
-    dir_ = fs::temp_directory_path() / ("kareus-profile-cli-" + std::to_string(::getpid()) + "-" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = fs::temp_directory_path() /
+           ("kareus-profile-cli-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
     fs::create_directories(dir_);
   }
@@ -45,7 +46,8 @@ class ProfileCliTest : public ::testing::Test {
   }
 
   CliRun Kareus(const std::string& args, bool merge_stderr = true) {
-    const std::string command = kareus_.string() + " " + args + (merge_stderr ? " 2>&1" : " 2>/dev/null");
+    const std::string command =
+        kareus_.string() + " " + args + (merge_stderr ? " 2>&1" : " 2>/dev/null");
     CliRun run;
     FILE* pipe = popen(command.c_str(), "r");
     EXPECT_NE(pipe, nullptr);
@@ -137,17 +139,21 @@ TEST_F(ProfileCliTest, JsonStoreReuseAndForeignWorkload) {
   EXPECT_EQ(b["partitions"][0]["frontier"], t["frontier"]);
 
   const std::string before = ReadTextFile(store);
-  CliRun foreign = Kareus("profile " + Workload(kOther) + " --partition fwd_mlp --budget 16 --quiet --store " +
-                       store.string());
+  CliRun foreign = Kareus("profile " + Workload(kOther) +
+                          " --partition fwd_mlp --budget 16 --quiet --store " + store.string());
   EXPECT_EQ(foreign.exit_code, 2) << foreign.out;
   EXPECT_NE(foreign.out.find("belongs to another"), std::string::npos) << foreign.out;
   EXPECT_EQ(ReadTextFile(store), before);
 
   // A file that is not a store at all.
   const fs::path garbage = dir_ / "notes.txt";
-  { std::FILE* f = std::fopen(garbage.c_str(), "w"); std::fputs("not a database\n", f); std::fclose(f); }
-  CliRun bad = Kareus("profile " + Workload(kTp8) + " --partition fwd_mlp --budget 16 --quiet --store " +
-                   garbage.string());
+  {
+    std::FILE* f = std::fopen(garbage.c_str(), "w");
+    std::fputs("not a database\n", f);
+    std::fclose(f);
+  }
+  CliRun bad = Kareus("profile " + Workload(kTp8) +
+                      " --partition fwd_mlp --budget 16 --quiet --store " + garbage.string());
   EXPECT_EQ(bad.exit_code, 2) << bad.out;
   EXPECT_EQ(ReadTextFile(garbage), "not a database\n");
 }
@@ -165,8 +171,7 @@ TEST_F(ProfileCliTest, SigkilledRunResumesWithTheSameFrontiers) {
     if (std::freopen("/dev/null", "w", stdout) == nullptr) _exit(126);
     execl(kareus_.c_str(), "kareus", "profile", workload.c_str(), "--partition", "fwd_qkv_ag",
           "--partition", "bwd_qkv_rs", "--partition", "bwd_mlp", "--budget-fraction", "0.15",
-          "--quiet", "--store",
-          store.c_str(), static_cast<char*>(nullptr));
+          "--quiet", "--store", store.c_str(), static_cast<char*>(nullptr));
     _exit(127);
   }
   bool finished = false;
@@ -188,16 +193,17 @@ TEST_F(ProfileCliTest, SigkilledRunResumesWithTheSameFrontiers) {
   const int64_t total = 162 + 108 + 81;  // 15 % of 1,080, 720 and 540
   ASSERT_LT(committed, total);
 
-  CliRun resumed = Kareus("profile " + workload + types + " --quiet --json --store " +
-                          store.string(), false);
+  CliRun resumed =
+      Kareus("profile " + workload + types + " --quiet --json --store " + store.string(), false);
   ASSERT_EQ(resumed.exit_code, 0) << resumed.out;
   const Json a = Json::parse(resumed.out);
   EXPECT_EQ(a["measurements_reused"].get<int64_t>(), committed);
   EXPECT_EQ(a["measurements_taken"].get<int64_t>(), total - committed);  // none twice
   EXPECT_EQ(StoreRows(store), total);
 
-  CliRun clean = Kareus("profile " + workload + types + " --quiet --json --store " +
-                        (dir_ / "clean.db").string(), false);
+  CliRun clean = Kareus(
+      "profile " + workload + types + " --quiet --json --store " + (dir_ / "clean.db").string(),
+      false);
   ASSERT_EQ(clean.exit_code, 0) << clean.out;
   const Json b = Json::parse(clean.out);
   ASSERT_EQ(a["partitions"].size(), b["partitions"].size());
@@ -213,7 +219,8 @@ TEST_F(ProfileCliTest, SigkilledRunResumesWithTheSameFrontiers) {
 TEST_F(ProfileCliTest, PriorByDefaultAndTransferFromARelatedStore) {
   const fs::path related = dir_ / "seq4096.db";
   const std::string part = " --partition fwd_mlp --budget 16 --json --quiet";
-  CliRun base = Kareus("profile " + Workload(kOther) + part + " --store " + related.string(), false);
+  CliRun base =
+      Kareus("profile " + Workload(kOther) + part + " --store " + related.string(), false);
   ASSERT_EQ(base.exit_code, 0) << base.out;
   const Json b = Json::parse(base.out);
   EXPECT_NE(b["prior"].get<std::string>().find("emulator"), std::string::npos) << b["prior"];
@@ -221,8 +228,9 @@ TEST_F(ProfileCliTest, PriorByDefaultAndTransferFromARelatedStore) {
   EXPECT_TRUE(b["related_workloads"].empty());
 
   const std::string before = ReadTextFile(related);
-  CliRun run = Kareus("profile " + Workload(kOtherSeq8192) + part + " --evaluations --related " +
-                          related.string(), false);
+  CliRun run = Kareus(
+      "profile " + Workload(kOtherSeq8192) + part + " --evaluations --related " + related.string(),
+      false);
   ASSERT_EQ(run.exit_code, 0) << run.out;
   EXPECT_EQ(ReadTextFile(related), before) << "the related store was modified";
   const Json a = Json::parse(run.out);

@@ -25,8 +25,8 @@ namespace fs = std::filesystem;
 
 workload::WorkloadModel SyntheticModel() {
   return testing::SyntheticModel({testing::SyntheticPartition("fwd_attn", 4),
-                                   testing::SyntheticPartition("bwd_mlp", 3),
-                                   testing::SyntheticPartition("fwd_trail", 1, false)});
+                                  testing::SyntheticPartition("bwd_mlp", 3),
+                                  testing::SyntheticPartition("fwd_trail", 1, false)});
 }
 
 ProfileOptions SmallOptions() {
@@ -111,7 +111,8 @@ TEST_F(ProfilerTest, SameSeedSameResultAndInvariants) {
   EXPECT_EQ(a.measurements_taken, 40 + 40 + 18);
 
   testing::SyntheticBackend other(4);
-  const ProfileSummary c = ProfileWorkload(model_, SmallOptions(), other, {.seed = 4, .quiet = true});
+  const ProfileSummary c =
+      ProfileWorkload(model_, SmallOptions(), other, {.seed = 4, .quiet = true});
   EXPECT_NE(DumpJson(a.ToJson(true)), DumpJson(c.ToJson(true)));
 }
 
@@ -122,7 +123,8 @@ TEST_F(ProfilerTest, InterleavedTypesAndShuffledSamplesGiveTheSameSummary) {
     ProfileOptions options = SmallOptions();
     options.unit_size = unit_size;
     testing::SyntheticBackend plain(3);
-    const ProfileSummary expected = ProfileWorkload(model_, options, plain, {.seed = 3, .quiet = true});
+    const ProfileSummary expected =
+        ProfileWorkload(model_, options, plain, {.seed = 3, .quiet = true});
 
     testing::SyntheticBackend meta(3), measuring(3);
     WorkloadProfiler profiler(model_, options, meta, {.seed = 3, .quiet = true});
@@ -149,9 +151,9 @@ TEST_F(ProfilerTest, InterleavedTypesAndShuffledSamplesGiveTheSameSummary) {
         covered += end - begin;
         const std::vector<measure::PartitionKnobs> unit(batch->knobs.begin() + begin,
                                                         batch->knobs.begin() + end);
-        measuring.MeasureBatch(*profiler.Types()[t], unit, [&](std::size_t j, const measure::Sample& s) {
-          samples.emplace_back(begin + j, s);
-        });
+        measuring.MeasureBatch(
+            *profiler.Types()[t], unit,
+            [&](std::size_t j, const measure::Sample& s) { samples.emplace_back(begin + j, s); });
         ++units;
       }
       EXPECT_EQ(covered, batch->knobs.size());
@@ -199,15 +201,16 @@ TEST_F(ProfilerTest, OracleComparisonBeatsRandomOnTheSyntheticSpace) {
 
 TEST_F(ProfilerTest, EveryStrategyAndSurrogateRunsWithinBudget) {
   for (auto surrogate : {SurrogateKind::kGaussianProcess, SurrogateKind::kXgbEnsemble}) {
-    for (auto strategy : {Strategy::kPublished, Strategy::kPerClock, Strategy::kBeliever,
-                          Strategy::kThompson}) {
+    for (auto strategy :
+         {Strategy::kPublished, Strategy::kPerClock, Strategy::kBeliever, Strategy::kThompson}) {
       testing::SyntheticBackend backend(1);
       ProfileOptions options = SmallOptions();
       options.budget = 24;
       options.surrogate = surrogate;
       options.strategy = strategy;
       options.partitions = {"fwd_attn"};
-      const ProfileSummary s = ProfileWorkload(model_, options, backend, {.seed = 1, .quiet = true});
+      const ProfileSummary s =
+          ProfileWorkload(model_, options, backend, {.seed = 1, .quiet = true});
       EXPECT_EQ(s.partitions[0].evaluations.size(), 24u);
       EXPECT_EQ(s.surrogate, ToString(surrogate));
       EXPECT_EQ(s.strategy, ToString(strategy));

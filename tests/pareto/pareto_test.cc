@@ -26,9 +26,9 @@ std::vector<Point> BruteFilter(const std::vector<Point>& points) {
   for (std::size_t i = 0; i < points.size(); ++i) {
     bool dominated = false;
     for (std::size_t j = 0; j < points.size() && !dominated; ++j) {
-      dominated = Dominates(points[j], points[i]) ||
-                  (j < i && points[j].time_s == points[i].time_s &&
-                   points[j].energy_j == points[i].energy_j);
+      dominated =
+          Dominates(points[j], points[i]) || (j < i && points[j].time_s == points[i].time_s &&
+                                              points[j].energy_j == points[i].energy_j);
     }
     if (!dominated) kept.push_back(points[i]);
   }
@@ -69,9 +69,8 @@ TEST(Pareto, HypervolumeMatchesGridCount) {
     int cells = 0;
     for (int x = 0; x <= grid; ++x) {
       for (int y = 0; y <= grid; ++y) {
-        cells += std::any_of(points.begin(), points.end(), [&](const Point& p) {
-          return p.time_s <= x && p.energy_j <= y;
-        });
+        cells += std::any_of(points.begin(), points.end(),
+                             [&](const Point& p) { return p.time_s <= x && p.energy_j <= y; });
       }
     }
     EXPECT_DOUBLE_EQ(Hypervolume(points, reference), cells);

@@ -50,7 +50,8 @@ std::vector<T> LongestTails(const schedule::Dag& dag, const std::vector<T>& fast
   for (auto it = dag.topological_order.rbegin(); it != dag.topological_order.rend(); ++it) {
     const auto v = static_cast<std::size_t>(*it);
     for (const auto& [w, lag] : succ[v]) {
-      tail[v] = std::max(tail[v], lag + fastest[static_cast<std::size_t>(w)] + tail[static_cast<std::size_t>(w)]);
+      tail[v] = std::max(
+          tail[v], lag + fastest[static_cast<std::size_t>(w)] + tail[static_cast<std::size_t>(w)]);
     }
   }
   return tail;

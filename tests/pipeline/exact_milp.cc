@@ -68,7 +68,8 @@ std::vector<int> Build(glp_prob* lp, const Problem& problem, const schedule::Dag
   auto finish_terms = [&](int v, double sign) {  // sign * (S_v + sum_j t_vj x_vj)
     add(first_s + v, sign);
     const auto& list = options(v);
-    for (int j = 0; j < static_cast<int>(list.size()); ++j) add(first_x[v] + j, sign * list[j].time_s);
+    for (int j = 0; j < static_cast<int>(list.size()); ++j)
+      add(first_x[v] + j, sign * list[j].time_s);
   };
   for (int v = 0; v < n; ++v) {  // one option each
     row = glp_add_rows(lp, 1);
@@ -94,8 +95,7 @@ std::vector<int> Build(glp_prob* lp, const Problem& problem, const schedule::Dag
 }  // namespace
 
 MilpAnswer MinEnergyMilp(const Problem& problem, const schedule::Dag& dag, double deadline_s,
-                         double p_static_w, const std::map<int, int>& fixed,
-                         double time_limit_s) {
+                         double p_static_w, const std::map<int, int>& fixed, double time_limit_s) {
   auto options = [&](int v) -> const std::vector<Option>& {
     const auto& inst = dag.nodes[v];
     return inst.kind == schedule::Direction::kForward ? problem.forward_options[inst.stage]
@@ -146,7 +146,8 @@ std::optional<double> SolveLp(const Problem& problem, const schedule::Dag& dag, 
       // Rows: one per node (its options sum to one), then one per edge in dag.edges' order.
       const int first_edge_row = static_cast<int>(dag.nodes.size()) + 1;
       for (std::size_t e = 0; e < dag.edges.size(); ++e) {
-        edge_duals->push_back(std::max(0.0, glp_get_row_dual(lp, first_edge_row + static_cast<int>(e))));
+        edge_duals->push_back(
+            std::max(0.0, glp_get_row_dual(lp, first_edge_row + static_cast<int>(e))));
       }
     }
   }

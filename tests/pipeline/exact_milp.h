@@ -12,8 +12,8 @@
 namespace kareus::pipeline::testing {
 
 struct MilpAnswer {
-  bool optimal = false;   // GLPK proved optimality (else: time limit or infeasible)
-  double energy_j = 0.0;  // least total energy (all GPUs, static included) with time <= deadline
+  bool optimal = false;     // GLPK proved optimality (else: time limit or infeasible)
+  double energy_j = 0.0;    // least total energy (all GPUs, static included) with time <= deadline
   std::vector<int> choice;  // an optimal plan: per DAG node, its option index
 };
 

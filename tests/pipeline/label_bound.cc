@@ -21,8 +21,8 @@ int64_t Units(double time_s, double delta) {
 }
 
 struct NodeOption {
-  int index = 0;       // into OptionsOf
-  int64_t units = 0;   // duration on the grid (rounded down)
+  int index = 0;      // into OptionsOf
+  int64_t units = 0;  // duration on the grid (rounded down)
   double time_s = 0.0;
   double cost_j = 0.0;  // effective energy, all the stage's GPUs
 };
@@ -90,7 +90,8 @@ class DominanceIndex {
 
   void Insert(std::size_t point) {
     inserted_[point] = 1;
-    for (int node = leaf_of_[point]; node >= 0; node = nodes_[static_cast<std::size_t>(node)].parent) {
+    for (int node = leaf_of_[point]; node >= 0;
+         node = nodes_[static_cast<std::size_t>(node)].parent) {
       ++nodes_[static_cast<std::size_t>(node)].inserted;
     }
   }
@@ -131,7 +132,8 @@ class DominanceIndex {
       return id;
     }
     const std::size_t mid = begin + (end - begin) / 2;
-    std::nth_element(perm_.begin() + static_cast<std::ptrdiff_t>(begin), perm_.begin() + static_cast<std::ptrdiff_t>(mid),
+    std::nth_element(perm_.begin() + static_cast<std::ptrdiff_t>(begin),
+                     perm_.begin() + static_cast<std::ptrdiff_t>(mid),
                      perm_.begin() + static_cast<std::ptrdiff_t>(end),
                      [&](std::size_t a, std::size_t b) { return At(a, split) < At(b, split); });
     const int left = Build(begin, mid, id);
@@ -162,7 +164,8 @@ std::optional<LabelBound> LabelSettingBound(const Problem& problem, const schedu
   const int n = static_cast<int>(dag.nodes.size());
   const double delta = options.resolution_s;
   auto gpus = [&](int stage) {
-    return problem.gpus_per_stage.empty() ? 1 : problem.gpus_per_stage[static_cast<std::size_t>(stage)];
+    return problem.gpus_per_stage.empty() ? 1
+                                          : problem.gpus_per_stage[static_cast<std::size_t>(stage)];
   };
   double gpus_total = 0.0;
   for (int s = 0; s < problem.num_stages; ++s) gpus_total += gpus(s);
@@ -189,9 +192,12 @@ std::optional<LabelBound> LabelSettingBound(const Problem& problem, const schedu
         dominated = no_worse && (better || k < j);  // equal options: keep the first
       }
       if (dominated) continue;
-      out.push_back({.index = static_cast<int>(j), .units = Units(list[j].time_s, delta),
-                     .time_s = list[j].time_s, .cost_j = cost});
-      fastest[static_cast<std::size_t>(v)] = std::min(fastest[static_cast<std::size_t>(v)], out.back().units);
+      out.push_back({.index = static_cast<int>(j),
+                     .units = Units(list[j].time_s, delta),
+                     .time_s = list[j].time_s,
+                     .cost_j = cost});
+      fastest[static_cast<std::size_t>(v)] =
+          std::min(fastest[static_cast<std::size_t>(v)], out.back().units);
     }
   }
   std::vector<std::vector<std::pair<int, int64_t>>> pred(static_cast<std::size_t>(n));
@@ -205,7 +211,9 @@ std::optional<LabelBound> LabelSettingBound(const Problem& problem, const schedu
   std::vector<int64_t> earliest(static_cast<std::size_t>(n), 0);
   for (int v : dag.topological_order) {
     for (const auto& [u, lag] : pred[static_cast<std::size_t>(v)]) {
-      earliest[static_cast<std::size_t>(v)] = std::max(earliest[static_cast<std::size_t>(v)], earliest[static_cast<std::size_t>(u)] + fastest[static_cast<std::size_t>(u)] + lag);
+      earliest[static_cast<std::size_t>(v)] = std::max(
+          earliest[static_cast<std::size_t>(v)],
+          earliest[static_cast<std::size_t>(u)] + fastest[static_cast<std::size_t>(u)] + lag);
     }
   }
   const std::vector<int64_t> tail = LongestTails(dag, fastest, p2p);
@@ -219,7 +227,8 @@ std::optional<LabelBound> LabelSettingBound(const Problem& problem, const schedu
   // Processing order: by earliest start, then stage (a topological order: an edge's head starts
   // after its tail's earliest finish, and zero-duration nodes keep the DAG's order).
   std::vector<int> topo_pos(static_cast<std::size_t>(n));
-  for (int k = 0; k < n; ++k) topo_pos[static_cast<std::size_t>(dag.topological_order[static_cast<std::size_t>(k)])] = k;
+  for (int k = 0; k < n; ++k)
+    topo_pos[static_cast<std::size_t>(dag.topological_order[static_cast<std::size_t>(k)])] = k;
   std::vector<int> order = dag.topological_order;
   std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
     const auto ia = static_cast<std::size_t>(a), ib = static_cast<std::size_t>(b);
@@ -229,18 +238,22 @@ std::optional<LabelBound> LabelSettingBound(const Problem& problem, const schedu
   std::vector<int> pos(static_cast<std::size_t>(n));
   for (int k = 0; k < n; ++k) pos[static_cast<std::size_t>(order[static_cast<std::size_t>(k)])] = k;
   for (const schedule::DagEdge& e : dag.edges) {
-    if (pos[static_cast<std::size_t>(e.from)] >= pos[static_cast<std::size_t>(e.to)]) return std::nullopt;
+    if (pos[static_cast<std::size_t>(e.from)] >= pos[static_cast<std::size_t>(e.to)])
+      return std::nullopt;
   }
   std::vector<int> last_use(static_cast<std::size_t>(n), -1);
   for (int v = 0; v < n; ++v) {
-    for (const auto& [w, lag] : succ[static_cast<std::size_t>(v)]) last_use[static_cast<std::size_t>(v)] = std::max(last_use[static_cast<std::size_t>(v)], pos[static_cast<std::size_t>(w)]);
+    for (const auto& [w, lag] : succ[static_cast<std::size_t>(v)])
+      last_use[static_cast<std::size_t>(v)] =
+          std::max(last_use[static_cast<std::size_t>(v)], pos[static_cast<std::size_t>(w)]);
   }
 
   // Stage chains (same-stage edges), heads in processing order.
   auto found_chains = SameStageChains(dag, order);
   if (!found_chains) return std::nullopt;
   const std::vector<std::vector<int>> chains = std::move(*found_chains);
-  std::vector<int> chain_of(static_cast<std::size_t>(n)), index_in_chain(static_cast<std::size_t>(n));
+  std::vector<int> chain_of(static_cast<std::size_t>(n)),
+      index_in_chain(static_cast<std::size_t>(n));
   for (std::size_t ci = 0; ci < chains.size(); ++ci) {
     for (std::size_t k = 0; k < chains[ci].size(); ++k) {
       chain_of[static_cast<std::size_t>(chains[ci][k])] = static_cast<int>(ci);
@@ -278,9 +291,11 @@ std::optional<LabelBound> LabelSettingBound(const Problem& problem, const schedu
           if (k + 1 < chain.size()) {
             const auto w = static_cast<std::size_t>(chain[k + 1]);
             if (f > latest[w]) continue;
-            after = rest[ci][k + 1][static_cast<std::size_t>(std::max(f, earliest[w]) - earliest[w])];
+            after =
+                rest[ci][k + 1][static_cast<std::size_t>(std::max(f, earliest[w]) - earliest[w])];
           }
-          best = std::min(best, o.cost_j + d[v] * static_cast<double>(o.units) + c[v] * static_cast<double>(t) + after);
+          best = std::min(best, o.cost_j + d[v] * static_cast<double>(o.units) +
+                                    c[v] * static_cast<double>(t) + after);
         }
         g[static_cast<std::size_t>(t - lo)] = best;
       }
@@ -337,7 +352,9 @@ std::optional<LabelBound> LabelSettingBound(const Problem& problem, const schedu
     for (std::size_t i = 0; i < out_width; ++i) {
       const auto u = static_cast<std::size_t>(to.frontier[i]);
       const auto ci = static_cast<std::size_t>(chain_of[u]);
-      if (next_in_chain[ci] > 0 && chains[ci][static_cast<std::size_t>(next_in_chain[ci] - 1)] == static_cast<int>(u)) chain_slot[ci] = static_cast<int>(i);
+      if (next_in_chain[ci] > 0 &&
+          chains[ci][static_cast<std::size_t>(next_in_chain[ci] - 1)] == static_cast<int>(u))
+        chain_slot[ci] = static_cast<int>(i);
     }
     for (std::size_t e = 0; e < dag.edges.size(); ++e) {
       const schedule::DagEdge& edge = dag.edges[e];
@@ -353,8 +370,9 @@ std::optional<LabelBound> LabelSettingBound(const Problem& problem, const schedu
     // successor's start, hence every completion, stays the same, and every relaxed edge term
     // stays <= 0). Labels that differ only below those levels then dominate one another.
     struct Lift {
-      int64_t floor = 0;                                 // earliest start - lag
-      std::vector<std::pair<std::size_t, int64_t>> other = {};  // other processed predecessors: slot, lag - own lag
+      int64_t floor = 0;  // earliest start - lag
+      std::vector<std::pair<std::size_t, int64_t>> other =
+          {};  // other processed predecessors: slot, lag - own lag
     };
     std::vector<std::vector<Lift>> lifts(out_width);
     for (std::size_t i = 0; i < out_width; ++i) {
@@ -399,9 +417,11 @@ std::optional<LabelBound> LabelSettingBound(const Problem& problem, const schedu
         double bound = cost + p2p_terms;
         for (std::size_t ci = 0; ci < chains.size() && bound < kInf; ++ci) {
           const int slot = chain_slot[ci];
-          bound += chain_rest(ci, static_cast<std::size_t>(next_in_chain[ci]), slot < 0 ? 0 : row[static_cast<std::size_t>(slot)]);
+          bound += chain_rest(ci, static_cast<std::size_t>(next_in_chain[ci]),
+                              slot < 0 ? 0 : row[static_cast<std::size_t>(slot)]);
         }
-        for (std::size_t i = 0; i < out_width; ++i) bound += slot_mu[i] * static_cast<double>(row[i]);
+        for (std::size_t i = 0; i < out_width; ++i)
+          bound += slot_mu[i] * static_cast<double>(row[i]);
         if (!(bound < budget)) continue;
         cand_finish.insert(cand_finish.end(), row.begin(), row.end());
         cand_cost.push_back(cost);
@@ -453,14 +473,16 @@ std::optional<LabelBound> LabelSettingBound(const Problem& problem, const schedu
   }
   // Every node processed: the cheapest label is the grid program's least energy.
   const Layer& done = layers.back();
-  const auto best = static_cast<std::size_t>(std::min_element(done.cost.begin(), done.cost.end()) - done.cost.begin());
+  const auto best = static_cast<std::size_t>(std::min_element(done.cost.begin(), done.cost.end()) -
+                                             done.cost.begin());
   answer.energy_j = static_j + done.cost[best];
   answer.below_threshold = true;
   answer.choice.assign(static_cast<std::size_t>(n), 0);
   int label = static_cast<int>(best);
   for (int k = n; k-- > 0;) {
     const Layer& layer = layers[static_cast<std::size_t>(k + 1)];
-    answer.choice[static_cast<std::size_t>(order[static_cast<std::size_t>(k)])] = layer.option[static_cast<std::size_t>(label)];
+    answer.choice[static_cast<std::size_t>(order[static_cast<std::size_t>(k)])] =
+        layer.option[static_cast<std::size_t>(label)];
     label = layer.parent[static_cast<std::size_t>(label)];
   }
   return answer;

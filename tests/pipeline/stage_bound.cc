@@ -28,12 +28,12 @@ struct Relaxation {
   int n = 0;
   double delta = 0.0;
   std::vector<std::vector<GridOption>> options;  // per node: its Pareto front (time, cost)
-  std::vector<int> earliest_units;   // per node: earliest start (all fastest), rounded down
-  std::vector<int> latest_units;     // per node: latest finish (all fastest), rounded up-safe
+  std::vector<int> earliest_units;       // per node: earliest start (all fastest), rounded down
+  std::vector<int> latest_units;         // per node: latest finish (all fastest), rounded up-safe
   std::vector<std::vector<int>> chains;  // same-stage chains, in order
-  std::vector<int> cross;            // indices of the cross-stage edges in dag.edges
-  double static_j = 0.0;             // P * T * GPUs
-  bool on_grid = true;               // every duration, the P2P time and the deadline on the grid
+  std::vector<int> cross;                // indices of the cross-stage edges in dag.edges
+  double static_j = 0.0;                 // P * T * GPUs
+  bool on_grid = true;  // every duration, the P2P time and the deadline on the grid
 };
 
 // True when `time_s` is a whole number of grid steps (to 1e-9 of a step).
@@ -130,7 +130,8 @@ std::optional<StageBound> StageLagrangianBound(const Problem& problem, const sch
   r.delta = options.resolution_s;
   const double p2p = problem.p2p_time_s;
   auto gpus = [&](int stage) {
-    return problem.gpus_per_stage.empty() ? 1 : problem.gpus_per_stage[static_cast<std::size_t>(stage)];
+    return problem.gpus_per_stage.empty() ? 1
+                                          : problem.gpus_per_stage[static_cast<std::size_t>(stage)];
   };
   double gpus_total = 0.0;
   for (int s = 0; s < problem.num_stages; ++s) gpus_total += gpus(s);
@@ -145,12 +146,14 @@ std::optional<StageBound> StageLagrangianBound(const Problem& problem, const sch
     const auto& list = OptionsOf(problem, dag, v);
     const int g = gpus(dag.nodes[static_cast<std::size_t>(v)].stage);
     std::vector<pareto::Point> points;
-    for (const Option& o : list) points.push_back({.time_s = o.time_s, .energy_j = g * (o.energy_j - p_static_w * o.time_s)});
+    for (const Option& o : list)
+      points.push_back({.time_s = o.time_s, .energy_j = g * (o.energy_j - p_static_w * o.time_s)});
     for (const pareto::Point& p : pareto::Filter(points)) {
       // Rounded down (a duration on the grid keeps its units; 1e-9 units of floating error).
       const int units = std::max(0, static_cast<int>(std::floor(p.time_s / r.delta + 1e-9)));
       r.on_grid = r.on_grid && OnGrid(p.time_s, r.delta);
-      r.options[static_cast<std::size_t>(v)].push_back({.time_s = p.time_s, .cost_j = p.energy_j, .units = units});
+      r.options[static_cast<std::size_t>(v)].push_back(
+          {.time_s = p.time_s, .cost_j = p.energy_j, .units = units});
     }
     fastest[static_cast<std::size_t>(v)] =
         std::min_element(list.begin(), list.end(), [](const Option& a, const Option& b) {
@@ -169,7 +172,8 @@ std::optional<StageBound> StageLagrangianBound(const Problem& problem, const sch
     const auto i = static_cast<std::size_t>(v);
     const double latest = deadline_s - tail[i];
     if (timing.start[i] + fastest[i] > latest + slack_tol) return std::nullopt;
-    r.earliest_units[i] = std::max(0, static_cast<int>(std::floor(timing.start[i] / r.delta + 1e-9)));
+    r.earliest_units[i] =
+        std::max(0, static_cast<int>(std::floor(timing.start[i] / r.delta + 1e-9)));
     r.latest_units[i] = static_cast<int>(std::floor(latest / r.delta + 1e-9));
   }
   // Chains of same-stage edges (heads in node order), and the cross-stage edges.
@@ -185,7 +189,8 @@ std::optional<StageBound> StageLagrangianBound(const Problem& problem, const sch
   // Multipliers on the cross-stage edges; the Lagrangian of `mu` and its subgradient.
   std::vector<double> mu(r.cross.size(), 0.0);
   if (!options.multipliers.empty()) {
-    for (std::size_t i = 0; i < r.cross.size(); ++i) mu[i] = std::max(0.0, options.multipliers[static_cast<std::size_t>(r.cross[i])]);
+    for (std::size_t i = 0; i < r.cross.size(); ++i)
+      mu[i] = std::max(0.0, options.multipliers[static_cast<std::size_t>(r.cross[i])]);
   }
   std::vector<double> c(static_cast<std::size_t>(r.n));
   std::vector<double> d(static_cast<std::size_t>(r.n));
@@ -204,19 +209,22 @@ std::optional<StageBound> StageLagrangianBound(const Problem& problem, const sch
       c[static_cast<std::size_t>(e.to)] -= m[i];
       value += m[i] * p2p;
     }
-    for (const std::vector<int>& chain : r.chains) value += SolveChain(r, chain, c, d, option, start);
+    for (const std::vector<int>& chain : r.chains)
+      value += SolveChain(r, chain, c, d, option, start);
     // Rounding starts down changes c * S by at most delta * |c| where c < 0. With every time on
     // the grid nothing is rounded: for fixed options the best real starts solve a difference-
     // constraint LP (totally unimodular) with grid data, so some best starts are on the grid.
     if (!r.on_grid) {
-      for (int v = 0; v < r.n; ++v) value += std::min(0.0, c[static_cast<std::size_t>(v)]) * r.delta;
+      for (int v = 0; v < r.n; ++v)
+        value += std::min(0.0, c[static_cast<std::size_t>(v)]) * r.delta;
     }
     if (!std::isfinite(value)) return value;
     for (std::size_t i = 0; i < r.cross.size(); ++i) {
       const schedule::DagEdge& e = dag.edges[static_cast<std::size_t>(r.cross[i])];
       const auto u = static_cast<std::size_t>(e.from);
       const auto w = static_cast<std::size_t>(e.to);
-      grad[i] = r.delta * start[u] + r.options[u][static_cast<std::size_t>(option[u])].time_s + p2p - r.delta * start[w];
+      grad[i] = r.delta * start[u] + r.options[u][static_cast<std::size_t>(option[u])].time_s +
+                p2p - r.delta * start[w];
     }
     return value;
   };

@@ -30,8 +30,8 @@ std::string Refusal(Plan plan, const std::function<void(Plan&)>& edit) {
 }
 
 TEST(PlanCheck, AcceptsWhatTheFlowWrites) {
-  for (const char* file : {"01-llama3.2-3b-tp8-mbs8-seq4096.yaml",
-                           "08-qwen3-1.7b-cp2-tp4-mbs8-seq4096.yaml"}) {
+  for (const char* file :
+       {"01-llama3.2-3b-tp8-mbs8-seq4096.yaml", "08-qwen3-1.7b-cp2-tp4-mbs8-seq4096.yaml"}) {
     EXPECT_EQ(Refusal(PlanFor(file), [](Plan&) {}), "") << file;
   }
   // A plan without a workload record (kareus solve) has nothing to be checked against.
@@ -54,10 +54,10 @@ TEST(PlanCheck, ClocksMustBeTheGpusOwn) {
   }
   EXPECT_THAT(Refusal(plan,
                       [](Plan& p) {
-                        p.stages[1].gradient_sync =
-                            StageGradientSync{.freq_mhz = 5000, .sms = 8, .time_s = 0, .energy_j = 0};
-                        p.stages[0].gradient_sync =
-                            StageGradientSync{.freq_mhz = 1410, .sms = 8, .time_s = 0, .energy_j = 0};
+                        p.stages[1].gradient_sync = StageGradientSync{
+                            .freq_mhz = 5000, .sms = 8, .time_s = 0, .energy_j = 0};
+                        p.stages[0].gradient_sync = StageGradientSync{
+                            .freq_mhz = 1410, .sms = 8, .time_s = 0, .energy_j = 0};
                       }),
               ::testing::HasSubstr("stages[1].gradient_sync.freq_mhz = 5000"));
 }
@@ -76,22 +76,25 @@ TEST(PlanCheck, StageListMustBeTheRecordedWorkloads) {
 
 TEST(PlanCheck, PartitionsMustBeTheWorkloads) {
   const Plan plan = PlanFor("01-llama3.2-3b-tp8-mbs8-seq4096.yaml");
-  EXPECT_THAT(Refusal(plan, [](Plan& p) { p.stages[0].instructions[0].partitions[0].slot = "x\"y"; }),
-              ::testing::HasSubstr(".partitions[0].slot = x\"y: not a slot of fwd_"));
+  EXPECT_THAT(
+      Refusal(plan, [](Plan& p) { p.stages[0].instructions[0].partitions[0].slot = "x\"y"; }),
+      ::testing::HasSubstr(".partitions[0].slot = x\"y: not a slot of fwd_"));
   EXPECT_THAT(Refusal(plan, [](Plan& p) { p.stages[0].instructions[0].partitions[0].sms = 7777; }),
               ::testing::HasSubstr(".partitions[0].sms = 7777: must be 1..108"));
   EXPECT_THAT(Refusal(plan, [](Plan& p) { p.stages[0].instructions[0].partitions[0].sms = 0; }),
               ::testing::HasSubstr(".partitions[0].sms = 0: must be >= 1"));  // the file format
-  EXPECT_THAT(Refusal(plan,
-                      [](Plan& p) { p.stages[0].instructions[0].partitions[0].type = "fwd_nothing"; }),
-              ::testing::HasSubstr("type = fwd_nothing: not a forward partition type"));
+  EXPECT_THAT(
+      Refusal(plan,
+              [](Plan& p) { p.stages[0].instructions[0].partitions[0].type = "fwd_nothing"; }),
+      ::testing::HasSubstr("type = fwd_nothing: not a forward partition type"));
   // A forward type in a backward without recompute (with full recompute it runs there).
   EXPECT_THAT(Refusal(plan,
                       [](Plan& p) {
                         p.workload["recompute"] = "none";
                         for (auto& inst : p.stages[1].instructions) {
                           if (inst.kind == Direction::kBackward) {
-                            inst.partitions[0].type = p.stages[1].instructions[0].partitions[0].type;
+                            inst.partitions[0].type =
+                                p.stages[1].instructions[0].partitions[0].type;
                             break;
                           }
                         }

@@ -23,17 +23,21 @@ Plan MakePlan(int num_stages, int num_microbatches) {
   plan.method = "kareus";
   plan.workload = Json{{"model", "llama3.2-3b"}, {"tp", 8}};
   plan.num_microbatches = num_microbatches;
-  plan.iteration = {.time_s = 1.5, .energy_j = 4000.0, .static_energy_j = 1000.0,
-                    .dynamic_energy_j = 3000.0};
+  plan.iteration = {
+      .time_s = 1.5, .energy_j = 4000.0, .static_energy_j = 1000.0, .dynamic_energy_j = 3000.0};
   for (int s = 0; s < num_stages; ++s) {
     PlannedStage stage{.stage = s, .gpus = 8, .instructions = {}};
     int i = 0;
     for (const schedule::Instruction& slot :
          schedule::StageOrder(ScheduleKind::k1F1B, num_stages, s, num_microbatches)) {
-      PlannedInstruction instruction{.kind = slot.kind, .chunk = 0, .microbatch = slot.microbatch,
+      PlannedInstruction instruction{.kind = slot.kind,
+                                     .chunk = 0,
+                                     .microbatch = slot.microbatch,
                                      .freq_mhz = 900 + 30 * ((i + s) % 10),
-                                     .mode = ExecutionMode::kSequential, .partitions = {},
-                                     .time_s = 0.01 * (i + 1), .energy_j = 2.5 * (i + 1)};
+                                     .mode = ExecutionMode::kSequential,
+                                     .partitions = {},
+                                     .time_s = 0.01 * (i + 1),
+                                     .energy_j = 2.5 * (i + 1)};
       if (i % 2 == 0) {
         instruction.mode = ExecutionMode::kNanobatched;
         instruction.partitions = {{.type = "fwd_attn", .sms = 12, .slot = "rope_0"},
@@ -104,8 +108,9 @@ TEST(PlanFile, GPipePlansFollowTheirOrder) {
   Plan plan = MakePlan(2, 3);
   plan.schedule = ScheduleKind::kGPipe;
   for (PlannedStage& stage : plan.stages) {
-    std::stable_partition(stage.instructions.begin(), stage.instructions.end(),
-                          [](const PlannedInstruction& i) { return i.kind == Direction::kForward; });
+    std::stable_partition(
+        stage.instructions.begin(), stage.instructions.end(),
+        [](const PlannedInstruction& i) { return i.kind == Direction::kForward; });
     std::stable_sort(stage.instructions.begin(), stage.instructions.end(),
                      [](const PlannedInstruction& a, const PlannedInstruction& b) {
                        return a.kind == b.kind && a.microbatch < b.microbatch;
@@ -162,7 +167,8 @@ TEST(PlanFile, FieldRulesAreNamed) {
   const std::vector<Case> cases{
       {"/num_microbatches", 0, "num_microbatches = 0: must be >= 1"},
       {"/num_microbatches", 2.5, "num_microbatches = 2.5: must be an integer"},
-      {"/schedule", "zero-bubble", "schedule = zero-bubble: must be \"1f1b\", \"gpipe\" or \"interleaved-1f1b\""},
+      {"/schedule", "zero-bubble",
+       "schedule = zero-bubble: must be \"1f1b\", \"gpipe\" or \"interleaved-1f1b\""},
       {"/stages/0/instructions/1/chunk", -1, "stages[0].instructions[1].chunk = -1: must be >= 0"},
       {"/stages/0/instructions/1/chunk", 1, "expects forward 1 here"},
       {"/stages", Json::array(), "at least one stage"},
@@ -210,7 +216,9 @@ TEST(PlanFile, GarbageAndTruncatedFilesAreInputErrorsNamingThePath) {
   const auto dir = TempDir("garbage");
   const std::string text = DumpJson(ToJson(MakePlan(2, 4)));
   WriteFileAtomic(dir / "truncated.json", text.substr(0, text.size() / 2));
-  WriteFileAtomic(dir / "garbage.json", "\x7f" "ELF\x02\x01 not json at all");
+  WriteFileAtomic(dir / "garbage.json",
+                  "\x7f"
+                  "ELF\x02\x01 not json at all");
   WriteFileAtomic(dir / "empty.json", "");
   Json wrong = ToJson(MakePlan(2, 4));
   wrong["format"] = "kareus.plan/0";
@@ -251,12 +259,21 @@ TEST(PlanFile, WriteRefusesAnInvalidPlan) {
 
 TEST(FrontierFile, RoundTripAndRules) {
   FrontierFile frontier{.method = "kareus", .workload = Json{{"model", "x"}}, .points = {}};
-  frontier.points = {{.time_s = 1.0, .energy_j = 900.0, .static_energy_j = 300.0,
-                      .plan_index = 0, .plan_path = "plans/plan_00000.json"},
-                     {.time_s = 1.2, .energy_j = 800.0, .static_energy_j = 320.0,
-                      .plan_index = 1, .plan_path = "plans/plan_00001.json"},
-                     {.time_s = 1.5, .energy_j = 790.0, .static_energy_j = 350.0,
-                      .plan_index = -1, .plan_path = ""}};
+  frontier.points = {{.time_s = 1.0,
+                      .energy_j = 900.0,
+                      .static_energy_j = 300.0,
+                      .plan_index = 0,
+                      .plan_path = "plans/plan_00000.json"},
+                     {.time_s = 1.2,
+                      .energy_j = 800.0,
+                      .static_energy_j = 320.0,
+                      .plan_index = 1,
+                      .plan_path = "plans/plan_00001.json"},
+                     {.time_s = 1.5,
+                      .energy_j = 790.0,
+                      .static_energy_j = 350.0,
+                      .plan_index = -1,
+                      .plan_path = ""}};
   const auto dir = TempDir("frontier");
   WriteFrontierFile(dir / "frontier.json", frontier);
   const FrontierFile read = ReadFrontierFile(dir / "frontier.json");
@@ -279,9 +296,10 @@ TEST(FrontierFile, RoundTripAndRules) {
   EXPECT_THROW(PlanFromJson(ToJson(frontier)), InputError);  // a frontier is not a plan
   EXPECT_EQ(FrontierPlanPath(frontier.points[0]), "plans/plan_00000.json");
   EXPECT_EQ(FrontierPlanPath(frontier.points[2]), "");
-  EXPECT_EQ(FrontierPlanPath({.time_s = 1, .energy_j = 1, .static_energy_j = 0,
-                              .plan_index = 42, .plan_path = ""}),
-            "plans/plan_00042.json");
+  EXPECT_EQ(
+      FrontierPlanPath(
+          {.time_s = 1, .energy_j = 1, .static_energy_j = 0, .plan_index = 42, .plan_path = ""}),
+      "plans/plan_00042.json");
   std::filesystem::remove_all(dir);
 }
 

@@ -27,13 +27,18 @@ inline Plan PlanFor(const std::string& file) {
             .iteration = {},
             .stages = {}};
   for (int s = 0; s < w.parallelism.pp; ++s) {
-    PlannedStage stage{.stage = s, .gpus = w.parallelism.tp * w.parallelism.cp * w.parallelism.dp,
-                       .instructions = {}, .gradient_sync = std::nullopt};
+    PlannedStage stage{.stage = s,
+                       .gpus = w.parallelism.tp * w.parallelism.cp * w.parallelism.dp,
+                       .instructions = {},
+                       .gradient_sync = std::nullopt};
     for (const schedule::Instruction& i :
          schedule::StageOrder(ScheduleKind::k1F1B, w.parallelism.pp, s, w.microbatches)) {
-      PlannedInstruction inst{.kind = i.kind, .chunk = i.chunk, .microbatch = i.microbatch,
+      PlannedInstruction inst{.kind = i.kind,
+                              .chunk = i.chunk,
+                              .microbatch = i.microbatch,
                               .freq_mhz = w.gpu.clock.max_mhz,
-                              .mode = ExecutionMode::kNanobatched, .partitions = {}};
+                              .mode = ExecutionMode::kNanobatched,
+                              .partitions = {}};
       for (const workload::PartitionType& type : model.partition_types) {
         if (type.direction != i.kind) continue;
         inst.partitions.push_back(

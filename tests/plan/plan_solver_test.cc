@@ -86,8 +86,9 @@ TEST(Compose, EqualsEnumerationThenEffectiveFilter) {
       EXPECT_NEAR(o.time_s, expected[i].time_s, 1e-12);
       EXPECT_NEAR(o.energy_j - p_static * o.time_s, expected[i].energy_j, 1e-9);
       // The knobs reproduce the option.
-      const auto clock = std::find_if(clocks.begin(), clocks.end(),
-                                      [&](const ClockInput& c) { return c.freq_mhz == o.freq_mhz; });
+      const auto clock = std::find_if(clocks.begin(), clocks.end(), [&](const ClockInput& c) {
+        return c.freq_mhz == o.freq_mhz;
+      });
       ASSERT_NE(clock, clocks.end());
       if (o.mode == ExecutionMode::kSequential) {
         EXPECT_TRUE(o.partitions.empty());
@@ -99,11 +100,10 @@ TEST(Compose, EqualsEnumerationThenEffectiveFilter) {
       for (std::size_t k = 0; k < 3; ++k) {
         const auto& type = clock->partitions[k];
         EXPECT_EQ(o.partitions[k].type, type.type);
-        const auto point = std::find_if(type.frontier.begin(), type.frontier.end(),
-                                        [&](const PartitionPoint& q) {
-                                          return q.sms == o.partitions[k].sms &&
-                                                 q.slot == o.partitions[k].slot;
-                                        });
+        const auto point =
+            std::find_if(type.frontier.begin(), type.frontier.end(), [&](const PartitionPoint& q) {
+              return q.sms == o.partitions[k].sms && q.slot == o.partitions[k].slot;
+            });
         ASSERT_NE(point, type.frontier.end());
         t += type.count * point->time_s;
       }
@@ -114,7 +114,9 @@ TEST(Compose, EqualsEnumerationThenEffectiveFilter) {
 
 TEST(Compose, EffectiveFilterKeepsSlowerCheaperToIdleOptions) {
   // B is slower and costs more total energy than A, but less effective energy: it must stay.
-  ClockInput clock{.freq_mhz = 1000, .has_sequential = true, .sequential_time_s = 2.0,
+  ClockInput clock{.freq_mhz = 1000,
+                   .has_sequential = true,
+                   .sequential_time_s = 2.0,
                    .sequential_energy_j = 150.0};
   clock.partitions.push_back({.type = "x", .count = 1, .frontier = {{1.0, 100.0, 3, "norm_0"}}});
   const auto with_static = ComposeInstruction({clock}, {.p_static_w = 80.0});
@@ -132,8 +134,8 @@ TEST(Compose, RejectsBadInput) {
 
 TEST(Sampling, MatchesPublishedWorkedExample) {
   // reference/kareus-official.md §4.7: N = 2496.
-  EXPECT_EQ(SamplePlanIndices(2496), (std::vector<std::size_t>{324, 658, 992, 1326, 1660, 1827,
-                                                               1994, 2161, 2328, 2495}));
+  EXPECT_EQ(SamplePlanIndices(2496),
+            (std::vector<std::size_t>{324, 658, 992, 1326, 1660, 1827, 1994, 2161, 2328, 2495}));
   EXPECT_EQ(SamplePlanIndices(5), (std::vector<std::size_t>{0, 1, 2, 3, 4}));
   for (std::size_t n = 1; n < 400; ++n) {
     const auto kept = SamplePlanIndices(n);
@@ -152,8 +154,8 @@ std::string ProfileCsv(int stages) {
       const double r = f / 1410.0;
       const double tf = (0.05 + 0.005 * s) / std::pow(r, 0.9);
       const double tb = 2.1 * tf;
-      text += std::to_string(s) + ",forward," + std::to_string(f) + "," + std::to_string(tf) +
-              "," + std::to_string((85 + 250 * std::pow(r, 2.5)) * tf) + "\n";
+      text += std::to_string(s) + ",forward," + std::to_string(f) + "," + std::to_string(tf) + "," +
+              std::to_string((85 + 250 * std::pow(r, 2.5)) * tf) + "\n";
       text += std::to_string(s) + ",backward," + std::to_string(f) + "," + std::to_string(tb) +
               "," + std::to_string((85 + 260 * std::pow(r, 2.5)) * tb) + "\n";
     }
@@ -161,9 +163,7 @@ std::string ProfileCsv(int stages) {
   return text;
 }
 
-void WriteText(const fs::path& path, const std::string& text) {
-  std::ofstream(path) << text;
-}
+void WriteText(const fs::path& path, const std::string& text) { std::ofstream(path) << text; }
 
 TEST(SolveProfile, WritesPlansFrontierAndSampledPlans) {
   const fs::path dir = TempDir("solve");
@@ -195,8 +195,8 @@ TEST(SolveProfile, WritesPlansFrontierAndSampledPlans) {
   EXPECT_EQ(frontier.points.front().plan_index, static_cast<int>(summary.points) - 1);
 
   // Export both formats from the plans folder.
-  const auto zeus = ExportPlans({.plan = dir / "out" / "plans", .format = ExportFormat::kZeus,
-                                 .out = dir / "zeus"});
+  const auto zeus = ExportPlans(
+      {.plan = dir / "out" / "plans", .format = ExportFormat::kZeus, .out = dir / "zeus"});
   EXPECT_EQ(zeus.files.size(), 10u);
   char last[64];
   std::snprintf(last, sizeof(last), "freqs_pipeline_%05zu.py", summary.points - 1);
@@ -205,7 +205,8 @@ TEST(SolveProfile, WritesPlansFrontierAndSampledPlans) {
   EXPECT_THAT(text, ::testing::StartsWith("[\n  [('forward', "));
   EXPECT_THAT(text, ::testing::HasSubstr("('backward', "));
   const auto scheds = ExportPlans({.plan = dir / "out" / "plan.json",
-                                   .format = ExportFormat::kKareusScheds, .out = dir / "scheds"});
+                                   .format = ExportFormat::kKareusScheds,
+                                   .out = dir / "scheds"});
   ASSERT_EQ(scheds.files.size(), 1u);
   EXPECT_EQ(scheds.files[0].filename(), "scheds_pipeline_00000.py");
 }
@@ -238,14 +239,19 @@ TEST(Export, SchedsTextUsesPublishedConfigStrings) {
   plan.num_microbatches = 1;
   plan.stages.push_back({.stage = 0, .gpus = 8, .instructions = {}});
   plan.stages[0].instructions.push_back(
-      {.kind = schedule::Direction::kForward, .microbatch = 0, .freq_mhz = 1410,
+      {.kind = schedule::Direction::kForward,
+       .microbatch = 0,
+       .freq_mhz = 1410,
        .mode = ExecutionMode::kNanobatched,
        .partitions = {{"fwd_attn", 12, "rope_0"}, {"fwd_mlp", 6, "norm_0"}}});
-  plan.stages[0].instructions.push_back(
-      {.kind = schedule::Direction::kBackward, .microbatch = 0, .freq_mhz = 1260, .partitions = {}});
+  plan.stages[0].instructions.push_back({.kind = schedule::Direction::kBackward,
+                                         .microbatch = 0,
+                                         .freq_mhz = 1260,
+                                         .partitions = {}});
   const std::string text = KareusSchedsText(plan);
-  EXPECT_THAT(text, ::testing::HasSubstr(
-                        "[('forward', 'rope_0-none-12-1024', 'norm_0-none-6-1024'), ('backward',)]"));
+  EXPECT_THAT(text,
+              ::testing::HasSubstr(
+                  "[('forward', 'rope_0-none-12-1024', 'norm_0-none-6-1024'), ('backward',)]"));
   EXPECT_THAT(ZeusFreqsText(plan), ::testing::HasSubstr("[('forward', 1410), ('backward', 1260)]"));
 }
 
@@ -260,14 +266,17 @@ TEST(Export, PythonStringLiteralIsData) {
   plan.method = "x')\nimport os\n#";
   plan.num_microbatches = 1;
   plan.stages.push_back({.stage = 0, .gpus = 1, .instructions = {}});
-  plan.stages[0].instructions.push_back(
-      {.kind = schedule::Direction::kForward, .microbatch = 0, .freq_mhz = 1410,
-       .mode = ExecutionMode::kNanobatched, .partitions = {{"fwd_attn", 3, "s')\nimport os #"}}});
+  plan.stages[0].instructions.push_back({.kind = schedule::Direction::kForward,
+                                         .microbatch = 0,
+                                         .freq_mhz = 1410,
+                                         .mode = ExecutionMode::kNanobatched,
+                                         .partitions = {{"fwd_attn", 3, "s')\nimport os #"}}});
   // [ / stage / ] / cost comment; the Zeus text also says its clocks are for a nanobatched plan.
   const std::string scheds = KareusSchedsText(plan), zeus = ZeusFreqsText(plan);
   EXPECT_EQ(std::count(scheds.begin(), scheds.end(), '\n'), 4) << scheds;
   EXPECT_EQ(std::count(zeus.begin(), zeus.end(), '\n'), 5) << zeus;
-  EXPECT_THAT(zeus, ::testing::HasSubstr("\n# Clocks only: 1 instructions were planned nanobatched"));
+  EXPECT_THAT(zeus,
+              ::testing::HasSubstr("\n# Clocks only: 1 instructions were planned nanobatched"));
   for (const std::string& text : {scheds, zeus}) {
     EXPECT_EQ(text.find("\nimport"), std::string::npos) << text;
   }
@@ -280,8 +289,10 @@ TEST(Export, ZeusFilesOfSequentialPlansCarryNoClocksOnlyNote) {
   plan.stages.push_back({.stage = 0, .gpus = 1, .instructions = {}});
   plan.stages[0].instructions.push_back(
       {.kind = schedule::Direction::kForward, .microbatch = 0, .freq_mhz = 1410, .partitions = {}});
-  plan.stages[0].instructions.push_back(
-      {.kind = schedule::Direction::kBackward, .microbatch = 0, .freq_mhz = 1260, .partitions = {}});
+  plan.stages[0].instructions.push_back({.kind = schedule::Direction::kBackward,
+                                         .microbatch = 0,
+                                         .freq_mhz = 1260,
+                                         .partitions = {}});
   EXPECT_EQ(NanobatchedInstructions(plan), 0);
   EXPECT_FALSE(SequentialJobRefusal(plan, "p.json").has_value());
   EXPECT_THAT(ZeusFreqsText(plan), ::testing::Not(::testing::HasSubstr("Clocks only")));
@@ -348,8 +359,9 @@ TEST(SolveProfile, BadCsvNamesTheLineAndWritesNothing) {
       {"fractional_frequency", good + "0,forward,1410.5,0.1,3\n", ":74 frequency"},
       {"nan", good + "0,forward,1410,nan,3\n", ":74 time"},
       {"missing_stage", ProfileCsv(1), "stage 1"},
-      {"missing_backward", header + "0,forward,1410,0.1,3\n1,forward,1410,0.1,3\n"
-                                    "1,backward,1410,0.1,3\n",
+      {"missing_backward",
+       header + "0,forward,1410,0.1,3\n1,forward,1410,0.1,3\n"
+                "1,backward,1410,0.1,3\n",
        "no backward rows"},
       {"bad_header", "stage,instr,frequency,time,energy\n0,forward,1410,0.1,3\n", ":1 header"},
       // 3 J in 0.1 s is 30 W per GPU, below the 85 W static power.
@@ -361,8 +373,11 @@ TEST(SolveProfile, BadCsvNamesTheLineAndWritesNothing) {
     const fs::path dir = TempDir(c.name);
     WriteText(dir / "profile.csv", c.text);
     try {
-      SolveProfile({.profile = dir / "profile.csv", .num_stages = 2, .num_microbatches = 4,
-                    .p_static_w = 85.0, .out = dir / "out"});
+      SolveProfile({.profile = dir / "profile.csv",
+                    .num_stages = 2,
+                    .num_microbatches = 4,
+                    .p_static_w = 85.0,
+                    .out = dir / "out"});
       ADD_FAILURE() << c.name << ": no error";
     } catch (const InputError& e) {
       EXPECT_THAT(e.what(), ::testing::HasSubstr(c.expected)) << c.name;

@@ -139,7 +139,8 @@ ScheduleProblem RandomProblem(std::mt19937_64& rng) {
   }
   problem.allow_pause = u(rng) < 0.8;
   // From easy to barely feasible (or infeasible) deadlines.
-  problem.iterations = std::max(1.0, horizon / problem.plans.front().time_s * (0.05 + 0.95 * u(rng)));
+  problem.iterations =
+      std::max(1.0, horizon / problem.plans.front().time_s * (0.05 + 0.95 * u(rng)));
   return problem;
 }
 
@@ -213,9 +214,10 @@ TEST(TimetableTest, WaterFillingMatchesTheMilpOnRandomProblems) {
   EXPECT_GT(paused, 50);
   EXPECT_GT(mixed, 50);
   EXPECT_GT(beat_constant, 50);
-  std::printf("%d solved (%d beat the best constant plan), %d refused; %d intervals paused, %d "
-              "mixing two plans\n",
-              solved, beat_constant, infeasible, paused, mixed);
+  std::printf(
+      "%d solved (%d beat the best constant plan), %d refused; %d intervals paused, %d "
+      "mixing two plans\n",
+      solved, beat_constant, infeasible, paused, mixed);
 }
 
 // The solver's incremental finish-interval costs equal filling every finish interval from
@@ -246,7 +248,8 @@ ScheduleProblem TwoPlans() {
   p.idle_power_w = 100.0;
   p.gpus = 1;
   for (int k = 0; k < 3; ++k) {
-    p.intervals.push_back({.start = 1000.0 * k, .end = 1000.0 * (k + 1), .signal = k == 1 ? 10.0 : 1.0});
+    p.intervals.push_back(
+        {.start = 1000.0 * k, .end = 1000.0 * (k + 1), .signal = k == 1 ? 10.0 : 1.0});
   }
   return p;
 }
@@ -372,7 +375,8 @@ TEST(TimetableTest, BadSignalsNameTheLineAndTheRule) {
 
 TEST(TimetableTest, IntervalsCutAtSignalAndCapChanges) {
   const Signal signal = ParseSignalCsv(
-      "time,v\n2026-03-02T00:00:00Z,1\n2026-03-02T01:00:00Z,2\n2026-03-02T02:00:00Z,3\n", "s", "--signal");
+      "time,v\n2026-03-02T00:00:00Z,1\n2026-03-02T01:00:00Z,2\n2026-03-02T02:00:00Z,3\n", "s",
+      "--signal");
   const Signal caps = ParseSignalCsv("time,cap\n2026-03-02T00:30:00Z,250\n", "c", "--power-cap", "",
                                      true, /*one_row_holds_on=*/true);
   const double start = signal.time.front();

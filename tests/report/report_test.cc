@@ -16,48 +16,72 @@ Json SyntheticSummary() {
   auto frontier = [](double t0, double e0, int n) {
     Json points = Json::array();
     for (int i = 0; i < n; ++i) {
-      points.push_back({{"time_s", t0 + 0.1 * i}, {"energy_j", e0 - 40.0 * i + 2.0 * i * i},
-                        {"static_energy_j", 85.0 * 16 * (t0 + 0.1 * i)}, {"plan_index", i}});
+      points.push_back({{"time_s", t0 + 0.1 * i},
+                        {"energy_j", e0 - 40.0 * i + 2.0 * i * i},
+                        {"static_energy_j", 85.0 * 16 * (t0 + 0.1 * i)},
+                        {"plan_index", i}});
     }
     return points;
   };
   Json methods = Json::array();
   const std::vector<std::tuple<std::string, std::string, double, double, int>> specs = {
-      {"megatron", "Megatron-LM", 5.4, 3000, 1}, {"perseus", "Perseus", 5.1, 2800, 12},
+      {"megatron", "Megatron-LM", 5.4, 3000, 1},
+      {"perseus", "Perseus", 5.1, 2800, 12},
       {"nanobatching+perseus", "Nanobatching+Perseus", 4.7, 2650, 12},
       {"kareus", "Kareus <&>", 4.4, 2600, 12}};
   for (const auto& [name, label, t0, e0, n] : specs) {
     const Json f = frontier(t0, e0, n);
     Json sampled = Json::array();
     for (int i = 0; i < n; ++i) sampled.push_back(i);
-    methods.push_back({{"method", name}, {"label", label}, {"frontier", f}, {"sampled_plans", sampled},
-                       {"fastest", f[0]}, {"lowest_energy", f[n - 1]}});
+    methods.push_back({{"method", name},
+                       {"label", label},
+                       {"frontier", f},
+                       {"sampled_plans", sampled},
+                       {"fastest", f[0]},
+                       {"lowest_energy", f[n - 1]}});
   }
   methods.back()["dropped_after_evaluation"] = {
-      {{"solver_index", 3}, {"dominated_by", 4},
+      {{"solver_index", 3},
+       {"dominated_by", 4},
        {"predicted", {{"time_s", 4.71}, {"energy_j", 2481.0}}},
        {"evaluated", {{"time_s", 4.83}, {"energy_j", 2490.0}}}}};
   Json plan_files = Json::array();
   for (int i : {11, 8, 5, 2, 0}) {
-    plan_files.push_back({{"file", "plans/plan_" + std::string(i < 10 ? "0000" : "000") + std::to_string(i) + ".json"},
-                          {"plan_index", i}, {"plan_json", i == 0}, {"time_s", 4.4 + 0.1 * i},
-                          {"energy_j", 2600.0 - 40.0 * i}, {"average_power_w", 300.0 - 10 * i},
-                          {"delta_time_pct", i == 8 ? -0.01 : 18.5 - 2 * i}, {"delta_energy_pct", 13.3 + i}});
+    plan_files.push_back({{"file", "plans/plan_" + std::string(i < 10 ? "0000" : "000") +
+                                       std::to_string(i) + ".json"},
+                          {"plan_index", i},
+                          {"plan_json", i == 0},
+                          {"time_s", 4.4 + 0.1 * i},
+                          {"energy_j", 2600.0 - 40.0 * i},
+                          {"average_power_w", 300.0 - 10 * i},
+                          {"delta_time_pct", i == 8 ? -0.01 : 18.5 - 2 * i},
+                          {"delta_energy_pct", 13.3 + i}});
   }
   Json timeline{{"label", "Kareus"}, {"stages", Json::array()}};
   for (int s = 0; s < 2; ++s) {
     Json ins = Json::array();
     for (int m = 0; m < 4; ++m) {
-      ins.push_back({{"kind", "forward"}, {"microbatch", m}, {"start_s", 0.2 * m + 0.1 * s},
-                     {"end_s", 0.2 * m + 0.1 * s + 0.1}, {"freq_mhz", 900 + 170 * m}, {"mode", "nanobatched"}});
+      ins.push_back({{"kind", "forward"},
+                     {"microbatch", m},
+                     {"start_s", 0.2 * m + 0.1 * s},
+                     {"end_s", 0.2 * m + 0.1 * s + 0.1},
+                     {"freq_mhz", 900 + 170 * m},
+                     {"mode", "nanobatched"}});
     }
     timeline["stages"].push_back({{"stage", s}, {"instructions", ins}});
   }
   Json clocks = Json::array();
   for (int f : {1410, 1110, 900}) {
     clocks.push_back({{"freq_mhz", f},
-                      {"points", {{{"time_s", 0.01 * 1410 / f}, {"energy_j", 3.0 - f / 1000.0}, {"sms", 12}, {"slot", "norm_0"}},
-                                  {{"time_s", 0.012 * 1410 / f}, {"energy_j", 2.8 - f / 1000.0}, {"sms", 6}, {"slot", "rope_0"}}}}});
+                      {"points",
+                       {{{"time_s", 0.01 * 1410 / f},
+                         {"energy_j", 3.0 - f / 1000.0},
+                         {"sms", 12},
+                         {"slot", "norm_0"}},
+                        {{"time_s", 0.012 * 1410 / f},
+                         {"energy_j", 2.8 - f / 1000.0},
+                         {"sms", 6},
+                         {"slot", "rope_0"}}}}});
   }
   return {{"format", "kareus.summary/1"},
           {"caveat", "Emulator results: a synthetic summary."},
@@ -65,11 +89,29 @@ Json SyntheticSummary() {
           {"workload", {{"name", "synthetic"}}},
           {"settings", {{"seed", 1}}},
           {"methods", methods},
-          {"max_throughput", {{{"method", "megatron"}, {"time_s", 5.4}, {"energy_j", 3000.0}, {"delta_time_pct", 0.0}, {"delta_energy_pct", 0.0}},
-                              {{"method", "kareus"}, {"time_s", 4.4}, {"energy_j", 2600.0}, {"delta_time_pct", 18.5}, {"delta_energy_pct", 13.3}}}},
-          {"frontier_table", {{{"method", "kareus"}, {"iso_time_energy_reduction_pct", 9.0}, {"iso_energy_time_reduction_pct", nullptr}}}},
-          {"interpolated", {{{"method", "kareus"}, {"overlap", true}, {"range_begin_s", 5.1}, {"range_end_s", 5.5},
-                             {"mean_saving_pct", 8.0}, {"max_saving_pct", 9.0}, {"min_saving_pct", 7.0}}}},
+          {"max_throughput",
+           {{{"method", "megatron"},
+             {"time_s", 5.4},
+             {"energy_j", 3000.0},
+             {"delta_time_pct", 0.0},
+             {"delta_energy_pct", 0.0}},
+            {{"method", "kareus"},
+             {"time_s", 4.4},
+             {"energy_j", 2600.0},
+             {"delta_time_pct", 18.5},
+             {"delta_energy_pct", 13.3}}}},
+          {"frontier_table",
+           {{{"method", "kareus"},
+             {"iso_time_energy_reduction_pct", 9.0},
+             {"iso_energy_time_reduction_pct", nullptr}}}},
+          {"interpolated",
+           {{{"method", "kareus"},
+             {"overlap", true},
+             {"range_begin_s", 5.1},
+             {"range_end_s", 5.5},
+             {"mean_saving_pct", 8.0},
+             {"max_saving_pct", 9.0},
+             {"min_saving_pct", 7.0}}}},
           {"timeline", timeline},
           {"partition_frontiers", {{{"type", "fwd_attn"}, {"clocks", clocks}}}}};
 }
@@ -78,7 +120,8 @@ TEST(Report, HtmlIsSelfContainedWithThePlots) {
   const std::string html = RenderHtml(SyntheticSummary());
   EXPECT_NE(html.find("<!DOCTYPE html>"), std::string::npos);
   size_t svgs = 0;
-  for (size_t at = html.find("<svg"); at != std::string::npos; at = html.find("<svg", at + 1)) ++svgs;
+  for (size_t at = html.find("<svg"); at != std::string::npos; at = html.find("<svg", at + 1))
+    ++svgs;
   EXPECT_GE(svgs, 3u);  // frontier, timeline, one partition plot
   EXPECT_EQ(html.find("<script"), std::string::npos);
   EXPECT_EQ(html.find("http://www.w3.org/2000/svg") == std::string::npos, false);
@@ -129,7 +172,8 @@ TEST(Report, PlanningCostTableWithPhasesAndPeakMemory) {
   summary["peak_rss_mib"] = 133.8;
   for (Json& m : summary["methods"]) {
     if (m["method"] == "kareus") {
-      m["phase_wall_s"] = {{"profile", 5.04}, {"compose", 0.01}, {"solve", 277.12}, {"evaluate", 0.7}};
+      m["phase_wall_s"] = {
+          {"profile", 5.04}, {"compose", 0.01}, {"solve", 277.12}, {"evaluate", 0.7}};
       m["profiling_gpu_hours"] = 76.5155;
     }
   }

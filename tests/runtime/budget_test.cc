@@ -48,16 +48,18 @@ class BudgetTest : public ::testing::Test {
     for (int i = 0; i < 3; ++i) {
       plan::WritePlanFile(dir_ / kPlans[i].file,
                           MakeTestPlan(kStages, kMicrobatches, kPlans[i].offset_mhz));
-      frontier.points.push_back({.time_s = kPlans[i].time_s, .energy_j = kPlans[i].energy_j,
-                                 .static_energy_j = 100.0 * kPlans[i].time_s, .plan_index = i,
+      frontier.points.push_back({.time_s = kPlans[i].time_s,
+                                 .energy_j = kPlans[i].energy_j,
+                                 .static_energy_j = 100.0 * kPlans[i].time_s,
+                                 .plan_index = i,
                                  .plan_path = kPlans[i].file});
     }
     plan::WriteFrontierFile(dir_ / "frontier.json", frontier);
     nvml_ = Nvml::Open({.library_path = testing::FakeNvmlPath()});
     for (int s = 0; s < kStages; ++s) {
       controllers_.push_back(std::make_unique<FrequencyController>(
-          nvml_, FrequencyControllerOptions{.gpu = s, .install_signal_handlers = false,
-                                            .coalesce = false}));
+          nvml_, FrequencyControllerOptions{
+                     .gpu = s, .install_signal_handlers = false, .coalesce = false}));
       executors_.push_back(std::make_unique<PlanExecutor>(
           dir_ / kPlans[0].file, PlanExecutorOptions{.stage = s}, controllers_.back().get()));
     }
@@ -79,7 +81,8 @@ class BudgetTest : public ::testing::Test {
            schedule::StageOrder(schedule::ScheduleKind::k1F1B, kStages, s, kMicrobatches)) {
         const char* kind = schedule::ToString(slot.kind);
         e.OnInstructionBegin(kind);
-        if (first) offsets.push_back(testing::TestClockMhz(s, 0) - e.current_instruction().freq_mhz);
+        if (first)
+          offsets.push_back(testing::TestClockMhz(s, 0) - e.current_instruction().freq_mhz);
         first = false;
         served_[s].push_back(e.current_instruction().freq_mhz);
         e.OnInstructionEnd(kind);
@@ -116,11 +119,17 @@ class BudgetTest : public ::testing::Test {
 TEST(ChooseFrontierPointForPower, FastestThatFitsElseLowestPower) {
   plan::FrontierFile frontier{.method = "kareus", .workload = Json::object(), .points = {}};
   for (int i = 0; i < 3; ++i) {
-    frontier.points.push_back({.time_s = kPlans[i].time_s, .energy_j = kPlans[i].energy_j,
-                               .static_energy_j = 0, .plan_index = i, .plan_path = kPlans[i].file});
+    frontier.points.push_back({.time_s = kPlans[i].time_s,
+                               .energy_j = kPlans[i].energy_j,
+                               .static_energy_j = 0,
+                               .plan_index = i,
+                               .plan_path = kPlans[i].file});
   }
-  frontier.points.push_back({.time_s = 0.9, .energy_j = 700, .static_energy_j = 0,
-                             .plan_index = -1, .plan_path = ""});  // no plan: never chosen
+  frontier.points.push_back({.time_s = 0.9,
+                             .energy_j = 700,
+                             .static_energy_j = 0,
+                             .plan_index = -1,
+                             .plan_path = ""});  // no plan: never chosen
   EXPECT_EQ(ChooseFrontierPointForPower(frontier, 1000, 2, "f").point_index, 0);
   EXPECT_EQ(ChooseFrontierPointForPower(frontier, 300, 2, "f").point_index, 0);
   const PowerChoice middle = ChooseFrontierPointForPower(frontier, 299.9, 2, "f");
@@ -183,7 +192,8 @@ std::filesystem::path WriteTimetable(const std::filesystem::path& dir, double st
     in.interval = {.start = t, .end = t + lengths[k], .signal = 1.0};
     const int plan = k == 0 ? 0 : k == 1 ? 2 : 1;
     const double seconds = k == 1 ? 3.0 : lengths[k];
-    in.entries.push_back({.plan = plan, .seconds = seconds,
+    in.entries.push_back({.plan = plan,
+                          .seconds = seconds,
                           .iterations = seconds / kPlans[plan].time_s,
                           .energy_j = seconds / kPlans[plan].time_s * kPlans[plan].energy_j,
                           .cost = 0.0});
@@ -208,10 +218,11 @@ TEST_F(BudgetTest, ThreeIntervalTimetableMovesBothStagesTogether) {
   for (auto& e : executors_) {
     e->FollowTimetable(follower, 0.0,
                        {.now = [&] { return now; },
-                        .sleep_until = [&](double until) {
-                          sleeps.push_back(until - start);
-                          now = until;
-                        }});
+                        .sleep_until =
+                            [&](double until) {
+                              sleeps.push_back(until - start);
+                              now = until;
+                            }});
   }
   std::vector<int> ran;
   for (int step = 0; step < 12; ++step) {

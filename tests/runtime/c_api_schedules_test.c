@@ -10,9 +10,9 @@
 
 /* Stage 1's order for 2 stages x 4 microbatches x 2 chunks (Megatron-LM's interleaved loop:
  * warm-up (2-1-1)*2 + (2-1)*2 = 2 forwards): kind (0 forward, 1 backward), microbatch, chunk. */
-static const int kOrder[16][3] = {
-    {0, 0, 0}, {0, 1, 0}, {0, 0, 1}, {1, 0, 1}, {0, 1, 1}, {1, 1, 1}, {0, 2, 0}, {1, 0, 0},
-    {0, 3, 0}, {1, 1, 0}, {0, 2, 1}, {1, 2, 1}, {0, 3, 1}, {1, 3, 1}, {1, 2, 0}, {1, 3, 0}};
+static const int kOrder[16][3] = {{0, 0, 0}, {0, 1, 0}, {0, 0, 1}, {1, 0, 1}, {0, 1, 1}, {1, 1, 1},
+                                  {0, 2, 0}, {1, 0, 0}, {0, 3, 0}, {1, 1, 0}, {0, 2, 1}, {1, 2, 1},
+                                  {0, 3, 1}, {1, 3, 1}, {1, 2, 0}, {1, 3, 0}};
 
 int main(void) {
   char path[1024];
@@ -22,14 +22,15 @@ int main(void) {
   int i, found = -1, sms = 0, overlapped = -1, freq = 0, chunk = -1, launches = 0;
 
   snprintf(path, sizeof path, "%s/plan_interleaved_2x4x2.json", KAREUS_RUNTIME_TEST_DATA);
-  CHECK_OK(kareus_controller_create(1, KAREUS_CONTROLLER_NO_SIGNAL_HANDLERS | KAREUS_CONTROLLER_NO_COALESCE,
-                                    &controller));
+  CHECK_OK(kareus_controller_create(
+      1, KAREUS_CONTROLLER_NO_SIGNAL_HANDLERS | KAREUS_CONTROLLER_NO_COALESCE, &controller));
   CHECK_OK(kareus_executor_create(path, 1, controller, &executor));
   if (executor == NULL) return 1;
   CHECK_OK(kareus_executor_stage_gradient_sync(executor, &found, &freq, &sms));
   CHECK(found == 1 && freq == 1200 && sms == 4);
   for (i = 0; i < 16; ++i) {
-    CHECK_OK(kareus_executor_on_instruction_begin_chunk(executor, kKinds[kOrder[i][0]], kOrder[i][2]));
+    CHECK_OK(
+        kareus_executor_on_instruction_begin_chunk(executor, kKinds[kOrder[i][0]], kOrder[i][2]));
     CHECK_OK(kareus_executor_current_chunk(executor, &chunk));
     CHECK(chunk == kOrder[i][2]);
     CHECK_OK(kareus_executor_gradient_sync(executor, &found, &sms, &overlapped));
@@ -39,7 +40,8 @@ int main(void) {
     } else {
       CHECK(found == 0);
     }
-    CHECK_OK(kareus_executor_on_instruction_end_chunk(executor, kKinds[kOrder[i][0]], kOrder[i][2]));
+    CHECK_OK(
+        kareus_executor_on_instruction_end_chunk(executor, kKinds[kOrder[i][0]], kOrder[i][2]));
   }
   CHECK(launches == 2);
   CHECK_OK(kareus_executor_on_gradient_sync_begin(executor));

@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
-#include <sys/wait.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "c_check.h"
@@ -115,7 +115,8 @@ int main(void) {
   snprintf(log, sizeof log, "/tmp/kareus_c_api_test_%d.log", (int)getpid());
   unlink(log);
   setenv("FAKE_NVML_LOG", log, 1);
-  if (getenv("KAREUS_NVML_LIBRARY") == NULL) setenv("KAREUS_NVML_LIBRARY", KAREUS_FAKE_NVML_PATH, 1);
+  if (getenv("KAREUS_NVML_LIBRARY") == NULL)
+    setenv("KAREUS_NVML_LIBRARY", KAREUS_FAKE_NVML_PATH, 1);
   snprintf(plan_path, sizeof plan_path, "%s/plan_2x8.json", KAREUS_RUNTIME_TEST_DATA);
 
   /* Errors come back as codes with a message, never as a crash. */
@@ -172,8 +173,7 @@ int main(void) {
     CHECK(num_calls == num_expected);
     for (i = 0; i < num_calls && i < num_expected; ++i) {
       if (calls[i] != expected[i]) {
-        fprintf(stderr, "stage %d call %d: got %d, expected %d\n", stage, i, calls[i],
-                expected[i]);
+        fprintf(stderr, "stage %d call %d: got %d, expected %d\n", stage, i, calls[i], expected[i]);
         ++g_failures;
       }
     }

@@ -10,23 +10,23 @@
 
 static int g_failures = 0;
 
-#define CHECK(condition)                                                               \
-  do {                                                                                 \
-    if (!(condition)) {                                                                \
-      fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #condition);    \
-      ++g_failures;                                                                    \
-    }                                                                                  \
+#define CHECK(condition)                                                            \
+  do {                                                                              \
+    if (!(condition)) {                                                             \
+      fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #condition); \
+      ++g_failures;                                                                 \
+    }                                                                               \
   } while (0)
 
 /* A C API call that must return KAREUS_OK; prints kareus_last_error() otherwise. */
-#define CHECK_OK(call)                                                                 \
-  do {                                                                                 \
-    int status_ = (call);                                                              \
-    if (status_ != KAREUS_OK) {                                                        \
-      fprintf(stderr, "%s:%d: %s -> %d: %s\n", __FILE__, __LINE__, #call, status_,     \
-              kareus_last_error());                                                    \
-      ++g_failures;                                                                    \
-    }                                                                                  \
+#define CHECK_OK(call)                                                             \
+  do {                                                                             \
+    int status_ = (call);                                                          \
+    if (status_ != KAREUS_OK) {                                                    \
+      fprintf(stderr, "%s:%d: %s -> %d: %s\n", __FILE__, __LINE__, #call, status_, \
+              kareus_last_error());                                                \
+      ++g_failures;                                                                \
+    }                                                                              \
   } while (0)
 
-#endif  /* KAREUS_TESTS_RUNTIME_C_CHECK_H_ */
+#endif /* KAREUS_TESTS_RUNTIME_C_CHECK_H_ */

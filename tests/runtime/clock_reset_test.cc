@@ -35,9 +35,9 @@
 namespace kareus::runtime {
 namespace {
 
+using testing::ClockCalls;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
-using testing::ClockCalls;
 
 enum class Timing { kBeforeDeath, kAfterDeath };
 
@@ -49,8 +49,8 @@ class ClockResetTest : public ::testing::Test {
   }
   void SetUp() override {
     dir_ = testing::FreshTestDirWithNvmlLog("kareus_clock_reset_test", &log_);
-    for (const char* name : {"FAKE_NVML_SET_RETURN", "FAKE_NVML_CALL_DELAY_US",
-                             "KAREUS_CLOCK_WATCHER"}) {
+    for (const char* name :
+         {"FAKE_NVML_SET_RETURN", "FAKE_NVML_CALL_DELAY_US", "KAREUS_CLOCK_WATCHER"}) {
       unsetenv(name);
     }
   }
@@ -76,8 +76,8 @@ class ClockResetTest : public ::testing::Test {
       rlimit no_core{0, 0};
       setrlimit(RLIMIT_CORE, &no_core);  // SIGSEGV, SIGQUIT, SIGABRT: no core files
       auto nvml = OpenNvml();
-      auto* controller = new FrequencyController(nvml, {.gpu = 0,
-                                                        .install_signal_handlers = handlers});
+      auto* controller =
+          new FrequencyController(nvml, {.gpu = 0, .install_signal_handlers = handlers});
       controller->RequestClock(1410);
       controller->WaitIdle();
       const pid_t watcher = internal::ClockWatcherPid(testing::FakeNvmlPath());
@@ -168,19 +168,24 @@ class HandledSignalTest : public ClockResetTest, public ::testing::WithParamInte
 
 TEST_P(HandledSignalTest, ResetsBeforeTheProcessEndsByTheSignal) {
   const int signal_number = GetParam();
-  const int status = ExpectReset(
-      [signal_number](FrequencyController&) { raise(signal_number); }, Timing::kBeforeDeath);
+  const int status = ExpectReset([signal_number](FrequencyController&) { raise(signal_number); },
+                                 Timing::kBeforeDeath);
   EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == signal_number)
       << "the default action must follow the reset: " << status;
 }
 
 std::string SignalName(const ::testing::TestParamInfo<int>& info) {
   switch (info.param) {
-    case SIGINT: return "Sigint";
-    case SIGTERM: return "Sigterm";
-    case SIGHUP: return "Sighup";
-    case SIGQUIT: return "Sigquit";
-    default: return "Signal" + std::to_string(info.param);
+    case SIGINT:
+      return "Sigint";
+    case SIGTERM:
+      return "Sigterm";
+    case SIGHUP:
+      return "Sighup";
+    case SIGQUIT:
+      return "Sigquit";
+    default:
+      return "Signal" + std::to_string(info.param);
   }
 }
 

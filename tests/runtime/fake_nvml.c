@@ -213,16 +213,26 @@ FAKE_EXPORT int nvmlDeviceGetClockInfo(void* device, int type, unsigned int* clo
 
 FAKE_EXPORT const char* nvmlErrorString(int result) {
   switch (result) {
-    case 0: return "Success";
-    case 1: return "Uninitialized";
-    case 2: return "Invalid Argument";
-    case 3: return "Not Supported";
-    case 4: return "Insufficient Permissions";
-    case 6: return "Not Found";
-    case 7: return "Insufficient Size";
-    case 9: return "Driver Not Loaded";
-    case 15: return "GPU is lost";
-    default: return "Unknown Error";
+    case 0:
+      return "Success";
+    case 1:
+      return "Uninitialized";
+    case 2:
+      return "Invalid Argument";
+    case 3:
+      return "Not Supported";
+    case 4:
+      return "Insufficient Permissions";
+    case 6:
+      return "Not Found";
+    case 7:
+      return "Insufficient Size";
+    case 9:
+      return "Driver Not Loaded";
+    case 15:
+      return "GPU is lost";
+    default:
+      return "Unknown Error";
   }
 }
 
@@ -299,7 +309,8 @@ FAKE_EXPORT int nvmlDeviceGetMaxClockInfo(void* device, int type, unsigned int* 
   return 0;
 }
 
-FAKE_EXPORT int nvmlDeviceGetCurrentClocksThrottleReasons(void* device, unsigned long long* reasons) {
+FAKE_EXPORT int nvmlDeviceGetCurrentClocksThrottleReasons(void* device,
+                                                          unsigned long long* reasons) {
   FakeDevice* fake = NULL;
   if (DeviceOf(device, &fake) != 0 || reasons == NULL) return 2;
   pthread_mutex_lock(&g_mutex);

@@ -26,10 +26,10 @@
 namespace kareus::runtime {
 namespace {
 
-using ::testing::ElementsAre;
-using ::testing::HasSubstr;
 using testing::ClockCalls;
+using ::testing::ElementsAre;
 using testing::FakeNvml;
+using ::testing::HasSubstr;
 using testing::MakeTestPlan;
 
 constexpr int kStages = 2;
@@ -49,15 +49,14 @@ class RuntimeTest : public ::testing::Test {
     std::filesystem::remove_all(dir_);
   }
 
-  std::shared_ptr<Nvml> OpenNvml() {
-    return Nvml::Open({.library_path = testing::FakeNvmlPath()});
-  }
+  std::shared_ptr<Nvml> OpenNvml() { return Nvml::Open({.library_path = testing::FakeNvmlPath()}); }
 
   // One step of `stage`'s 1F1B loop through the hooks, as Megatron's schedule runs it.
   static void RunStep(PlanExecutor& executor, int stage, int num_stages = kStages,
                       int num_microbatches = kMicrobatches) {
     executor.OnStepBegin();
-    for (const auto& slot : schedule::StageOrder(schedule::ScheduleKind::k1F1B, num_stages, stage, num_microbatches)) {
+    for (const auto& slot :
+         schedule::StageOrder(schedule::ScheduleKind::k1F1B, num_stages, stage, num_microbatches)) {
       const char* kind = schedule::ToString(slot.kind);
       executor.OnInstructionBegin(kind);
       executor.OnInstructionEnd(kind);
@@ -72,7 +71,8 @@ class RuntimeTest : public ::testing::Test {
     int last = 0;
     for (int step = 0; step < steps; ++step) {
       for (const auto& instruction : plan.stages[stage].instructions) {
-        if (instruction.freq_mhz != last) calls.push_back("set " + std::to_string(instruction.freq_mhz));
+        if (instruction.freq_mhz != last)
+          calls.push_back("set " + std::to_string(instruction.freq_mhz));
         last = instruction.freq_mhz;
       }
     }
@@ -192,8 +192,7 @@ TEST_F(RuntimeTest, ClocksFollowThePlanOnlyOnChangeAndResetAtExit) {
         controller.WaitIdle();
         const FrequencyControllerStats stats = controller.stats();
         EXPECT_EQ(stats.requests, kSteps * 2 * kMicrobatches);
-        EXPECT_EQ(stats.set_calls,
-                  static_cast<int64_t>(ExpectedSets(plan, stage, kSteps).size()));
+        EXPECT_EQ(stats.set_calls, static_cast<int64_t>(ExpectedSets(plan, stage, kSteps).size()));
         EXPECT_EQ(stats.failures, 0);
         EXPECT_EQ(stats.applied_mhz, plan.stages[stage].instructions.back().freq_mhz);
       });
@@ -247,9 +246,9 @@ TEST_F(RuntimeTest, ExceptionPathResetsClocks) {
     throw std::runtime_error("out of memory in the model");
   } catch (const std::runtime_error&) {
   }
-  EXPECT_THAT(ClockCalls(log_, 1),
-              ElementsAre("set " + std::to_string(plan.stages[1].instructions[0].freq_mhz),
-                          "reset"));
+  EXPECT_THAT(
+      ClockCalls(log_, 1),
+      ElementsAre("set " + std::to_string(plan.stages[1].instructions[0].freq_mhz), "reset"));
   FakeNvml fake;
   EXPECT_EQ(fake.locked_mhz(1), 0u);
 }
@@ -284,7 +283,8 @@ void KillChildAndCheckReset(const std::filesystem::path& plan_path,
       bool told = false;
       while (true) {
         executor.OnStepBegin();
-        for (const auto& slot : schedule::StageOrder(schedule::ScheduleKind::k1F1B, kStages, 0, kMicrobatches)) {
+        for (const auto& slot :
+             schedule::StageOrder(schedule::ScheduleKind::k1F1B, kStages, 0, kMicrobatches)) {
           executor.OnInstructionBegin(schedule::ToString(slot.kind));
           std::this_thread::sleep_for(std::chrono::microseconds(200));
           executor.OnInstructionEnd(schedule::ToString(slot.kind));
@@ -365,12 +365,13 @@ TEST_F(RuntimeTest, PermissionRefusalWarnsOnceAndMeasuresOnly) {
   std::mutex warnings_mutex;
   {
     auto nvml = OpenNvml();
-    FrequencyController controller(
-        nvml, {.gpu = 0, .install_signal_handlers = false, .coalesce = false,
-               .warn = [&](const std::string& message) {
-                 std::lock_guard<std::mutex> lock(warnings_mutex);
-                 warnings.push_back(message);
-               }});
+    FrequencyController controller(nvml, {.gpu = 0,
+                                          .install_signal_handlers = false,
+                                          .coalesce = false,
+                                          .warn = [&](const std::string& message) {
+                                            std::lock_guard<std::mutex> lock(warnings_mutex);
+                                            warnings.push_back(message);
+                                          }});
     PlanExecutor executor(plan, {.stage = 0}, &controller);
     RunStep(executor, 0);
     controller.WaitIdle();
@@ -384,9 +385,9 @@ TEST_F(RuntimeTest, PermissionRefusalWarnsOnceAndMeasuresOnly) {
   EXPECT_THAT(warnings[0], HasSubstr("Insufficient Permissions"));
   EXPECT_THAT(warnings[0], HasSubstr("measure-only"));
   // One refused set, nothing after it (not even a reset: nothing of ours was locked).
-  EXPECT_THAT(ClockCalls(log_, 0),
-              ElementsAre("set " + std::to_string(plan.stages[0].instructions[0].freq_mhz) +
-                          " -> 4"));
+  EXPECT_THAT(
+      ClockCalls(log_, 0),
+      ElementsAre("set " + std::to_string(plan.stages[0].instructions[0].freq_mhz) + " -> 4"));
 }
 
 TEST_F(RuntimeTest, OtherSetFailuresWarnOncePerCodeAndKeepTrying) {
@@ -394,7 +395,8 @@ TEST_F(RuntimeTest, OtherSetFailuresWarnOncePerCodeAndKeepTrying) {
   FakeNvml fake;
   fake.set_return("set", 15);  // GPU is lost
   int warnings = 0;
-  FrequencyController controller(nvml, {.gpu = 0, .install_signal_handlers = false,
+  FrequencyController controller(nvml, {.gpu = 0,
+                                        .install_signal_handlers = false,
                                         .coalesce = false,
                                         .warn = [&](const std::string&) { ++warnings; }});
   controller.RequestClock(1410);
@@ -543,8 +545,8 @@ TEST_F(RuntimeTest, BadPlanFilesAreRejectedAndClocksStayDefault) {
   {
     auto nvml = OpenNvml();
     FrequencyController controller(nvml, {.gpu = 0, .install_signal_handlers = false});
-    for (const char* name : {"garbage.json", "truncated.json", "version.json", "too_fast.json",
-                             "absent.json"}) {
+    for (const char* name :
+         {"garbage.json", "truncated.json", "version.json", "too_fast.json", "absent.json"}) {
       try {
         PlanExecutor executor(dir_ / name, {.stage = 0}, &controller);
         ADD_FAILURE() << name << " accepted";
@@ -566,15 +568,30 @@ TEST_F(RuntimeTest, BadPlanFilesAreRejectedAndClocksStayDefault) {
 
 TEST(ChooseFrontierPoint, LowestEnergyWithinTargetElseFastestOrCheapest) {
   plan::FrontierFile frontier{.method = "kareus", .workload = Json::object(), .points = {}};
-  frontier.points = {{.time_s = 1.0, .energy_j = 100, .static_energy_j = 0, .plan_index = 0,
+  frontier.points = {{.time_s = 1.0,
+                      .energy_j = 100,
+                      .static_energy_j = 0,
+                      .plan_index = 0,
                       .plan_path = "plans/a.json"},
-                     {.time_s = 1.1, .energy_j = 90, .static_energy_j = 0, .plan_index = 1,
+                     {.time_s = 1.1,
+                      .energy_j = 90,
+                      .static_energy_j = 0,
+                      .plan_index = 1,
                       .plan_path = "plans/b.json"},
-                     {.time_s = 1.2, .energy_j = 95, .static_energy_j = 0, .plan_index = -1,
+                     {.time_s = 1.2,
+                      .energy_j = 95,
+                      .static_energy_j = 0,
+                      .plan_index = -1,
                       .plan_path = ""},  // no plan file: never chosen
-                     {.time_s = 1.3, .energy_j = 80, .static_energy_j = 0, .plan_index = 2,
+                     {.time_s = 1.3,
+                      .energy_j = 80,
+                      .static_energy_j = 0,
+                      .plan_index = 2,
                       .plan_path = "plans/c.json"},
-                     {.time_s = 1.5, .energy_j = 85, .static_energy_j = 0, .plan_index = 3,
+                     {.time_s = 1.5,
+                      .energy_j = 85,
+                      .static_energy_j = 0,
+                      .plan_index = 3,
                       .plan_path = "plans/d.json"}};
   EXPECT_EQ(ChooseFrontierPoint(frontier, 1.05, "f").point_index, 0);
   EXPECT_EQ(ChooseFrontierPoint(frontier, 1.25, "f").point_index, 1);
@@ -609,14 +626,17 @@ TEST_F(RuntimeTest, StragglerSwapTakesEffectAtTheStepBoundary) {
   for (int i = 0; i < 3; ++i) {
     const std::string relative = "plans/plan_" + std::to_string(i) + ".json";
     plan::WritePlanFile(folder / relative, MakeTestPlan(kStages, kMicrobatches, offsets[i]));
-    frontier.points.push_back({.time_s = 1.0 + 0.2 * i, .energy_j = 100.0 - 10.0 * i,
-                               .static_energy_j = 0.0, .plan_index = i, .plan_path = relative});
+    frontier.points.push_back({.time_s = 1.0 + 0.2 * i,
+                               .energy_j = 100.0 - 10.0 * i,
+                               .static_energy_j = 0.0,
+                               .plan_index = i,
+                               .plan_path = relative});
   }
   plan::WriteFrontierFile(folder / "frontier.json", frontier);
 
   auto nvml = OpenNvml();
-  FrequencyController controller(nvml, {.gpu = 0, .install_signal_handlers = false,
-                                        .coalesce = false});
+  FrequencyController controller(nvml,
+                                 {.gpu = 0, .install_signal_handlers = false, .coalesce = false});
   PlanExecutor executor(folder / frontier.points[0].plan_path, {.stage = 0}, &controller);
   executor.OnStepBegin();
   executor.OnInstructionBegin("forward");
@@ -628,7 +648,8 @@ TEST_F(RuntimeTest, StragglerSwapTakesEffectAtTheStepBoundary) {
   const auto order = schedule::StageOrder(schedule::ScheduleKind::k1F1B, kStages, 0, kMicrobatches);
   for (size_t i = 1; i < order.size(); ++i) {
     executor.OnInstructionBegin(schedule::ToString(order[i].kind));
-    EXPECT_EQ(executor.current_instruction().freq_mhz, testing::TestClockMhz(0, static_cast<int>(i)));
+    EXPECT_EQ(executor.current_instruction().freq_mhz,
+              testing::TestClockMhz(0, static_cast<int>(i)));
     executor.OnInstructionEnd(schedule::ToString(order[i].kind));
   }
   executor.OnStepEnd();
@@ -648,12 +669,10 @@ TEST_F(RuntimeTest, StragglerSwapFindsPlansByIndexAsKareusRunWritesThem) {
   plan::FrontierFile frontier{.method = "kareus", .workload = Json::object(), .points = {}};
   plan::WritePlanFile(folder / "plans/plan_00007.json", MakeTestPlan(kStages, kMicrobatches, 0));
   plan::WritePlanFile(folder / "plans/plan_00003.json", MakeTestPlan(kStages, kMicrobatches, 150));
-  frontier.points = {{.time_s = 1.0, .energy_j = 100, .static_energy_j = 0, .plan_index = 7,
-                      .plan_path = ""},
-                     {.time_s = 1.1, .energy_j = 95, .static_energy_j = 0, .plan_index = -1,
-                      .plan_path = ""},
-                     {.time_s = 1.2, .energy_j = 90, .static_energy_j = 0, .plan_index = 3,
-                      .plan_path = ""}};
+  frontier.points = {
+      {.time_s = 1.0, .energy_j = 100, .static_energy_j = 0, .plan_index = 7, .plan_path = ""},
+      {.time_s = 1.1, .energy_j = 95, .static_energy_j = 0, .plan_index = -1, .plan_path = ""},
+      {.time_s = 1.2, .energy_j = 90, .static_energy_j = 0, .plan_index = 3, .plan_path = ""}};
   plan::WriteFrontierFile(folder / "frontier.json", frontier);
   PlanExecutor executor(folder / "plans/plan_00007.json", {.stage = 1});
   const FrontierChoice choice = executor.SwapToFrontier(folder, 1.5);

@@ -32,16 +32,20 @@ inline plan::Plan MakeTestPlan(int num_stages, int num_microbatches, int offset_
   plan.method = "kareus";
   plan.workload = Json{{"test", true}};
   plan.num_microbatches = num_microbatches;
-  plan.iteration = {.time_s = 1.0, .energy_j = 100.0, .static_energy_j = 0.0,
-                    .dynamic_energy_j = 100.0};
+  plan.iteration = {
+      .time_s = 1.0, .energy_j = 100.0, .static_energy_j = 0.0, .dynamic_energy_j = 100.0};
   for (int s = 0; s < num_stages; ++s) {
     plan::PlannedStage stage{.stage = s, .gpus = 1, .instructions = {}};
     int i = 0;
-    for (const auto& slot : schedule::StageOrder(schedule::ScheduleKind::k1F1B, num_stages, s, num_microbatches)) {
-      plan::PlannedInstruction instruction{.kind = slot.kind, .microbatch = slot.microbatch,
+    for (const auto& slot :
+         schedule::StageOrder(schedule::ScheduleKind::k1F1B, num_stages, s, num_microbatches)) {
+      plan::PlannedInstruction instruction{.kind = slot.kind,
+                                           .microbatch = slot.microbatch,
                                            .freq_mhz = TestClockMhz(s, i) - offset_mhz,
                                            .mode = schedule::ExecutionMode::kSequential,
-                                           .partitions = {}, .time_s = 0.1, .energy_j = 1.0};
+                                           .partitions = {},
+                                           .time_s = 0.1,
+                                           .energy_j = 1.0};
       if (slot.kind == schedule::Direction::kForward) {
         instruction.mode = schedule::ExecutionMode::kNanobatched;
         instruction.partitions = {{.type = "fwd_attn", .sms = 8 + s, .slot = "rope_0"},

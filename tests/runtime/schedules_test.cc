@@ -19,10 +19,10 @@
 namespace kareus::runtime {
 namespace {
 
-using ::testing::HasSubstr;
 using schedule::Direction;
 using schedule::ScheduleKind;
 using testing::ClockCalls;
+using ::testing::HasSubstr;
 using testing::TestClockMhz;
 
 constexpr int kTailMhz = 1200;
@@ -41,17 +41,23 @@ plan::Plan MakePlan(ScheduleKind kind, int stages, int microbatches, int chunks,
     plan::PlannedStage stage{.stage = s, .gpus = 2, .instructions = {}};
     int i = 0;
     for (const auto& slot : schedule::StageOrder(kind, stages, s, microbatches, chunks)) {
-      plan::PlannedInstruction instruction{.kind = slot.kind, .chunk = slot.chunk,
+      plan::PlannedInstruction instruction{.kind = slot.kind,
+                                           .chunk = slot.chunk,
                                            .microbatch = slot.microbatch,
                                            .freq_mhz = TestClockMhz(s, i++),
                                            .mode = schedule::ExecutionMode::kSequential,
-                                           .partitions = {}, .time_s = 0.1, .energy_j = 1.0};
+                                           .partitions = {},
+                                           .time_s = 0.1,
+                                           .energy_j = 1.0};
       if (sync && slot.kind == Direction::kBackward && slot.microbatch == microbatches - 1) {
-        instruction.gradient_sync = plan::InstructionGradientSync{.sms = 2 + slot.chunk, .overlapped = s % 2 == 0};
+        instruction.gradient_sync =
+            plan::InstructionGradientSync{.sms = 2 + slot.chunk, .overlapped = s % 2 == 0};
       }
       stage.instructions.push_back(instruction);
     }
-    if (sync) stage.gradient_sync = plan::StageGradientSync{.freq_mhz = kTailMhz, .sms = 4, .time_s = 0.2, .energy_j = 30.0};
+    if (sync)
+      stage.gradient_sync =
+          plan::StageGradientSync{.freq_mhz = kTailMhz, .sms = 4, .time_s = 0.2, .energy_j = 30.0};
     plan.stages.push_back(stage);
   }
   return plan;
@@ -59,9 +65,7 @@ plan::Plan MakePlan(ScheduleKind kind, int stages, int microbatches, int chunks,
 
 class SchedulesTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = testing::FreshTestDirWithNvmlLog("kareus_schedules_test", &log_);
-  }
+  void SetUp() override { dir_ = testing::FreshTestDirWithNvmlLog("kareus_schedules_test", &log_); }
   void TearDown() override {
     unsetenv("FAKE_NVML_LOG");
     std::filesystem::remove_all(dir_);
@@ -80,7 +84,8 @@ class SchedulesTest : public ::testing::Test {
     };
     for (int step = 0; step < steps; ++step) {
       for (const auto& instruction : plan.stages[stage].instructions) request(instruction.freq_mhz);
-      if (sync_hooks && plan.stages[stage].gradient_sync) request(plan.stages[stage].gradient_sync->freq_mhz);
+      if (sync_hooks && plan.stages[stage].gradient_sync)
+        request(plan.stages[stage].gradient_sync->freq_mhz);
     }
     return calls;
   }
@@ -105,7 +110,8 @@ TEST_F(SchedulesTest, GPipePlanRoundTripsThroughTheExecutor) {
     std::vector<std::thread> ranks;
     for (int stage = 0; stage < kStages; ++stage) {
       ranks.emplace_back([&, stage] {
-        FrequencyController controller(nvml, {.gpu = stage, .install_signal_handlers = false, .coalesce = false});
+        FrequencyController controller(
+            nvml, {.gpu = stage, .install_signal_handlers = false, .coalesce = false});
         PlanExecutor executor(path, {.stage = stage}, &controller);
         for (int step = 0; step < kSteps; ++step) {
           // GPipe: every forward, then every backward.
@@ -146,14 +152,17 @@ TEST_F(SchedulesTest, GPipePlanRoundTripsThroughTheExecutor) {
 // Interleaved 1F1B: the loop passes Megatron's model chunk (checked), or leaves it to the plan.
 TEST_F(SchedulesTest, InterleavedHooksCheckTheChunk) {
   constexpr int kStages = 2, kMicrobatches = 4, kChunks = 2;
-  const plan::Plan plan = MakePlan(ScheduleKind::kInterleaved1F1B, kStages, kMicrobatches, kChunks, false);
+  const plan::Plan plan =
+      MakePlan(ScheduleKind::kInterleaved1F1B, kStages, kMicrobatches, kChunks, false);
   const std::filesystem::path path = dir_ / "plan.json";
   plan::WritePlanFile(path, plan);
   {
     auto nvml = OpenNvml();
-    FrequencyController controller(nvml, {.gpu = 1, .install_signal_handlers = false, .coalesce = false});
+    FrequencyController controller(nvml,
+                                   {.gpu = 1, .install_signal_handlers = false, .coalesce = false});
     PlanExecutor executor(path, {.stage = 1}, &controller);
-    const auto order = schedule::StageOrder(ScheduleKind::kInterleaved1F1B, kStages, 1, kMicrobatches, kChunks);
+    const auto order =
+        schedule::StageOrder(ScheduleKind::kInterleaved1F1B, kStages, 1, kMicrobatches, kChunks);
     for (int step = 0; step < 2; ++step) {
       for (const auto& slot : order) {
         const char* kind = schedule::ToString(slot.kind);
@@ -206,19 +215,22 @@ TEST_F(SchedulesTest, InterleavedHooksCheckTheChunk) {
 // after the step's last instruction apply the tail's clock; misuse is refused.
 TEST_F(SchedulesTest, GradientSyncKnobsAndTailClock) {
   constexpr int kStages = 2, kMicrobatches = 4, kChunks = 2;
-  const plan::Plan plan = MakePlan(ScheduleKind::kInterleaved1F1B, kStages, kMicrobatches, kChunks, true);
+  const plan::Plan plan =
+      MakePlan(ScheduleKind::kInterleaved1F1B, kStages, kMicrobatches, kChunks, true);
   const std::filesystem::path path = dir_ / "plan.json";
   plan::WritePlanFile(path, plan);
   EXPECT_EQ(plan::ToJson(plan::ReadPlanFile(path)), plan::ToJson(plan));
   {
     auto nvml = OpenNvml();
-    FrequencyController controller(nvml, {.gpu = 0, .install_signal_handlers = false, .coalesce = false});
+    FrequencyController controller(nvml,
+                                   {.gpu = 0, .install_signal_handlers = false, .coalesce = false});
     PlanExecutor executor(path, {.stage = 0}, &controller);
     ASSERT_TRUE(executor.stage_gradient_sync().has_value());
     EXPECT_EQ(executor.stage_gradient_sync()->freq_mhz, kTailMhz);
     for (int step = 0; step < 2; ++step) {
       int launches = 0;
-      for (const auto& slot : schedule::StageOrder(ScheduleKind::kInterleaved1F1B, kStages, 0, kMicrobatches, kChunks)) {
+      for (const auto& slot : schedule::StageOrder(ScheduleKind::kInterleaved1F1B, kStages, 0,
+                                                   kMicrobatches, kChunks)) {
         const char* kind = schedule::ToString(slot.kind);
         executor.OnInstructionBegin(kind, slot.chunk);
         const auto sync = executor.gradient_sync();
@@ -287,7 +299,9 @@ TEST_F(SchedulesTest, PlanFileRules) {
   expect_error(bad, "num_microbatches x virtual_stages (4 x 3)");
   bad = interleaved;
   bad["stages"][0]["instructions"][0]["chunk"] = 1;
-  expect_error(bad, "interleaved 1F1B order of stage 0 of 2 with 4 microbatches and 2 chunks expects forward 0 here");
+  expect_error(bad,
+               "interleaved 1F1B order of stage 0 of 2 with 4 microbatches and 2 chunks expects "
+               "forward 0 here");
   bad = interleaved;
   bad["stages"][1].erase("gradient_sync");
   expect_error(bad, "stages[1].gradient_sync");

@@ -60,7 +60,8 @@ std::vector<std::string> MegatronInterleavedOrder(int pipeline_size, int rank, i
   const int group_size = pipeline_size;  // config.microbatch_group_size_per_vp_stage default
   std::vector<std::pair<int, int>> schedule_table;  // (microbatch_id, model_chunk_id)
   for (int min_id = 0; min_id < num_microbatches; min_id += group_size) {
-    const int end = min_id + group_size >= num_microbatches ? num_microbatches : min_id + group_size;
+    const int end =
+        min_id + group_size >= num_microbatches ? num_microbatches : min_id + group_size;
     for (int chunk = 0; chunk < num_model_chunks; ++chunk) {
       for (int id = min_id; id < end; ++id) schedule_table.push_back({id, chunk});
     }
@@ -109,8 +110,14 @@ std::vector<std::string> ChunkTokens(const std::vector<Instruction>& list) {
 
 TEST(Schedule, InterleavedMatchesMegatron) {
   // (PP, V, M): the three of the issue, then more shapes (a single group, more groups, PP 8).
-  for (auto [stages, chunks, microbatches] : std::vector<std::tuple<int, int, int>>{
-           {2, 2, 4}, {4, 2, 8}, {4, 3, 12}, {2, 2, 2}, {3, 2, 3}, {2, 3, 8}, {8, 2, 16}, {4, 5, 4}}) {
+  for (auto [stages, chunks, microbatches] : std::vector<std::tuple<int, int, int>>{{2, 2, 4},
+                                                                                    {4, 2, 8},
+                                                                                    {4, 3, 12},
+                                                                                    {2, 2, 2},
+                                                                                    {3, 2, 3},
+                                                                                    {2, 3, 8},
+                                                                                    {8, 2, 16},
+                                                                                    {4, 5, 4}}) {
     const auto order = BuildSchedule(ScheduleKind::kInterleaved1F1B, stages, microbatches, chunks);
     ASSERT_EQ(static_cast<int>(order.size()), stages);
     for (int s = 0; s < stages; ++s) {
@@ -124,9 +131,9 @@ TEST(Schedule, InterleavedSmallCaseByHand) {
   // PP 2, V 2, M 4, rank 0: warm-up (2-0-1)*2 + (2-1)*2 = 4 forwards over the first group
   // (microbatches 0,1 on chunk 0, then on chunk 1), then 1F1B with backwards on chunk 1 first.
   const auto order = ChunkTokens(StageOrder(ScheduleKind::kInterleaved1F1B, 2, 0, 4, 2));
-  EXPECT_EQ(order, (std::vector<std::string>{"F0.0", "F1.0", "F0.1", "F1.1", "F2.0", "B0.1",
-                                             "F3.0", "B1.1", "F2.1", "B0.0", "F3.1", "B1.0",
-                                             "B2.1", "B3.1", "B2.0", "B3.0"}));
+  EXPECT_EQ(order, (std::vector<std::string>{"F0.0", "F1.0", "F0.1", "F1.1", "F2.0", "B0.1", "F3.0",
+                                             "B1.1", "F2.1", "B0.0", "F3.1", "B1.0", "B2.1", "B3.1",
+                                             "B2.0", "B3.0"}));
 }
 
 TEST(Schedule, InterleavedShapeRules) {
@@ -136,7 +143,8 @@ TEST(Schedule, InterleavedShapeRules) {
     FAIL() << "6 microbatches on 4 stages";
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("microbatches"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("multiple of the pipeline stages (4)"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("multiple of the pipeline stages (4)"), std::string::npos)
+        << e.what();
   }
   EXPECT_THROW(StageOrder(ScheduleKind::kInterleaved1F1B, 4, 0, 8, 1), InputError);
   EXPECT_THROW(StageOrder(ScheduleKind::kInterleaved1F1B, 1, 0, 8, 2), InputError);
@@ -152,7 +160,8 @@ TEST(Schedule, InterleavedOrderInvariants) {
       for (int groups = 1; groups <= 3; ++groups) {
         const int microbatches = groups * stages;
         for (int s = 0; s < stages; ++s) {
-          const auto order = StageOrder(ScheduleKind::kInterleaved1F1B, stages, s, microbatches, chunks);
+          const auto order =
+              StageOrder(ScheduleKind::kInterleaved1F1B, stages, s, microbatches, chunks);
           ASSERT_EQ(order.size(), 2u * microbatches * chunks);
           std::vector<int> next_forward(chunks, 0), next_backward(chunks, 0);
           for (const Instruction& slot : order) {
@@ -202,8 +211,8 @@ TEST(Schedule, PublishedTwoStageExample) {
 TEST(Schedule, GPipeRunsAllForwardsFirst) {
   const auto order = BuildSchedule(ScheduleKind::kGPipe, 3, 4);
   for (const auto& list : order) {
-    EXPECT_EQ(Tokens(list), (std::vector<std::string>{"F0", "F1", "F2", "F3", "B0", "B1", "B2",
-                                                      "B3"}));
+    EXPECT_EQ(Tokens(list),
+              (std::vector<std::string>{"F0", "F1", "F2", "F3", "B0", "B1", "B2", "B3"}));
   }
 }
 
@@ -243,7 +252,9 @@ TEST(Schedule, InterleavedDagEdgesFollowVirtualStages) {
          std::vector<std::tuple<int, int, int>>{{2, 2, 4}, {4, 2, 8}, {4, 3, 12}}) {
       const Dag dag = BuildDag(ScheduleKind::kInterleaved1F1B, stages, microbatches, chunks, sync);
       const int instructions = 2 * stages * microbatches * chunks;
-      const int per_stage = sync == GradientSync::kNone ? 0 : sync == GradientSync::kAtEnd ? 1 : chunks;
+      const int per_stage = sync == GradientSync::kNone    ? 0
+                            : sync == GradientSync::kAtEnd ? 1
+                                                           : chunks;
       ASSERT_EQ(dag.NumInstructions(), instructions);
       ASSERT_EQ(dag.SyncNodesPerStage(), per_stage);
       ASSERT_EQ(static_cast<int>(dag.nodes.size()), instructions + stages * per_stage);
@@ -253,7 +264,8 @@ TEST(Schedule, InterleavedDagEdgesFollowVirtualStages) {
                 stages * (instructions / stages - 1) + 2 * microbatches * (stages * chunks - 1) +
                     stages * (per_stage == 0 ? 0 : 2 * per_stage - 1));
       std::vector<int> position(dag.nodes.size());
-      for (std::size_t i = 0; i < dag.topological_order.size(); ++i) position[dag.topological_order[i]] = static_cast<int>(i);
+      for (std::size_t i = 0; i < dag.topological_order.size(); ++i)
+        position[dag.topological_order[i]] = static_cast<int>(i);
       for (const DagEdge& e : dag.edges) {
         EXPECT_LT(position[e.from], position[e.to]);
         const DagNode& a = dag.nodes[e.from];
@@ -290,7 +302,8 @@ TEST(Schedule, InterleavedDagEdgesFollowVirtualStages) {
         }
       }
       int launches = 0;
-      for (int v = 0; v < static_cast<int>(dag.nodes.size()); ++v) launches += dag.LaunchesGradientSync(v);
+      for (int v = 0; v < static_cast<int>(dag.nodes.size()); ++v)
+        launches += dag.LaunchesGradientSync(v);
       EXPECT_EQ(launches, sync == GradientSync::kOverlapped ? stages : 0);
     }
   }
@@ -299,7 +312,8 @@ TEST(Schedule, InterleavedDagEdgesFollowVirtualStages) {
 // A stage's iteration ends when its gradient sync ends: the tail starts after every
 // instruction of its stage, and lengthening it lengthens the iteration once it is critical.
 TEST(Schedule, IterationEndsWhenTheGradientSyncEnds) {
-  for (ScheduleKind kind : {ScheduleKind::k1F1B, ScheduleKind::kInterleaved1F1B, ScheduleKind::kGPipe}) {
+  for (ScheduleKind kind :
+       {ScheduleKind::k1F1B, ScheduleKind::kInterleaved1F1B, ScheduleKind::kGPipe}) {
     for (GradientSync sync : {GradientSync::kAtEnd, GradientSync::kOverlapped}) {
       const int chunks = kind == ScheduleKind::kInterleaved1F1B ? 2 : 1;
       const Dag dag = BuildDag(kind, 4, 8, chunks, sync);
@@ -378,7 +392,8 @@ TEST(Schedule, StartTimesAreTheLongestPath) {
       std::vector<double> start(dag.nodes.size(), 0.0);
       for (std::size_t round = 0; round < dag.nodes.size(); ++round) {
         for (const DagEdge& e : dag.edges) {
-          start[e.to] = std::max(start[e.to], start[e.from] + durations[e.from] + (e.cross_stage ? p2p : 0.0));
+          start[e.to] = std::max(start[e.to],
+                                 start[e.from] + durations[e.from] + (e.cross_stage ? p2p : 0.0));
         }
       }
       double makespan = 0.0;

@@ -42,7 +42,8 @@ TEST(Interleaved, ValidationNamesTheFieldAndMegatronsRule) {
 }
 
 TEST(Interleaved, LayersSplitIntoChunksWithEmbeddingFirstAndLossLast) {
-  const Workload w = WorkloadFromYaml(Yaml("{tp: 8, pp: 2, virtual_stages: 2, layers_per_stage: [14, 14]}"), "w.yaml");
+  const Workload w = WorkloadFromYaml(
+      Yaml("{tp: 8, pp: 2, virtual_stages: 2, layers_per_stage: [14, 14]}"), "w.yaml");
   EXPECT_EQ(w.Schedule(), schedule::ScheduleKind::kInterleaved1F1B);
   const WorkloadModel model = BuildWorkloadModel(w);
   ASSERT_EQ(model.stages.size(), 4u);
@@ -70,12 +71,14 @@ TEST(Interleaved, LayersSplitIntoChunksWithEmbeddingFirstAndLossLast) {
   }
   // The middle chunks are identical instructions; the iteration's FLOPs equal the 1F1B model's.
   EXPECT_EQ(model.Unit(0, 1).forward.flops, model.Unit(1, 0).forward.flops);
-  const WorkloadModel plain = BuildWorkloadModel(WorkloadFromYaml(Yaml("{tp: 8, pp: 2, layers_per_stage: [14, 14]}"), "w.yaml"));
+  const WorkloadModel plain = BuildWorkloadModel(
+      WorkloadFromYaml(Yaml("{tp: 8, pp: 2, layers_per_stage: [14, 14]}"), "w.yaml"));
   EXPECT_NEAR(model.IterationFlops(), plain.IterationFlops(), 1e-9 * plain.IterationFlops());
 }
 
 TEST(GradientSync, NoneWithoutDataParallelism) {
-  const WorkloadModel model = BuildWorkloadModel(WorkloadFromYaml(Yaml("{tp: 8, pp: 2}"), "w.yaml"));
+  const WorkloadModel model =
+      BuildWorkloadModel(WorkloadFromYaml(Yaml("{tp: 8, pp: 2}"), "w.yaml"));
   EXPECT_FALSE(model.gradient_sync.enabled);
   for (const StageModel& unit : model.stages) EXPECT_TRUE(unit.gradient_buckets.empty());
   EXPECT_TRUE(GradientSyncBuckets(model, 0, 0).empty());
@@ -87,9 +90,11 @@ TEST(GradientSync, NoneWithoutDataParallelism) {
 // with its last backward or in the stage's tail.
 TEST(GradientSync, BucketsCoverEveryParameterOnce) {
   for (bool overlap : {true, false}) {
-    const std::string extra = std::string("gradient_sync: {overlap: ") + (overlap ? "true" : "false") + "}\n";
+    const std::string extra =
+        std::string("gradient_sync: {overlap: ") + (overlap ? "true" : "false") + "}\n";
     const Workload w = WorkloadFromYaml(
-        Yaml("{tp: 4, pp: 2, dp: 4, virtual_stages: 2, layers_per_stage: [14, 14]}", 8, extra), "w.yaml");
+        Yaml("{tp: 4, pp: 2, dp: 4, virtual_stages: 2, layers_per_stage: [14, 14]}", 8, extra),
+        "w.yaml");
     const WorkloadModel model = BuildWorkloadModel(w);
     ASSERT_TRUE(model.gradient_sync.enabled);
     EXPECT_EQ(model.gradient_sync.group_size, 4);
@@ -97,7 +102,8 @@ TEST(GradientSync, BucketsCoverEveryParameterOnce) {
     EXPECT_EQ(model.gradient_sync.bucket_parameters, 40e6);
     double total = 0.0;
     for (const StageModel& unit : model.stages) {
-      const int last = static_cast<int>(BackwardKernelOrder(model, unit.stage, unit.chunk).size()) - 1;
+      const int last =
+          static_cast<int>(BackwardKernelOrder(model, unit.stage, unit.chunk).size()) - 1;
       int previous = -1;
       for (const GradientBucket& b : unit.gradient_buckets) {
         EXPECT_GE(b.ready_after, previous) << "buckets in completion order";
@@ -118,7 +124,8 @@ TEST(GradientSync, BucketsCoverEveryParameterOnce) {
     // Per TP rank: the layers' parameters, the embedding and the output layer (padded vocab).
     const double padded_vocab = std::ceil(128256.0 / (128.0 * 4)) * 128.0 * 4;
     const double expected = double(w.model.LayerParameters()) / 4.0 +
-                            2.0 * padded_vocab / 4.0 * double(w.model.hidden) + double(w.model.hidden);
+                            2.0 * padded_vocab / 4.0 * double(w.model.hidden) +
+                            double(w.model.hidden);
     EXPECT_NEAR(total, expected, 1e-9 * expected);
     double reduced = 0.0;
     for (int s = 0; s < 2; ++s) {
@@ -134,7 +141,8 @@ TEST(GradientSync, BucketsCoverEveryParameterOnce) {
           EXPECT_EQ(b.ready_after, last);
         }
         EXPECT_FALSE(GradientSyncBuckets(model, s, 0).empty());
-        EXPECT_EQ(GradientSyncBuckets(model, s, 1).size(), model.Unit(s, 1).gradient_buckets.size());
+        EXPECT_EQ(GradientSyncBuckets(model, s, 1).size(),
+                  model.Unit(s, 1).gradient_buckets.size());
       } else {
         EXPECT_TRUE(GradientSyncBuckets(model, s, 1).empty());
         EXPECT_TRUE(LastBackwardBuckets(model, s).empty());
@@ -145,10 +153,11 @@ TEST(GradientSync, BucketsCoverEveryParameterOnce) {
 }
 
 TEST(GradientSync, DistributedOptimizerReduceScattersAndBf16HalvesTheBytes) {
-  const WorkloadModel model = BuildWorkloadModel(WorkloadFromYaml(
-      Yaml("{tp: 8, pp: 2, dp: 2}", 8,
-           "gradient_sync: {distributed_optimizer: true, reduce_dtype: bf16, bucket_parameters: 10000000}\n"),
-      "w.yaml"));
+  const WorkloadModel model = BuildWorkloadModel(
+      WorkloadFromYaml(Yaml("{tp: 8, pp: 2, dp: 2}", 8,
+                            "gradient_sync: {distributed_optimizer: true, reduce_dtype: bf16, "
+                            "bucket_parameters: 10000000}\n"),
+                       "w.yaml"));
   for (const StageModel& unit : model.stages) {
     for (const GradientBucket& b : unit.gradient_buckets) {
       EXPECT_EQ(b.collective.collective, CollectiveType::kReduceScatter);

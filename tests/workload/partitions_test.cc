@@ -14,12 +14,12 @@ constexpr double kMiB = 1024.0 * 1024.0;
 
 Workload Make(const std::string& model, int tp, int cp, int mbs, int seq,
               const std::string& recompute = "full", const std::string& layers = "[15, 13]") {
-  return WorkloadFromYaml("model: " + model + "\ngpu: A100-SXM4-40GB\nparallelism: {tp: " +
-                              std::to_string(tp) + ", cp: " + std::to_string(cp) +
-                              ", pp: 2, layers_per_stage: " + layers + "}\nmicrobatch_size: " +
-                              std::to_string(mbs) + "\nsequence_length: " + std::to_string(seq) +
-                              "\nmicrobatches: 8\nrecompute: " + recompute + "\n",
-                          "test.yaml");
+  return WorkloadFromYaml(
+      "model: " + model + "\ngpu: A100-SXM4-40GB\nparallelism: {tp: " + std::to_string(tp) +
+          ", cp: " + std::to_string(cp) + ", pp: 2, layers_per_stage: " + layers +
+          "}\nmicrobatch_size: " + std::to_string(mbs) + "\nsequence_length: " +
+          std::to_string(seq) + "\nmicrobatches: 8\nrecompute: " + recompute + "\n",
+      "test.yaml");
 }
 
 std::vector<std::string> TunableTypes(const WorkloadModel& m) {
@@ -39,8 +39,10 @@ double ClosedFormIterationFlops(const Workload& w) {
   const auto& m = w.model;
   const double q = double(m.heads) * m.head_dim;
   const double kv = 2.0 * m.kv_groups * m.head_dim;
-  const double matmul_params = m.layers * (m.hidden * (q + kv) + q * m.hidden + 3.0 * m.hidden * m.ffn);
-  const double tokens = double(w.microbatches) * w.microbatch_size * w.sequence_length * w.parallelism.dp;
+  const double matmul_params =
+      m.layers * (m.hidden * (q + kv) + q * m.hidden + 3.0 * m.hidden * m.ffn);
+  const double tokens =
+      double(w.microbatches) * w.microbatch_size * w.sequence_length * w.parallelism.dp;
   const bool full = w.recompute == Recompute::kFull;
   const double vocab = std::ceil(m.vocab / (128.0 * w.parallelism.tp)) * 128.0 * w.parallelism.tp;
   const double dense = (full ? 8.0 : 6.0) * matmul_params + 6.0 * m.hidden * vocab;
@@ -64,7 +66,8 @@ TEST(WorkloadModel, IterationFlopsMatchClosedForm) {
 TEST(WorkloadModel, TensorParallelGivesFourTypes) {
   const auto m = BuildWorkloadModel(Make("llama3.2-3b", 8, 1, 8, 4096));
   EXPECT_TRUE(m.nanobatching);
-  EXPECT_EQ(TunableTypes(m), (std::vector<std::string>{"bwd_attn", "bwd_mlp", "fwd_attn", "fwd_mlp"}));
+  EXPECT_EQ(TunableTypes(m),
+            (std::vector<std::string>{"bwd_attn", "bwd_mlp", "fwd_attn", "fwd_mlp"}));
 }
 
 TEST(WorkloadModel, ContextPlusTensorParallelGivesTwelveTypes) {
@@ -114,7 +117,8 @@ TEST(WorkloadModel, SlotsFollowThePublishedNaming) {
   EXPECT_EQ(m.Type("fwd_attn").SpaceSize(18), 720);
   EXPECT_EQ(m.Type("fwd_mlp").SpaceSize(18), 540);
   // The collective starts with the op at its slot: rope_0 is qkv_post (after bda, ln, qkv).
-  EXPECT_EQ(m.Type("fwd_attn").compute_ops[m.Type("fwd_attn").SlotIndex("rope_0")].name, "qkv_post");
+  EXPECT_EQ(m.Type("fwd_attn").compute_ops[m.Type("fwd_attn").SlotIndex("rope_0")].name,
+            "qkv_post");
 }
 
 TEST(WorkloadModel, PublishedSpaceSizesWithContextParallelism) {
@@ -130,7 +134,8 @@ TEST(WorkloadModel, CountsPerInstruction) {
   const auto m = BuildWorkloadModel(Make("llama3.2-3b", 8, 1, 8, 4096));
   auto count = [&](const InstructionModel& ins, const std::string& name) {
     for (const auto& use : ins.uses) {
-      if (m.partition_types[use.type].name == name) return std::pair{use.count, use.without_collective};
+      if (m.partition_types[use.type].name == name)
+        return std::pair{use.count, use.without_collective};
     }
     return std::pair{0, 0};
   };
@@ -215,7 +220,8 @@ TEST(WorkloadModel, MicrobatchOfOnePlansSequentialOnly) {
 TEST(WorkloadModel, GemmShapesAreShardedByTensorParallelism) {
   const Workload w = Make("llama3.2-3b", 8, 1, 8, 4096);
   const auto ops = LayerForwardOps(w, 4);
-  const auto qkv = std::find_if(ops.begin(), ops.end(), [](const Op& op) { return op.name == "linear_qkv"; });
+  const auto qkv =
+      std::find_if(ops.begin(), ops.end(), [](const Op& op) { return op.name == "linear_qkv"; });
   ASSERT_NE(qkv, ops.end());
   EXPECT_EQ(qkv->m, 4 * 4096);
   EXPECT_EQ(qkv->n, (24 + 2 * 8) * 128 / 8);

@@ -50,8 +50,9 @@ std::vector<Slot> OwnSlots(const ProgramPartition& p) {
                         op.group == SlotGroup::kActivation;
     if (i > 0 && op.module == p.compute[i - 1].op.module) continue;
     if (i > 0 && memory && op.group == p.compute[i - 1].op.group) continue;
-    slots.push_back({.name = std::string(ToString(op.group)) + "_" + std::to_string(counters[op.group]++),
-                     .op_index = static_cast<int>(i)});
+    slots.push_back(
+        {.name = std::string(ToString(op.group)) + "_" + std::to_string(counters[op.group]++),
+         .op_index = static_cast<int>(i)});
   }
   return slots;
 }
@@ -74,7 +75,8 @@ void ExpectProgramMatchesModel(const WorkloadModel& model, bool published = true
     layers_before += unit.layers;
     for (Direction d : {Direction::kForward, Direction::kBackward}) {
       const InstructionProgram& ins = d == Direction::kForward ? unit.forward : unit.backward;
-      const InstructionModel& model_ins = d == Direction::kForward ? planned.forward : planned.backward;
+      const InstructionModel& model_ins =
+          d == Direction::kForward ? planned.forward : planned.backward;
       // The sequential kernels are the planner's, in its order.
       EXPECT_EQ(Names(ins.sequential), Names(model_ins.sequential_ops));
       // The work outside the block is the planner's, split where it runs.
@@ -149,11 +151,13 @@ void ExpectProgramMatchesModel(const WorkloadModel& model, bool published = true
           const int in_type = type.slots[k].op_index - static_cast<int>(offset);
           EXPECT_EQ(slot.op_index, std::max(0, in_type));
           if (in_type >= 0) {
-            EXPECT_EQ(p.compute[slot.op_index].op.name, type.compute_ops[type.slots[k].op_index].name);
+            EXPECT_EQ(p.compute[slot.op_index].op.name,
+                      type.compute_ops[type.slots[k].op_index].name);
           }
           if (published) {
             bool named = false;
-            for (const Slot& s : own) named = named || (s.name == slot.name && s.op_index == slot.op_index);
+            for (const Slot& s : own)
+              named = named || (s.name == slot.name && s.op_index == slot.op_index);
             EXPECT_TRUE(named) << slot.name;
           }
         }
@@ -166,7 +170,8 @@ TEST(Program, MatchesThePlannersModelOnEveryPaperConfiguration) {
   for (const auto& entry : std::filesystem::directory_iterator(Source("examples/paper"))) {
     ExpectProgramMatchesModel(BuildWorkloadModel(LoadWorkloadFile(entry.path())));
   }
-  ExpectProgramMatchesModel(BuildWorkloadModel(LoadWorkloadFile(Source("examples/pytorch/workload.yaml"))));
+  ExpectProgramMatchesModel(
+      BuildWorkloadModel(LoadWorkloadFile(Source("examples/pytorch/workload.yaml"))));
 }
 
 TEST(Program, RecomputeNoneInterleavedAndPipelinedWorkloads) {
@@ -176,7 +181,8 @@ TEST(Program, RecomputeNoneInterleavedAndPipelinedWorkloads) {
   for (const std::string& extra :
        {std::string("parallelism: {tp: 2, cp: 2, pp: 4}\nrecompute: none\n"),
         std::string("parallelism: {tp: 4, pp: 2, virtual_stages: 2}\nrecompute: full\n"),
-        std::string("parallelism: {tp: 2, pp: 3, layers_per_stage: [10, 10, 8]}\nrecompute: none\n")}) {
+        std::string(
+            "parallelism: {tp: 2, pp: 3, layers_per_stage: [10, 10, 8]}\nrecompute: none\n")}) {
     const WorkloadModel model = BuildWorkloadModel(WorkloadFromYaml(base + extra, "t.yaml"));
     ExpectProgramMatchesModel(model);
   }
@@ -185,8 +191,8 @@ TEST(Program, RecomputeNoneInterleavedAndPipelinedWorkloads) {
       BuildWorkloadModel(WorkloadFromYaml(base + "parallelism: {tp: 1, cp: 2, pp: 2}\n", "t.yaml")),
       /*published=*/false);
   // Megatron-LM's interleaved layer order: chunk 0 of every stage, then chunk 1.
-  const auto program = BuildProgram(
-      BuildWorkloadModel(WorkloadFromYaml(base + "parallelism: {tp: 4, pp: 2, virtual_stages: 2}\n", "t.yaml")));
+  const auto program = BuildProgram(BuildWorkloadModel(
+      WorkloadFromYaml(base + "parallelism: {tp: 4, pp: 2, virtual_stages: 2}\n", "t.yaml")));
   ASSERT_EQ(program.size(), 4u);  // (stage 0, chunk 0), (0, 1), (1, 0), (1, 1)
   EXPECT_EQ(program[0].first_layer, 0);
   EXPECT_EQ(program[2].first_layer, 7);
@@ -198,7 +204,8 @@ TEST(Program, TheEmbeddingAllReduceRunsBeforeTheBlock) {
   const WorkloadModel model =
       BuildWorkloadModel(LoadWorkloadFile(Source("examples/pytorch/workload.yaml")));
   const UnitProgram first = BuildProgram(model).front();
-  EXPECT_EQ(Names(first.forward.before_block), (std::vector<std::string>{"embedding", "embedding_all_reduce"}));
+  EXPECT_EQ(Names(first.forward.before_block),
+            (std::vector<std::string>{"embedding", "embedding_all_reduce"}));
   EXPECT_EQ(first.forward.before_block[1].after, "embedding");
   EXPECT_TRUE(first.forward.after_block.empty());
   const UnitProgram last = BuildProgram(model).back();
@@ -211,8 +218,9 @@ TEST(Program, TheEmbeddingAllReduceRunsBeforeTheBlock) {
 }
 
 TEST(Program, APlansRecordedWorkloadLoadsBack) {
-  for (const char* file : {"examples/paper/02-llama3.2-3b-cp2-tp4-mbs8-seq4096.yaml",
-                           "examples/llama3.3-70b-at-scale.yaml", "examples/pytorch/workload.yaml"}) {
+  for (const char* file :
+       {"examples/paper/02-llama3.2-3b-cp2-tp4-mbs8-seq4096.yaml",
+        "examples/llama3.3-70b-at-scale.yaml", "examples/pytorch/workload.yaml"}) {
     const Workload w = LoadWorkloadFile(Source(file));
     const Workload back = WorkloadFromRecord(w.ToJson(), w.parallelism.virtual_stages, "plan.json");
     EXPECT_EQ(back.Signature(), w.Signature()) << file;

@@ -64,10 +64,11 @@ TEST(WorkloadValidation, UnknownPresets) {
 
 TEST(WorkloadValidation, Divisibility) {
   // Llama 3.2 3B has 24 heads, 8 KV groups, FFN 8192.
-  ExpectInputError(Replace(kValid, "tp: 8", "tp: 16"), {"parallelism.tp", "model.heads", "divisible"});
-  ExpectInputError(
-      Replace(Replace(kValid, "tp: 8", "tp: 3"), "layers_per_stage: [15, 13]", "layers_per_stage: [14, 14]"),
-      {"parallelism.tp", "divisible"});
+  ExpectInputError(Replace(kValid, "tp: 8", "tp: 16"),
+                   {"parallelism.tp", "model.heads", "divisible"});
+  ExpectInputError(Replace(Replace(kValid, "tp: 8", "tp: 3"), "layers_per_stage: [15, 13]",
+                           "layers_per_stage: [14, 14]"),
+                   {"parallelism.tp", "divisible"});
   ExpectInputError(Replace(kValid, "sequence_length: 4096", "sequence_length: 4097"),
                    {"sequence_length", "4097", "2 x parallelism.cp"});
   ExpectInputError(Replace(Replace(kValid, "cp: 1", "cp: 3"), "tp: 8", "tp: 2"),
@@ -92,7 +93,8 @@ TEST(WorkloadValidation, PipelineAndLayers) {
 TEST(WorkloadValidation, NonPositiveNumbers) {
   ExpectInputError(Replace(kValid, "microbatch_size: 8", "microbatch_size: 0"),
                    {"microbatch_size", "positive"});
-  ExpectInputError(Replace(kValid, "microbatches: 8", "microbatches: -1"), {"microbatches", "positive"});
+  ExpectInputError(Replace(kValid, "microbatches: 8", "microbatches: -1"),
+                   {"microbatches", "positive"});
   ExpectInputError(Replace(kValid, "sequence_length: 4096", "sequence_length: 0"),
                    {"sequence_length", "positive"});
   ExpectInputError(Replace(kValid, "tp: 8", "tp: 0"), {"parallelism.tp", "positive"});
@@ -147,10 +149,10 @@ TEST(WorkloadValidation, RangesAreCheckedBeforeNarrowing) {
                    {"sequence_length", "at most"});
   ExpectInputError(Replace(kValid, "[15, 13]", "[4294967311, -4294967283]"),
                    {"layers_per_stage", "at most model.layers"});
-  const std::string inline_model = Replace(
-      kValid, "model: llama3.2-3b",
-      "model: {name: big, hidden: 3072, heads: 24, kv_groups: 8, head_dim: 128, ffn: 8192, "
-      "layers: 1099511627776, vocab: 128256}");
+  const std::string inline_model =
+      Replace(kValid, "model: llama3.2-3b",
+              "model: {name: big, hidden: 3072, heads: 24, kv_groups: 8, head_dim: 128, ffn: 8192, "
+              "layers: 1099511627776, vocab: 128256}");
   ExpectInputError(inline_model, {"model.layers", "1099511627776", "at most 1024"});
   ExpectInputError(Replace(kValid, "microbatch_size: 8", "microbatch_size: '010'"),
                    {"microbatch_size", "010", "decimal integer"});
@@ -160,7 +162,8 @@ TEST(WorkloadValidation, RangesAreCheckedBeforeNarrowing) {
 TEST(WorkloadValidation, OneDocumentWithEachKeyOnce) {
   ExpectInputError(Replace(kValid, "microbatches: 8", "microbatches: 8\nmicrobatches: 16"),
                    {"key 'microbatches' appears twice"});
-  ExpectInputError(Replace(kValid, "tp: 8,", "tp: 8, tp: 4,"), {"parallelism", "'tp' appears twice"});
+  ExpectInputError(Replace(kValid, "tp: 8,", "tp: 8, tp: 4,"),
+                   {"parallelism", "'tp' appears twice"});
   ExpectInputError(std::string(kValid) + "---\nname: second\n", {"more than one YAML document"});
   ExpectInputError(Replace(kValid, "recompute: full", "recompute: full\n[a, b]: 1"),
                    {"keys must be plain names"});
@@ -182,8 +185,9 @@ TEST(WorkloadValidation, NameIsOneFolderName) {
     EXPECT_NE(std::string(e.what()).find("taken from the file name"), std::string::npos)
         << e.what();
   }
-  EXPECT_EQ(WorkloadFromYaml(Replace(kValid, "name: t", "name: 'qwen3 1.7b, run 2'"), "w.yaml").name,
-            "qwen3 1.7b, run 2");
+  EXPECT_EQ(
+      WorkloadFromYaml(Replace(kValid, "name: t", "name: 'qwen3 1.7b, run 2'"), "w.yaml").name,
+      "qwen3 1.7b, run 2");
 }
 
 TEST(WorkloadValidation, HugeValuesAreShownCut) {
@@ -198,14 +202,17 @@ TEST(WorkloadValidation, HugeValuesAreShownCut) {
 }
 
 TEST(Workload, MicrobatchOfOneCannotNanobatch) {
-  const Workload w = WorkloadFromYaml(Replace(kValid, "microbatch_size: 8", "microbatch_size: 1"), "w.yaml");
+  const Workload w =
+      WorkloadFromYaml(Replace(kValid, "microbatch_size: 8", "microbatch_size: 1"), "w.yaml");
   EXPECT_FALSE(w.CanNanobatch());
 }
 
 TEST(Workload, SignatureSeparatesWhatChangesAMeasurement) {
   const Workload a = WorkloadFromYaml(kValid, "w.yaml");
-  const Workload b = WorkloadFromYaml(Replace(kValid, "sequence_length: 4096", "sequence_length: 8192"), "w.yaml");
-  const Workload c = WorkloadFromYaml(Replace(kValid, "microbatches: 8", "microbatches: 16"), "w.yaml");
+  const Workload b =
+      WorkloadFromYaml(Replace(kValid, "sequence_length: 4096", "sequence_length: 8192"), "w.yaml");
+  const Workload c =
+      WorkloadFromYaml(Replace(kValid, "microbatches: 8", "microbatches: 16"), "w.yaml");
   EXPECT_NE(a.Signature(), b.Signature());
   EXPECT_EQ(a.Signature(), c.Signature());  // partitions do not depend on the microbatch count
 }

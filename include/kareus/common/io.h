@@ -49,8 +49,8 @@ bool IsMountPoint(const std::filesystem::path& path);
 class OutputFolder {
  public:
   // Throws InputError for an empty path, "/", the current folder or one of its parents, an
-  // existing file, a mount point, or a folder of other things; EnvironmentError when the staging folder
-  // cannot be created.
+  // existing file, a mount point, or a folder of other things; EnvironmentError when the staging
+  // folder cannot be created.
   explicit OutputFolder(const std::filesystem::path& target);
   ~OutputFolder();  // without Commit(): removes the staging folder, the target is untouched
   OutputFolder(const OutputFolder&) = delete;

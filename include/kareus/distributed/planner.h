@@ -60,7 +60,7 @@ struct PlannerOptions {
 // What a rank that finished a workload sends back: its output files and its evaluation row.
 struct FinishedWorkload {
   std::vector<std::pair<std::string, std::string>> files;  // path under out/<workload>, contents
-  std::string row;  // the workload's row of evaluation.json (JSON text)
+  std::string row;           // the workload's row of evaluation.json (JSON text)
   double gpu_seconds = 0.0;  // backend GPU-seconds of the finishing (sweeps, fixed work,
                              // evaluation of plans), the profile's not included
 };
@@ -82,10 +82,10 @@ struct RankStats {
   int rank = 0;
   std::string host;
   int64_t pid = 0;
-  int64_t units = 0;           // profiling units measured
-  int64_t measurements = 0;    // configurations measured
+  int64_t units = 0;              // profiling units measured
+  int64_t measurements = 0;       // configurations measured
   double busy_gpu_seconds = 0.0;  // backend GPU-seconds of those units
-  int64_t jobs = 0;            // workloads finished (evaluate)
+  int64_t jobs = 0;               // workloads finished (evaluate)
   double job_gpu_seconds = 0.0;   // backend GPU-seconds of those
 };
 

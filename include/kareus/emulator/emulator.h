@@ -69,13 +69,13 @@ SimResult SimulateInstruction(const workload::WorkloadModel& model, int stage, i
 // Measurement emulation: what a profiler would read on a real GPU under the published protocol
 // (clock settle + measurement window + cool-down), with seeded multiplicative noise.
 struct MeasurementOptions {
-  double time_noise = 0.003;    // relative standard deviation of measured time
-  double energy_noise = 0.01;   // relative standard deviation of measured energy
+  double time_noise = 0.003;      // relative standard deviation of measured time
+  double energy_noise = 0.01;     // relative standard deviation of measured energy
   double counter_period_s = 0.1;  // NVML energy counter update period
-  double settle_s = 2.0;        // after locking the clock
-  double window_s = 5.0;        // measurement window
-  double cooldown_s = 5.0;      // thermal cool-down after the window
-  bool noise_free = false;      // oracle path: return the simulation exactly
+  double settle_s = 2.0;          // after locking the clock
+  double window_s = 5.0;          // measurement window
+  double cooldown_s = 5.0;        // thermal cool-down after the window
+  bool noise_free = false;        // oracle path: return the simulation exactly
 
   // The first invalid field, its value and the rule; nullopt when every field is usable.
   std::optional<OptionError> Validate() const;
@@ -123,9 +123,9 @@ struct SweepPoint {
 };
 
 struct SweepOptions {
-  std::vector<int> freqs_mhz = {};     // clocks to sweep; empty: the GPU's profile grid
-  std::vector<int> sms = {};           // comm SM counts; empty: the partition's sm_choices
-  std::vector<std::string> slots = {}; // launch slots; empty: the partition's launch_slots
+  std::vector<int> freqs_mhz = {};      // clocks to sweep; empty: the GPU's profile grid
+  std::vector<int> sms = {};            // comm SM counts; empty: the partition's sm_choices
+  std::vector<std::string> slots = {};  // launch slots; empty: the partition's launch_slots
 };
 
 // Every (clock, SMs, slot) of the grid, noise-free, clocks outer, then SMs, then slots (the

@@ -58,9 +58,9 @@ struct PowerLimitPoint {
   double measured_time_ratio = 0.0;  // time / time at the highest limit
   double emulated_time_ratio = 0.0;
   double time_ratio_error_pct = 0.0;  // emulated / measured ratio - 1, percent
-  double measured_power_w = 0.0;     // E / t
+  double measured_power_w = 0.0;      // E / t
   double emulated_power_w = 0.0;
-  double emulated_freq_mhz = 0.0;    // time-weighted realized clock
+  double emulated_freq_mhz = 0.0;  // time-weighted realized clock
 };
 
 // One row of a real-GPU check replayed on the emulator. Relative errors are (emulated -
@@ -77,8 +77,7 @@ struct DeviceRow {
   double measured_energy_j = 0.0, emulated_energy_j = 0.0;
   double measured_power_w = 0.0, emulated_power_w = 0.0;
   double measured_freq_mhz = 0.0, emulated_freq_mhz = 0.0;  // realized SM clock
-  double time_error_pct = 0.0, energy_error_pct = 0.0, power_error_pct = 0.0,
-         freq_error_pct = 0.0;
+  double time_error_pct = 0.0, energy_error_pct = 0.0, power_error_pct = 0.0, freq_error_pct = 0.0;
 };
 
 // Median |relative error| in percent over a set of rows (NaN where no row has the quantity).
@@ -88,15 +87,15 @@ struct DeviceMedians {
 };
 
 struct DatasetResult {
-  std::string name;      // "gpt3-175b-a100", ...
-  std::string kind;      // "stage_profile", "power_limit_sweep", "device_check", "power_probe"
-  std::string file;      // the measured CSV, relative to the data directory
-  std::string source;    // repository @ commit : path
-  std::string workload;  // the stand-in workload file, relative to the data directory
-  std::string gpu;       // preset, with the power limit the stand-in sets
+  std::string name;        // "gpt3-175b-a100", ...
+  std::string kind;        // "stage_profile", "power_limit_sweep", "device_check", "power_probe"
+  std::string file;        // the measured CSV, relative to the data directory
+  std::string source;      // repository @ commit : path
+  std::string workload;    // the stand-in workload file, relative to the data directory
+  std::string gpu;         // preset, with the power limit the stand-in sets
   std::string calibrates;  // which constants this dataset calibrated ("" = validation only)
-  std::vector<StageCurve> curves;         // stage_profile
-  std::vector<PowerLimitPoint> limits;    // power_limit_sweep, descending limits
+  std::vector<StageCurve> curves;       // stage_profile
+  std::vector<PowerLimitPoint> limits;  // power_limit_sweep, descending limits
   // device_check, power_probe: every row, and the medians over the comparable rows per section
   // (device_check: partitions and kernels; power_probe: the loads) and over the partitions that
   // are not comparable (unfused attention; the backend's hashed dropout), reported apart.

@@ -19,8 +19,8 @@ struct ClockGrid {
   int profile_step_mhz = 30;
 
   bool Contains(int freq_mhz) const;
-  std::vector<int> Supported() const;         // max..min, descending
-  std::vector<int> ProfileGrid() const;       // max..profile_min in profile_step, descending
+  std::vector<int> Supported() const;    // max..min, descending
+  std::vector<int> ProfileGrid() const;  // max..profile_min in profile_step, descending
 };
 
 // One point of the voltage-frequency curve; the curve is interpolated linearly.
@@ -56,16 +56,16 @@ struct PowerSpec {
 // MSCCL++ as the published runtime launches them): what makes a stream of kernels more than the
 // sum of the kernels. Optional in the data file (`launch:`), these defaults otherwise.
 struct LaunchSpec {
-  double kernel_gap_us = 2.0;   // device-side gap between two kernels of one stream (drain and
-                                // launch of the next; also the join of two streams at an event)
+  double kernel_gap_us = 2.0;    // device-side gap between two kernels of one stream (drain and
+                                 // launch of the next; also the join of two streams at an event)
   double host_launch_us = 10.0;  // host time to launch one kernel from the eager framework path
 };
 
 struct InterconnectSpec {
-  double bus_bandwidth_gbps = 0.0;      // achievable collective bus bandwidth, GB/s
-  double channel_bandwidth_gbps = 0.0;  // per comm SM (channel) at max clock, GB/s
-  double channel_clock_exponent = 0.0;  // b_ch(f) = b_ch(max) * (f/f_max)^exponent (weak)
-  double latency_us = 0.0;              // per-collective launch + sync latency
+  double bus_bandwidth_gbps = 0.0;         // achievable collective bus bandwidth, GB/s
+  double channel_bandwidth_gbps = 0.0;     // per comm SM (channel) at max clock, GB/s
+  double channel_clock_exponent = 0.0;     // b_ch(f) = b_ch(max) * (f/f_max)^exponent (weak)
+  double latency_us = 0.0;                 // per-collective launch + sync latency
   double inter_node_bandwidth_gbps = 0.0;  // P2P between pipeline stages, GB/s per GPU
   double inter_node_latency_us = 0.0;
   int library_default_sms = 0;  // SMs NCCL's default channel count occupies (baselines)
@@ -93,11 +93,11 @@ struct GpuSpec {
   int sm_count = 0;
   ClockGrid clock;
   double tensor_flops_per_clock_per_sm = 0.0;  // dense BF16 tensor-core FLOP / clock / SM
-  double gemm_efficiency = 0.0;       // measured max matmul / peak (MAMF ceiling)
-  double attention_efficiency = 0.0;  // flash-attention ceiling relative to tensor peak
-  double hbm_bandwidth_gbps = 0.0;    // GB/s
-  double hbm_efficiency = 0.0;        // achievable fraction of HBM bandwidth
-  double sm_memory_bandwidth_gbps = 0.0;  // per-SM issue limit at max clock, GB/s
+  double gemm_efficiency = 0.0;                // measured max matmul / peak (MAMF ceiling)
+  double attention_efficiency = 0.0;           // flash-attention ceiling relative to tensor peak
+  double hbm_bandwidth_gbps = 0.0;             // GB/s
+  double hbm_efficiency = 0.0;                 // achievable fraction of HBM bandwidth
+  double sm_memory_bandwidth_gbps = 0.0;       // per-SM issue limit at max clock, GB/s
   PowerSpec power;
   std::vector<VoltagePoint> voltage_curve;  // ascending in freq_mhz
   InterconnectSpec interconnect;

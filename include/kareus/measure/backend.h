@@ -144,8 +144,8 @@ class Backend {
 
 // Makes the backend of one workload: what the CLI's --backend chooses, what `kareus run` and
 // `kareus evaluate` call once per workload. `seed` is the run's root seed (noise streams).
-using BackendFactory = std::function<std::unique_ptr<Backend>(const workload::WorkloadModel& model,
-                                                              uint64_t seed)>;
+using BackendFactory =
+    std::function<std::unique_ptr<Backend>(const workload::WorkloadModel& model, uint64_t seed)>;
 
 // GPUs one measurement of each kind occupies: a partition's collective group, an
 // instruction's stage replica (TP x CP).

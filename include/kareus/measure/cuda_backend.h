@@ -39,20 +39,20 @@
 namespace kareus::measure {
 
 struct CudaBackendOptions {
-  std::vector<int> devices;        // CUDA ordinals of ranks 0, 1, ...; empty: 0, 1, 2, ...
+  std::vector<int> devices;          // CUDA ordinals of ranks 0, 1, ...; empty: 0, 1, 2, ...
   bool allow_clock_control = false;  // lock the SM clock of every measurement (needs root)
-  double settle_s = 2.0;           // after locking a clock (published: 2 s)
-  int warmup_runs = 10;            // before calibration and again before the window ...
-  double min_warmup_s = 0.2;       // ... and at least this much work (leaving the idle clock)
-  int calibration_runs = 100;      // timed runs that size the window (published: 100)
-  double window_s = 5.0;           // energy window (published: 5 s) ...
-  int min_counter_periods = 20;    // ... and at least this many energy-counter updates
-  double cooldown_s = 5.0;         // idle before the window ("thermally stable", published 5 s)
+  double settle_s = 2.0;             // after locking a clock (published: 2 s)
+  int warmup_runs = 10;              // before calibration and again before the window ...
+  double min_warmup_s = 0.2;         // ... and at least this much work (leaving the idle clock)
+  int calibration_runs = 100;        // timed runs that size the window (published: 100)
+  double window_s = 5.0;             // energy window (published: 5 s) ...
+  int min_counter_periods = 20;      // ... and at least this many energy-counter updates
+  double cooldown_s = 5.0;           // idle before the window ("thermally stable", published 5 s)
   int64_t max_repeats = 10'000'000;
-  double timeout_s = 600.0;        // GPU work of one phase; beyond it the backend gives up
-  std::string log_path;            // appends one JSON line per measurement (ranks, clocks,
-                                   // reasons, GPU name, driver, power limit); empty: none
-  bool quiet = false;              // no notes on stderr
+  double timeout_s = 600.0;  // GPU work of one phase; beyond it the backend gives up
+  std::string log_path;      // appends one JSON line per measurement (ranks, clocks,
+                             // reasons, GPU name, driver, power limit); empty: none
+  bool quiet = false;        // no notes on stderr
 
   // The first invalid field (its name here), its value and the rule; nullopt when valid.
   std::optional<OptionError> Validate() const;

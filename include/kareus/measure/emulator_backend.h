@@ -18,9 +18,9 @@ namespace kareus::measure {
 
 struct EmulatorBackendOptions {
   emulator::MeasurementOptions measurement;  // noise and protocol (noise_free for the oracle)
-  uint64_t seed = 1;             // noise stream; a configuration's reading depends on (seed, key)
-  double batch_warmup_s = 10.0;  // per batch and GPU: process start, communicators, warm-up run
-                                 // (published: one torch spawn per batch, §3.7)
+  uint64_t seed = 1;               // noise stream; a configuration's reading depends on (seed, key)
+  double batch_warmup_s = 10.0;    // per batch and GPU: process start, communicators, warm-up run
+                                   // (published: one torch spawn per batch, §3.7)
   std::string workload_signature;  // part of every measurement's noise key
 
   // The first invalid field (name as written here), its value and the rule; nullopt if valid.

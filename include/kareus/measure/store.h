@@ -128,8 +128,7 @@ class MeasurementStore {
                    std::unique_ptr<Handle> handle);
   static std::unique_ptr<MeasurementStore> OpenChecked(const std::filesystem::path& path,
                                                        const StoreIdentity& identity,
-                                                       const StoreOptions& options,
-                                                       bool* created,
+                                                       const StoreOptions& options, bool* created,
                                                        std::vector<std::string>* changes);
   // The row of `rowid` failed its checks at open and stays in the file (kSkip).
   bool Skipped(int64_t rowid) const;

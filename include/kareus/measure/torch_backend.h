@@ -25,21 +25,21 @@
 namespace kareus::measure {
 
 struct TorchBackendOptions {
-  std::string python;              // interpreter; empty: $KAREUS_PYTHON, else /usr/bin/python3,
-                                   // else python3 on PATH
-  std::string python_path;         // folder holding the kareus package, put first on the
-                                   // worker's PYTHONPATH; empty: $KAREUS_PYTHONPATH, else this
-                                   // build's <build>/python
-  std::string device = "auto";     // auto (CUDA when PyTorch sees a GPU) | cpu | cuda
+  std::string python;                // interpreter; empty: $KAREUS_PYTHON, else /usr/bin/python3,
+                                     // else python3 on PATH
+  std::string python_path;           // folder holding the kareus package, put first on the
+                                     // worker's PYTHONPATH; empty: $KAREUS_PYTHONPATH, else this
+                                     // build's <build>/python
+  std::string device = "auto";       // auto (CUDA when PyTorch sees a GPU) | cpu | cuda
   bool allow_clock_control = false;  // lock the SM clock of every measurement (FrequencyController)
-  int warmup_runs = 2;             // untimed runs before each measurement
-  int min_runs = 3;                // timed runs at least ...
-  double window_s = 0.2;           // ... and at least this much timed work per measurement,
-                                   // one energy window (20 periods of the runtime's power
-                                   // poller where NVML has no energy counter)
-  int threads = 1;                 // compute threads of each rank (a CPU's cores are shared)
-  double timeout_s = 600.0;        // the worker's silence, s, after which it counts as hung
-  uint64_t seed = 1;               // of the random weights and inputs
+  int warmup_runs = 2;               // untimed runs before each measurement
+  int min_runs = 3;                  // timed runs at least ...
+  double window_s = 0.2;             // ... and at least this much timed work per measurement,
+                                     // one energy window (20 periods of the runtime's power
+                                     // poller where NVML has no energy counter)
+  int threads = 1;                   // compute threads of each rank (a CPU's cores are shared)
+  double timeout_s = 600.0;          // the worker's silence, s, after which it counts as hung
+  uint64_t seed = 1;                 // of the random weights and inputs
 
   // The first invalid field (its name here), its value and the rule; nullopt when valid.
   std::optional<OptionError> Validate() const;

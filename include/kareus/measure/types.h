@@ -43,14 +43,14 @@ struct InstructionKnobs {
 // group, time the max; reference/kareus-official.md §3.1).
 struct Sample {
   double time_s = 0.0;
-  double energy_j = 0.0;            // total
-  double static_energy_j = 0.0;     // P_static x time_s
-  double dynamic_energy_j = 0.0;    // energy_j - static_energy_j ("effective" energy)
-  double realized_freq_mhz = 0.0;   // time-weighted clock actually sustained
-  double seconds = 0.0;             // wall time the measurement occupied its GPUs (clock
-                                    // settle + window + cool-down), per GPU
-  int gpus = 1;                     // GPUs the measurement occupied (its collective's group)
-  bool noise_free = false;          // exact (oracle) value rather than a noisy reading
+  double energy_j = 0.0;           // total
+  double static_energy_j = 0.0;    // P_static x time_s
+  double dynamic_energy_j = 0.0;   // energy_j - static_energy_j ("effective" energy)
+  double realized_freq_mhz = 0.0;  // time-weighted clock actually sustained
+  double seconds = 0.0;            // wall time the measurement occupied its GPUs (clock
+                                   // settle + window + cool-down), per GPU
+  int gpus = 1;                    // GPUs the measurement occupied (its collective's group)
+  bool noise_free = false;         // exact (oracle) value rather than a noisy reading
 
   // The cost of taking it: seconds of measurement x GPUs of the group.
   double GpuSeconds() const { return seconds * gpus; }

@@ -22,7 +22,7 @@ enum class EvaluationMode {
   kMeasured,   // measured runs through the backend itself
   kNone,       // not evaluated: tables use the planner's predictions and say so
 };
-const char* ToString(EvaluationMode mode);         // "auto", "noise-free", "measured", "none"
+const char* ToString(EvaluationMode mode);  // "auto", "noise-free", "measured", "none"
 EvaluationMode EvaluationModeFromString(const std::string& text);  // InputError
 
 class Evaluator {
@@ -35,10 +35,12 @@ class Evaluator {
   virtual bool Evaluates() const = 0;
   // Per request, the instruction run with its knobs (per GPU).
   virtual std::vector<measure::Sample> EvaluateInstructions(
-      const workload::WorkloadModel& model, const std::vector<measure::InstructionRequest>& batch) = 0;
+      const workload::WorkloadModel& model,
+      const std::vector<measure::InstructionRequest>& batch) = 0;
   // Per request, the gradient-sync work run with its knobs (per GPU).
   virtual std::vector<measure::Sample> EvaluateGradientSync(
-      const workload::WorkloadModel& model, const std::vector<measure::GradientSyncRequest>& batch) = 0;
+      const workload::WorkloadModel& model,
+      const std::vector<measure::GradientSyncRequest>& batch) = 0;
   // Cost of the evaluations so far (GPU-seconds, as measure::Backend counts them).
   virtual double GpuSeconds() const = 0;
 };

@@ -7,8 +7,9 @@
 //   nanobatching          2 nanobatches               default             library default, at start
 //   perseus               sequential                  per instruction     library default
 //   nanobatching+perseus  2 nanobatches               per instruction     library default, at start
-//   kareus                nanobatched or sequential   per instruction     per partition type, profiled
-//   kareus-oracle         as kareus, from exhaustive noise-free partition frontiers (diagnostic)
+//   kareus                nanobatched or sequential   per instruction     per partition type,
+//   profiled kareus-oracle         as kareus, from exhaustive noise-free partition frontiers
+//   (diagnostic)
 //
 // Adding a method is adding one entry to MethodTable() (src/methods/method.cc), or passing a
 // MethodSpec of one's own in RunOptions::methods.
@@ -50,7 +51,7 @@ struct MethodSpec {
   Execution execution = Execution::kSequential;
   ClockControl clock = ClockControl::kDefault;
   CommSource comm = CommSource::kLibraryDefault;
-  bool noise_free = false;  // measures through the backend's noise-free twin (the oracle)
+  bool noise_free = false;     // measures through the backend's noise-free twin (the oracle)
   bool in_default_set = true;  // part of `kareus run` without --methods
 
   bool Profiles() const { return comm == CommSource::kProfiled; }

@@ -42,14 +42,14 @@ std::optional<double> IsoEnergyTimeReduction(const std::vector<TimeEnergy>& refe
 // non-empty (false: one method is entirely faster than the other; the comparison then rests on
 // the faster one's cheapest plan).
 struct InterpolatedSaving {
-  bool overlap = false;          // the comparison is defined (false when a frontier is empty)
-  bool ranges_overlap = false;   // the two frontiers' time ranges intersect
-  double range_begin_s = 0.0;    // the deadlines compared
+  bool overlap = false;         // the comparison is defined (false when a frontier is empty)
+  bool ranges_overlap = false;  // the two frontiers' time ranges intersect
+  double range_begin_s = 0.0;   // the deadlines compared
 
   double range_end_s = 0.0;
-  double mean_percent = 0.0;     // mean of 100 (E_ref(t) - E_m(t)) / E_ref(t)
-  double max_percent = 0.0;      // largest saving
-  double min_percent = 0.0;      // smallest saving (negative: the method is worse somewhere)
+  double mean_percent = 0.0;  // mean of 100 (E_ref(t) - E_m(t)) / E_ref(t)
+  double max_percent = 0.0;   // largest saving
+  double min_percent = 0.0;   // smallest saving (negative: the method is worse somewhere)
 };
 InterpolatedSaving CompareAtEqualTime(const std::vector<TimeEnergy>& reference,
                                       const std::vector<TimeEnergy>& method, int samples = 1000);

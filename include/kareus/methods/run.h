@@ -46,7 +46,7 @@ struct RunOptions {
   // are not offered there (methods/compose.h SweepScreen; nothing is derived). 1: every clock
   // in full. The oracle and the baselines always sweep every clock.
   int sweep_anchor_stride = 4;
-  bool quiet = false;            // no progress on the terminal
+  bool quiet = false;  // no progress on the terminal
   // How the profiled methods profile partition types: mobo::ProfileWorkload when empty.
   // kareus/distributed/ sets its own to spread the types over MPI ranks (same result).
   std::function<mobo::ProfileSummary(const workload::WorkloadModel&, const mobo::ProfileOptions&,
@@ -70,9 +70,10 @@ struct CompositionSample {
 
 struct MethodResult {
   MethodSpec method;
-  plan::PlanProblem problem;  // every instruction's options (predicted costs) as the solver saw them
-  plan::PlanResult solved;    // the solver's frontier, slowest first (predicted costs), and the
-                              // published 10-plan sample (solved.sampled)
+  plan::PlanProblem
+      problem;              // every instruction's options (predicted costs) as the solver saw them
+  plan::PlanResult solved;  // the solver's frontier, slowest first (predicted costs), and the
+                            // published 10-plan sample (solved.sampled)
   // Per frontier point (same order): the plan as evaluated (or, when plans are not evaluated,
   // as predicted). Tables and files report these; predictions stay in solved.solve.points.
   // The points are the solver's frontier less `dropped`, slowest evaluated time first.
@@ -93,8 +94,8 @@ struct MethodResult {
   std::vector<std::array<std::map<int, measure::Sample>, 2>> option_evaluations;
   std::vector<std::map<int, measure::Sample>> last_backward_evaluations;
   std::vector<std::map<int, measure::Sample>> sync_evaluations;
-  double profiling_gpu_seconds = 0.0;   // cost of every measurement the plans rest on
-  int64_t measurements = 0;             // configurations and instructions measured
+  double profiling_gpu_seconds = 0.0;  // cost of every measurement the plans rest on
+  int64_t measurements = 0;            // configurations and instructions measured
   // The same cost by kind of measurement (sums to profiling_gpu_seconds and measurements):
   // "partitions_profiled" (the profiler's tunable types), "partitions_exhaustive" (types with
   // fixed knobs, or every configuration for the oracle), "fixed_work", "instructions" (clock
@@ -104,29 +105,31 @@ struct MethodResult {
     int64_t measurements = 0;
   };
   std::map<std::string, Cost> profiling_by_kind;
-  double evaluation_gpu_seconds = 0.0;  // cost of evaluating the plans
-  std::map<std::string, double> phase_wall_s;  // "profile", "compose", "solve", "evaluate"
+  double evaluation_gpu_seconds = 0.0;          // cost of evaluating the plans
+  std::map<std::string, double> phase_wall_s;   // "profile", "compose", "solve", "evaluate"
   std::optional<mobo::ProfileSummary> profile;  // partition profiling (profiled methods)
-  std::string note;                     // e.g. why a method fell back to sequential execution
+  std::string note;  // e.g. why a method fell back to sequential execution
   std::vector<CompositionSample> composition;  // every composed option (tuned comm), evaluated
 
   // The plan with the lowest evaluated time (ties: lower energy).
   std::size_t Fastest() const;
-  const std::vector<int>& Choice(std::size_t point) const { return solved.solve.points[point].choice; }
+  const std::vector<int>& Choice(std::size_t point) const {
+    return solved.solve.points[point].choice;
+  }
 };
 
 struct RunResult {
   workload::WorkloadModel model;
   RunOptions options;
   uint64_t seed = 0;
-  std::string backend;    // measure::Backend::Description()
-  std::string evaluator;  // Evaluator::Description()
-  bool evaluated = true;  // false: tables carry predictions ("not evaluated")
+  std::string backend;          // measure::Backend::Description()
+  std::string evaluator;        // Evaluator::Description()
+  bool evaluated = true;        // false: tables carry predictions ("not evaluated")
   double static_power_w = 0.0;  // the backend's P_static (planning)
   double idle_power_w = 0.0;    // the backend's idle power (evaluation)
   std::vector<MethodResult> methods;
   double peak_rss_mib = 0.0;  // the process's peak resident memory after planning (getrusage)
-  RunSummary summary;     // summary.json (ToJson(summary))
+  RunSummary summary;         // summary.json (ToJson(summary))
 };
 
 // Runs every requested method on `workload`, measuring with the backend `make_backend` makes
@@ -155,8 +158,8 @@ void WriteRunOutputs(const RunResult& run, const std::filesystem::path& out);
 // `kareus evaluate`: several workloads into out/<workload name>/ plus evaluation.json and the
 // combined table (returned).
 struct EvaluationResult {
-  Json evaluation;   // {"format": "kareus.evaluation/1", "rows": [...]}
-  std::string table; // the combined text table
+  Json evaluation;    // {"format": "kareus.evaluation/1", "rows": [...]}
+  std::string table;  // the combined text table
 };
 EvaluationResult EvaluateWorkloads(const std::vector<std::filesystem::path>& workloads,
                                    const RunOptions& options,

@@ -74,7 +74,7 @@ struct MethodSummary {
   std::string method;
   std::string label;
   std::map<std::string, std::string> traits;  // execution, clock, comm (method.h)
-  PointSummary fastest;        // lowest evaluated time
+  PointSummary fastest;                       // lowest evaluated time
   PointSummary lowest_energy;
   std::vector<FrontierPointSummary> frontier;  // slowest evaluated time first
   std::vector<std::size_t> sampled_plans;
@@ -85,7 +85,7 @@ struct MethodSummary {
     PointSummary predicted, evaluated;
   };
   std::vector<DroppedPoint> dropped_after_evaluation;
-  double profiling_gpu_hours = 0.0;   // seconds of measurement x GPUs of the group
+  double profiling_gpu_hours = 0.0;  // seconds of measurement x GPUs of the group
   int64_t measurements = 0;
   // The profiling cost by kind of measurement (MethodResult::profiling_by_kind), GPU-hours.
   struct KindCost {
@@ -95,7 +95,7 @@ struct MethodSummary {
   std::map<std::string, KindCost> profiling_by_kind;
   double evaluation_gpu_hours = 0.0;
   std::map<std::string, double> phase_wall_s;
-  std::size_t forward_options = 0;    // options of stage 0's forward / backward
+  std::size_t forward_options = 0;  // options of stage 0's forward / backward
   std::size_t backward_options = 0;
   SolverSummary solver;
   std::string note;
@@ -106,7 +106,7 @@ struct MaxThroughputRow {
   std::string method;
   double time_s = 0.0;
   double energy_j = 0.0;
-  std::optional<double> delta_time_pct;    // vs the baseline; nullopt without it
+  std::optional<double> delta_time_pct;  // vs the baseline; nullopt without it
   std::optional<double> delta_energy_pct;
 };
 
@@ -184,18 +184,18 @@ struct RunSettings {
   // The prior's model is the measuring backend's own noise-free model (the emulator without
   // --prior-perturb): results with it are flattering (mobo::ProfileSummary).
   bool prior_is_measuring_model = false;
-  bool prior_calibrated = false;  // its physical scales fitted per type (mobo::CalibratePrior)
-  bool prior_front = false;       // a trusted prior's frontier acquisition (ProfileOptions)
+  bool prior_calibrated = false;     // its physical scales fitted per type (mobo::CalibratePrior)
+  bool prior_front = false;          // a trusted prior's frontier acquisition (ProfileOptions)
   std::vector<std::string> related;  // transfer: related workloads' signatures
-  std::string evaluation;  // EvaluationMode asked for
+  std::string evaluation;            // EvaluationMode asked for
 };
 
 // One plan file of the main method (plans/plan_NNNNN.json) as a user picks among them: its
 // evaluated iteration cost, the average power of one GPU over the iteration, and its time and
 // energy against Megatron-LM's fastest plan (+ = less; absent without the baseline).
 struct PlanFileRow {
-  std::string file;     // "plans/plan_00012.json"
-  int plan_index = 0;   // the frontier point
+  std::string file;           // "plans/plan_00012.json"
+  int plan_index = 0;         // the frontier point
   bool is_plan_json = false;  // the fastest plan, also written as plan.json
   double time_s = 0.0, energy_j = 0.0;
   double average_power_w = 0.0;  // energy / time / GPUs of the job
@@ -204,9 +204,9 @@ struct PlanFileRow {
 
 struct RunSummary {
   Json workload;
-  std::string backend;      // measure::Backend::Description()
-  std::string evaluator;    // Evaluator::Description()
-  bool evaluated = true;    // false: every figure is the planner's prediction
+  std::string backend;    // measure::Backend::Description()
+  std::string evaluator;  // Evaluator::Description()
+  bool evaluated = true;  // false: every figure is the planner's prediction
   std::string gpu_hours_basis;
   std::string source_note;  // where the numbers come from, in words
   // What a reader must know before trusting the numbers, in words, first in the printed output
@@ -219,7 +219,7 @@ struct RunSummary {
   std::vector<FrontierTableRow> frontier_table;
   std::vector<InterpolatedRow> interpolated;
   std::map<std::string, std::optional<double>> checks;  // project acceptance checks
-  Timeline timeline;        // the main method's fastest plan
+  Timeline timeline;                                    // the main method's fastest plan
   std::vector<PartitionFrontier> partition_frontiers;
   double peak_rss_mib = 0.0;  // the planning process's peak resident memory
 };

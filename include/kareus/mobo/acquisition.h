@@ -18,7 +18,8 @@ enum class Strategy {
   // most uncertain (raw std_E + std_T), backfill by max HVI. Top-k per pass, no batch update.
   kPublished,
   // Kareus default: composition uses every clock's (time, energy) frontier, so a share of the
-  // batch tries untried (SMs, slot) neighbours of front points, a share goes to per-clock HVI (relative units per clock, round robin over clocks ranked by
+  // batch tries untried (SMs, slot) neighbours of front points, a share goes to per-clock HVI
+  // (relative units per clock, round robin over clocks ranked by
   // their best improvement), a share to global HVI, the rest to relative uncertainty. Each
   // pick is added to its front as if measured at its prediction ("kriging believer") so a
   // batch does not pile onto one spot.
@@ -38,13 +39,13 @@ Strategy StrategyFromString(const std::string& text);  // InputError lists the n
 // What the acquisition sees: the measured configurations and the predictions for the rest.
 struct AcquisitionInput {
   const SearchSpace* space = nullptr;
-  std::vector<int64_t> measured;        // space indices
-  std::vector<double> measured_time_s;  // per measured
+  std::vector<int64_t> measured;                  // space indices
+  std::vector<double> measured_time_s;            // per measured
   std::vector<double> measured_energy_j;          // total
   std::vector<double> measured_dynamic_energy_j;  // total - P_static x time
-  std::vector<int64_t> candidates;      // unmeasured space indices
-  Predictions predictions;              // per candidate (time, dynamic energy)
-  double static_power_w = 0.0;          // derives predicted total energy
+  std::vector<int64_t> candidates;                // unmeasured space indices
+  Predictions predictions;                        // per candidate (time, dynamic energy)
+  double static_power_w = 0.0;                    // derives predicted total energy
   // Thompson: joint posterior draws (Surrogate::Sample) at the candidates of positions
   // `sampled` (into `candidates`); without draws the strategy falls back to the believer.
   std::vector<std::size_t> sampled;
@@ -77,9 +78,9 @@ enum class PickReason {
   kUncertain,
   kClockHvi,
   kBackfill,
-  kNeighbour,  // an untried (SMs, slot) pair next to a front point's
-  kThompson,   // best HVI under a posterior draw
-  kFrontHvi,   // a trusted prior: HVI of the predicted front, strict reference
+  kNeighbour,     // an untried (SMs, slot) pair next to a front point's
+  kThompson,      // best HVI under a posterior draw
+  kFrontHvi,      // a trusted prior: HVI of the predicted front, strict reference
   kClockFastest,  // the predicted fastest configuration at a clock composition relies on
 };
 const char* ToString(PickReason reason);

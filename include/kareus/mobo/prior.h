@@ -106,7 +106,7 @@ struct CalibrationResult {
   ModelPerturbation calibration;  // identity: nothing better than the model as given
   double log_rms_before = 0.0;    // RMS of log(measured / predicted) over times and energies
   double log_rms_after = 0.0;
-  int model_evaluations = 0;      // simulations of the measured set
+  int model_evaluations = 0;  // simulations of the measured set
 };
 // At most `max_rows` of the measurements are used (evenly spaced in the given order).
 // `start` warm-starts the search (e.g. the previous batch's calibration). Deterministic.
@@ -150,9 +150,9 @@ RelatedWorkload LoadRelatedWorkload(const std::filesystem::path& path,
 // One related workload's rows of one partition type, in the target's space.
 struct RelatedRows {
   std::string workload_signature;
-  std::vector<int64_t> indices;          // in the target's SearchSpace
-  std::vector<measure::Sample> samples;  // as measured in the related workload
-  std::vector<double> prior_time_s;      // the prior at each row, in the related workload
+  std::vector<int64_t> indices;                // in the target's SearchSpace
+  std::vector<measure::Sample> samples;        // as measured in the related workload
+  std::vector<double> prior_time_s;            // the prior at each row, in the related workload
   std::vector<double> prior_dynamic_energy_j;  // (empty without a prior)
   // Where the rows come from, to predict the prior again: the related workload's model and
   // partition type (owned by its RelatedWorkload, which outlives the rows) and each row's knobs.

@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "kareus/common/context.h"
-#include "kareus/common/json.h"
 #include "kareus/common/error.h"
+#include "kareus/common/json.h"
 #include "kareus/measure/backend.h"
 #include "kareus/mobo/acquisition.h"
 #include "kareus/mobo/prior.h"
@@ -37,7 +37,7 @@ inline constexpr double kBudgetFractionWithPrior = 0.05;
 inline constexpr int64_t kMinBudget = 15;
 
 struct ProfileOptions {
-  int64_t budget = 0;              // evaluations per tunable partition type; 0: budget_fraction
+  int64_t budget = 0;  // evaluations per tunable partition type; 0: budget_fraction
   // Of each type's space, rounded up, when budget == 0; 0: automatic, BudgetFraction().
   double budget_fraction = 0.0;
   // With budget_fraction: at least this many evaluations per tunable type and, unless it is
@@ -47,21 +47,21 @@ struct ProfileOptions {
   // composition offers an instruction at a clock only where each of its types has a
   // measurement; the summary reports the share actually measured per type.
   int64_t min_budget = kMinBudget;
-  int initial_design = 0;          // configurations of the initial design; 0: auto
-                                   // (max(6, initial_fraction x budget))
-  double initial_fraction = 0.2;   // auto initial design as a share of the budget
-  int batch_size = 0;              // configurations per acquisition batch; 0: auto (~8 batches)
-  int unit_size = 0;               // configurations per measurement unit (one backend batch,
-                                   // its own warm-up): a batch is cut into units that can be
-                                   // measured in parallel (kareus/distributed/); 0: whole batch
+  int initial_design = 0;         // configurations of the initial design; 0: auto
+                                  // (max(6, initial_fraction x budget))
+  double initial_fraction = 0.2;  // auto initial design as a share of the budget
+  int batch_size = 0;             // configurations per acquisition batch; 0: auto (~8 batches)
+  int unit_size = 0;              // configurations per measurement unit (one backend batch,
+                                  // its own warm-up): a batch is cut into units that can be
+                                  // measured in parallel (kareus/distributed/); 0: whole batch
   SurrogateKind surrogate = SurrogateKind::kGaussianProcess;  // measured better than xgb
-  Strategy strategy = Strategy::kPerClock;                   // measured better than published
-  bool full_grid = false;          // every supported clock instead of the profiling sub-grid
-  bool oracle = false;             // also run the exhaustive (noise-free) and random baselines
-  bool denoise = true;             // frontiers on the surrogate's posterior means at the
-                                   // measured configurations instead of the raw readings
+  Strategy strategy = Strategy::kPerClock;                    // measured better than published
+  bool full_grid = false;               // every supported clock instead of the profiling sub-grid
+  bool oracle = false;                  // also run the exhaustive (noise-free) and random baselines
+  bool denoise = true;                  // frontiers on the surrogate's posterior means at the
+                                        // measured configurations instead of the raw readings
   std::vector<std::string> partitions;  // types to profile (names); empty: all
-  std::filesystem::path store;     // SQLite measurement store; empty: measurements not kept
+  std::filesystem::path store;          // SQLite measurement store; empty: measurements not kept
   // A stored row that fails its checks (checksum, values) is set aside and measured again;
   // false: the run stops (EnvironmentError naming the rows) and the store is left as it was.
   // A store that cannot be written is read: everything the profile needs must be in it.
@@ -102,10 +102,10 @@ struct ProfileOptions {
 struct Evaluation {
   int64_t index = 0;  // in the partition's SearchSpace
   measure::PartitionKnobs knobs;
-  measure::Sample sample;   // as measured
+  measure::Sample sample;    // as measured
   measure::Sample estimate;  // denoised: the final surrogate's mean at this configuration
                              // (== sample when denoising is off or the type is not tunable)
-  int batch = 0;      // 0: initial design, then 1, 2, ...
+  int batch = 0;             // 0: initial design, then 1, 2, ...
   std::string reason;  // "initial", "total_hvi", "clock_hvi", ... ("exhaustive" if not tunable)
   bool from_store = false;  // read from the store instead of measured in this run
 };
@@ -140,18 +140,18 @@ struct OracleComparison {
   double random_hv_ratio = 0.0;     // random search, same budget, same noise and extraction
   double space_ref_hv_ratio = 0.0;  // the same ratios with the published-convention reference
   double random_space_ref_hv_ratio = 0.0;
-  double clock_hv_ratio = 0.0;      // mean over clocks of the per-clock strict ratio
+  double clock_hv_ratio = 0.0;  // mean over clocks of the per-clock strict ratio
   double random_clock_hv_ratio = 0.0;
-  pareto::Point reference;          // strict
-  pareto::Point space_reference;    // 1.1 x worst of the space
+  pareto::Point reference;        // strict
+  pareto::Point space_reference;  // 1.1 x worst of the space
 };
 
 struct PartitionResult {
   std::string type;
   bool tunable = true;
   int64_t space_size = 0;
-  int64_t budget = 0;               // evaluations planned
-  int initial_design = 0;           // as measured (a prior's design: both of its stages)
+  int64_t budget = 0;      // evaluations planned
+  int initial_design = 0;  // as measured (a prior's design: both of its stages)
   // A prior's staged design (TypeState::SecondStage): "prior" when the first two measurements
   // agreed with the (calibrated) prior and the rest of its design followed, "fallback" when
   // they did not and Latin-hypercube points completed the no-prior design, "refuted" when they
@@ -164,9 +164,9 @@ struct PartitionResult {
   double prior_recheck_log_rms = std::numeric_limits<double>::quiet_NaN();
   int batch_size = 0;
   std::vector<Evaluation> evaluations;  // in evaluation order
-  int64_t measured = 0;             // taken in this run
-  int64_t reused = 0;               // found in the store
-  int batches = 0;                  // measurement batches (the initial design is batch 0)
+  int64_t measured = 0;                 // taken in this run
+  int64_t reused = 0;                   // found in the store
+  int batches = 0;                      // measurement batches (the initial design is batch 0)
   // GPU-seconds (seconds of measurement x GPUs of the collective's group, the backend's
   // declared overhead per unit included): of the measurements taken in this run, and of every
   // measurement the result rests on, store reuse included (what the profile costs, resumed or
@@ -174,7 +174,7 @@ struct PartitionResult {
   // on which backend (or MPI rank) measured.
   double gpu_seconds = 0.0;
   double cost_gpu_seconds = 0.0;
-  double hypervolume = 0.0;         // of the measured frontier, reference 1.1 x measured max
+  double hypervolume = 0.0;               // of the measured frontier, reference 1.1 x measured max
   std::vector<double> hypervolume_trace;  // same, after the initial design and each batch
   std::vector<FrontierPoint> frontier;    // (time, total energy), by time ascending
   std::vector<ClockFrontier> clock_frontiers;  // one per clock of the space, descending clock
@@ -197,7 +197,7 @@ struct ProfileSummary {
   std::string backend;  // Backend::Description()
   std::string surrogate;
   std::string strategy;
-  std::string prior = "none";  // PriorModel::description, or "none"
+  std::string prior = "none";        // PriorModel::description, or "none"
   std::vector<std::string> related;  // signatures of the related workloads used (transfer)
   // True when the prior's model reads what the measuring backend's noise-free twin reads (same
   // description and GPU figures): the prior is then the truth up to noise and small budgets
@@ -206,8 +206,8 @@ struct ProfileSummary {
   std::string prior_note;
   uint64_t seed = 0;
   std::vector<PartitionResult> partitions;
-  double gpu_seconds = 0.0;        // all measurements taken in this run (warm-ups included)
-  double cost_gpu_seconds = 0.0;   // every measurement the frontiers rest on (store included)
+  double gpu_seconds = 0.0;       // all measurements taken in this run (warm-ups included)
+  double cost_gpu_seconds = 0.0;  // every measurement the frontiers rest on (store included)
   int64_t measurements_taken = 0;
   int64_t measurements_reused = 0;  // read from the store
 
@@ -238,9 +238,9 @@ struct MeasurementBatch {
 class WorkloadProfiler {
  public:
   // Validates options, partition names, budgets and the store exactly as ProfileWorkload does
-  // (InputError / EnvironmentError, nothing measured). `model` and `backend` must outlive it. `backend` gives the GPU, the static
-  // power, the description and batch overhead, the noise-free twin (oracle); the random
-  // baseline of `oracle` is measured through it in Finish().
+  // (InputError / EnvironmentError, nothing measured). `model` and `backend` must outlive it.
+  // `backend` gives the GPU, the static power, the description and batch overhead, the noise-free
+  // twin (oracle); the random baseline of `oracle` is measured through it in Finish().
   WorkloadProfiler(const workload::WorkloadModel& model, const ProfileOptions& options,
                    measure::Backend& backend, const Context& context);
   ~WorkloadProfiler();

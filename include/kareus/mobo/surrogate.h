@@ -19,8 +19,8 @@
 namespace kareus::mobo {
 
 enum class SurrogateKind {
-  kXgbEnsemble,       // "xgb": bootstrap ensemble of gradient-boosted trees (published design)
-  kGaussianProcess,   // "gp": ARD Matern-5/2 Gaussian process on log targets
+  kXgbEnsemble,      // "xgb": bootstrap ensemble of gradient-boosted trees (published design)
+  kGaussianProcess,  // "gp": ARD Matern-5/2 Gaussian process on log targets
 };
 const char* ToString(SurrogateKind kind);
 SurrogateKind SurrogateKindFromString(const std::string& text);  // InputError lists the names
@@ -37,9 +37,9 @@ struct Predictions {
 // workloads. Prior values are the model's prediction at each row's configuration (for a
 // related row: in its own workload).
 struct TrainingRows {
-  std::vector<std::vector<double>> x;  // encoded configurations (rows of equal length)
-  std::vector<double> time_s;          // positive
-  std::vector<double> dynamic_energy_j;  // positive
+  std::vector<std::vector<double>> x;          // encoded configurations (rows of equal length)
+  std::vector<double> time_s;                  // positive
+  std::vector<double> dynamic_energy_j;        // positive
   std::vector<double> prior_time_s;            // per row; empty: no prior
   std::vector<double> prior_dynamic_energy_j;  // per row; empty: no prior
   std::vector<int> task;  // per row: 0 the target, s = 1..tasks-1 a related workload; empty: all 0
@@ -47,7 +47,8 @@ struct TrainingRows {
 
   bool has_prior() const { return !prior_time_s.empty(); }
   // Appends one row (of `row_task`); prior values only when the rows have a prior.
-  void Add(const std::vector<double>& encoded, double time, double dynamic_energy, int row_task = 0);
+  void Add(const std::vector<double>& encoded, double time, double dynamic_energy,
+           int row_task = 0);
   void AddPrior(double time, double dynamic_energy);
 };
 
@@ -65,7 +66,7 @@ struct PriorUse {
   // the residual and the plain model has the smaller held-out error). 0: the prior was dropped.
   double time_weight = 0.0;
   double energy_weight = 0.0;
-  HeldOutError held_out;  // with a prior: of the fit as used
+  HeldOutError held_out;                   // with a prior: of the fit as used
   std::vector<double> related_similarity;  // per related workload, in [0, 1] (GP only)
   // Set by the profiler when the prior was calibrated before the fit (mobo::CalibratePrior):
   // the calibration (ModelPerturbation::ToString()) and the RMS of log(measured / predicted)
@@ -81,7 +82,7 @@ struct PriorUse {
 struct SurrogateOptions {
   uint64_t seed = 42;  // published: RandomState(42 + i) and XGB seed 42 + i per member
   // XGBoost ensemble (published surrogates.py).
-  int xgb_members = 5;              // bootstrap members for the uncertainty
+  int xgb_members = 5;                  // bootstrap members for the uncertainty
   double xgb_bootstrap_fraction = 0.8;  // rows per member, drawn with replacement
   int xgb_max_depth = 6;
   double xgb_eta = 0.3;
@@ -132,7 +133,9 @@ class Surrogate {
   // Without prior or related rows.
   void Fit(const std::vector<std::vector<double>>& x, const std::vector<double>& time_s,
            const std::vector<double>& dynamic_energy_j);
-  Predictions Predict(const std::vector<std::vector<double>>& x) const { return Predict(x, {}, {}); }
+  Predictions Predict(const std::vector<std::vector<double>>& x) const {
+    return Predict(x, {}, {});
+  }
 };
 
 std::unique_ptr<Surrogate> MakeSurrogate(SurrogateKind kind, const SurrogateOptions& options);

@@ -67,8 +67,7 @@ SumResult MinPlusSum(const std::vector<Point>& a, const std::vector<Point>& b,
 // repeated doubling with a filter after each sum: exact because the filter commutes with the
 // min-plus sum (a dominated partial sum never completes to a non-dominated total). count >= 1.
 // Payloads of the result are -1.
-std::vector<Point> KFoldSum(const std::vector<Point>& a, int count,
-                            const SumOptions& options = {});
+std::vector<Point> KFoldSum(const std::vector<Point>& a, int count, const SumOptions& options = {});
 
 // Filter(a ∪ b).
 std::vector<Point> Union(const std::vector<Point>& a, const std::vector<Point>& b);

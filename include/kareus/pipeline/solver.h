@@ -54,7 +54,7 @@ struct Problem {
   // tail after the stage's last instruction; c > 0: chunk c's buckets, kOverlapped).
   std::vector<std::vector<Option>> gradient_sync_options = {};
   std::vector<int> gpus_per_stage = {};  // GPUs running each stage (TP x CP x DP); empty = 1 each
-  double p2p_time_s = 0.0;          // transfer time on every cross-stage edge
+  double p2p_time_s = 0.0;               // transfer time on every cross-stage edge
 };
 
 // The option list of DAG node `node` (the node classes above).
@@ -69,15 +69,15 @@ struct SolveProgress {
 };
 
 struct Options {
-  double unit_time_s = 1e-3;  // spacing of the frontier's deadlines (Perseus default 1 ms)
-  double p_static_w = 0.0;    // static (blocking) power of one GPU, W; enters effective energy
-  bool reclaim_slack = true;  // after realization, slow instructions while the iteration time
-                              // stays within the point's deadline
-  int64_t max_steps = 0;      // stop after this many cuts (moves); 0 = run to the fastest
+  double unit_time_s = 1e-3;    // spacing of the frontier's deadlines (Perseus default 1 ms)
+  double p_static_w = 0.0;      // static (blocking) power of one GPU, W; enters effective energy
+  bool reclaim_slack = true;    // after realization, slow instructions while the iteration time
+                                // stays within the point's deadline
+  int64_t max_steps = 0;        // stop after this many cuts (moves); 0 = run to the fastest
   bool keep_dominated = false;  // keep realized points another point dominates
-  double deadline_s = 0.0;    // > 0: only the least-energy plan with iteration time <= this
-                              // deadline (one point; below the minimum time: no point and
-                              // status kDeadlineInfeasible)
+  double deadline_s = 0.0;      // > 0: only the least-energy plan with iteration time <= this
+                                // deadline (one point; below the minimum time: no point and
+                                // status kDeadlineInfeasible)
   std::function<void(const SolveProgress&)> progress = nullptr;  // after every step; optional
   // Tests only (slower): after every incremental BFS of the max-flow (the source side kept
   // from the previous cut), run a fresh BFS from the source too, count the cuts whose source
@@ -93,24 +93,24 @@ struct Options {
 //   E = sum_s gpus_s * [ sum_{i in s} (E_i - P_static * t_i) + P_static * T ]
 // i.e. a GPU draws static power for the whole iteration, blocked or not.
 struct Evaluation {
-  double time_s = 0.0;           // longest path with realized durations (and P2P times)
+  double time_s = 0.0;  // longest path with realized durations (and P2P times)
   double energy_j = 0.0;
-  double static_energy_j = 0.0;  // P_static * T * total GPUs
-  double dynamic_energy_j = 0.0; // energy_j - static_energy_j
+  double static_energy_j = 0.0;   // P_static * T * total GPUs
+  double dynamic_energy_j = 0.0;  // energy_j - static_energy_j
 };
 
 struct IterationPoint {
   Evaluation cost;
-  int64_t step = 0;         // cuts computed before this point's deadline was reached
-  int64_t quanta = 0;       // k of the deadline T_min + k * unit_time_s (-1: deadline_s mode)
-  double deadline_s = 0.0;  // the deadline this plan was made for (cost.time_s <= deadline_s)
+  int64_t step = 0;             // cuts computed before this point's deadline was reached
+  int64_t quanta = 0;           // k of the deadline T_min + k * unit_time_s (-1: deadline_s mode)
+  double deadline_s = 0.0;      // the deadline this plan was made for (cost.time_s <= deadline_s)
   double model_energy_j = 0.0;  // the convex relaxation's least energy at deadline_s (its
                                 // effective cost + static energy at deadline_s): a LOWER BOUND
                                 // of every plan with iteration time <= deadline_s (deadlines
                                 // are <= T*, below which the relaxation's energy falls with time)
-  bool exact = false;        // proven the least energy at deadline_s (the exact search finished;
-                             // model_energy_j is then this point's energy)
-  std::vector<int> choice;  // per DAG node: index into its class's options (OptionsOf)
+  bool exact = false;           // proven the least energy at deadline_s (the exact search finished;
+                                // model_energy_j is then this point's energy)
+  std::vector<int> choice;      // per DAG node: index into its class's options (OptionsOf)
 };
 
 enum class Status {
@@ -125,12 +125,12 @@ const char* ToString(Status status);
 struct Summary {
   Status status = Status::kInvalidInput;
   std::string message;
-  int64_t steps = 0;             // minimum cuts moved along
-  int64_t augmentations = 0;     // augmenting paths of the warm-started max-flow, all cuts
-  double min_time_s = 0.0;       // real longest path with every instruction at its fastest
-  double max_time_s = 0.0;       // real longest path with every instruction at its cheapest
-  int64_t deadlines = 0;         // deadlines realized (points before the dominance filter)
-  int64_t points_dominated = 0;  // realized points dropped because another dominated them
+  int64_t steps = 0;               // minimum cuts moved along
+  int64_t augmentations = 0;       // augmenting paths of the warm-started max-flow, all cuts
+  double min_time_s = 0.0;         // real longest path with every instruction at its fastest
+  double max_time_s = 0.0;         // real longest path with every instruction at its cheapest
+  int64_t deadlines = 0;           // deadlines realized (points before the dominance filter)
+  int64_t points_dominated = 0;    // realized points dropped because another dominated them
   int64_t critical_edges_max = 0;  // largest critical sub-DAG seen (arcs)
   // With Options::check_incremental_cuts: incremental BFSs whose source side differed from a
   // fresh BFS's (0 when the incremental max-flow is right); 0 otherwise.
@@ -155,7 +155,7 @@ struct Result {
 Result Solve(const Problem& problem, const Options& options);
 
 // Time and energy of `choice` (per DAG node option index) on `dag`.
-Evaluation Evaluate(const Problem& problem, const schedule::Dag& dag, const std::vector<int>& choice,
-                    double p_static_w);
+Evaluation Evaluate(const Problem& problem, const schedule::Dag& dag,
+                    const std::vector<int>& choice, double p_static_w);
 
 }  // namespace kareus::pipeline

@@ -32,8 +32,8 @@ struct PartitionPoint {
 
 // A partition type inside the instruction at one clock.
 struct PartitionTypeInput {
-  std::string type;                     // e.g. "fwd_attn"
-  int count = 1;                        // occurrences per instruction (layers x nanobatches)
+  std::string type;                           // e.g. "fwd_attn"
+  int count = 1;                              // occurrences per instruction (layers x nanobatches)
   std::vector<PartitionPoint> frontier = {};  // its configurations at this clock (any order)
 };
 

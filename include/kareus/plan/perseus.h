@@ -26,19 +26,19 @@ namespace kareus::plan {
 // 100,000 rows per stage and instruction, and text that is not UTF-8.
 std::vector<StageOptions> ReadPerseusProfile(const std::filesystem::path& csv, int num_stages);
 // The same from the file's text; `file` names it in messages.
-std::vector<StageOptions> PerseusProfileFromText(std::string_view csv_text,
-                                                 const std::string& file, int num_stages);
+std::vector<StageOptions> PerseusProfileFromText(std::string_view csv_text, const std::string& file,
+                                                 int num_stages);
 
 struct SolveProfileOptions {
-  std::filesystem::path profile;      // Perseus profile CSV
-  int num_stages = 0;                 // pipeline stages S
-  int num_microbatches = 0;           // microbatches per iteration M
-  double p_static_w = 0.0;            // static (blocking) power per GPU, W
-  double unit_time_s = 1e-3;          // solver time quantum, s
-  int gpus_per_stage = 1;             // GPUs per stage; the CSV's energies are per GPU
-  std::filesystem::path out;          // output folder (plan.json, frontier.json, plans/)
-  std::string method = "perseus";     // written into the plans
-  double deadline_s = 0.0;            // > 0: only the plan for this deadline (plan.json)
+  std::filesystem::path profile;                // Perseus profile CSV
+  int num_stages = 0;                           // pipeline stages S
+  int num_microbatches = 0;                     // microbatches per iteration M
+  double p_static_w = 0.0;                      // static (blocking) power per GPU, W
+  double unit_time_s = 1e-3;                    // solver time quantum, s
+  int gpus_per_stage = 1;                       // GPUs per stage; the CSV's energies are per GPU
+  std::filesystem::path out;                    // output folder (plan.json, frontier.json, plans/)
+  std::string method = "perseus";               // written into the plans
+  double deadline_s = 0.0;                      // > 0: only the plan for this deadline (plan.json)
   ScheduleKind schedule = ScheduleKind::k1F1B;  // 1F1B or GPipe (a profile has no chunks)
 
   // The first invalid field (its name here), its value and the rule; nullopt when valid.
@@ -62,7 +62,7 @@ struct SolveProfileSummary {
 SolveProfileSummary SolveProfile(const SolveProfileOptions& options);
 
 enum class ExportFormat { kZeus, kKareusScheds };
-const char* ToString(ExportFormat format);                   // "zeus" | "kareus-scheds"
+const char* ToString(ExportFormat format);                     // "zeus" | "kareus-scheds"
 ExportFormat ExportFormatFromString(const std::string& text);  // throws InputError
 
 // Python-literal schedule texts. Zeus: one list per stage of ('forward'|'backward', MHz) in
@@ -77,9 +77,9 @@ std::string ZeusFreqsText(const Plan& plan);
 std::string KareusSchedsText(const Plan& plan);
 
 struct ExportOptions {
-  std::filesystem::path plan;   // a plan file, or a folder of plan_NNNNN.json files
+  std::filesystem::path plan;  // a plan file, or a folder of plan_NNNNN.json files
   ExportFormat format = ExportFormat::kZeus;
-  std::filesystem::path out;    // output folder
+  std::filesystem::path out;  // output folder
   // Zeus format only: export the clocks of a plan with nanobatched instructions (refused
   // otherwise, SequentialJobRefusal); the files then say that the times assume Kareus's
   // execution.

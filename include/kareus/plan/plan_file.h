@@ -54,7 +54,7 @@ struct StageGradientSync {
 
 struct PlannedInstruction {
   Direction kind = Direction::kForward;
-  int chunk = 0;     // model chunk (virtual stage); 0 unless the schedule interleaves chunks
+  int chunk = 0;  // model chunk (virtual stage); 0 unless the schedule interleaves chunks
   int microbatch = 0;
   int freq_mhz = 0;  // locked SM clock for the whole instruction
   ExecutionMode mode = ExecutionMode::kSequential;
@@ -67,7 +67,7 @@ struct PlannedInstruction {
 
 struct PlannedStage {
   int stage = 0;
-  int gpus = 1;  // GPUs running this stage (TP x CP x DP)
+  int gpus = 1;                                  // GPUs running this stage (TP x CP x DP)
   std::vector<PlannedInstruction> instructions;  // in execution order (schedule::StageOrder)
   std::optional<StageGradientSync> gradient_sync = std::nullopt;  // DP x CP > 1
 };
@@ -80,11 +80,12 @@ struct IterationCost {
 };
 
 struct Plan {
-  std::string method;        // "megatron", "nanobatching", "perseus", "nanobatching+perseus", "kareus", ...
-  Json workload;             // the workload this plan was made for (free-form object)
+  std::string
+      method;     // "megatron", "nanobatching", "perseus", "nanobatching+perseus", "kareus", ...
+  Json workload;  // the workload this plan was made for (free-form object)
   ScheduleKind schedule = ScheduleKind::k1F1B;
   int num_microbatches = 0;
-  int virtual_stages = 1;    // model chunks per stage (interleaved 1F1B: >= 2)
+  int virtual_stages = 1;  // model chunks per stage (interleaved 1F1B: >= 2)
   IterationCost iteration;
   std::vector<PlannedStage> stages;
 };
@@ -126,7 +127,7 @@ struct FrontierPoint {
   double time_s = 0.0;
   double energy_j = 0.0;
   double static_energy_j = 0.0;
-  int plan_index = -1;  // index into the list of plans of the solve; -1 if no plan kept
+  int plan_index = -1;    // index into the list of plans of the solve; -1 if no plan kept
   std::string plan_path;  // plan file of this point, relative to frontier.json's folder
                           // (e.g. "plans/plan_00003.json"); empty when no plan file was written
 };

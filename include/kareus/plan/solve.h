@@ -23,17 +23,17 @@ namespace kareus::plan {
 
 // The options of one (stage, chunk) unit (one per stage unless the schedule interleaves chunks).
 struct StageOptions {
-  int gpus = 1;                              // GPUs running the stage (TP x CP x DP)
-  std::vector<InstructionOption> forward;    // options of every forward of the unit
-  std::vector<InstructionOption> backward;   // options of every backward of the unit
+  int gpus = 1;                             // GPUs running the stage (TP x CP x DP)
+  std::vector<InstructionOption> forward;   // options of every forward of the unit
+  std::vector<InstructionOption> backward;  // options of every backward of the unit
 };
 
 struct PlanProblem {
-  std::string method = "kareus";        // written into every plan
-  Json workload = Json::object();       // free-form description written into every file
+  std::string method = "kareus";   // written into every plan
+  Json workload = Json::object();  // free-form description written into every file
   ScheduleKind schedule = ScheduleKind::k1F1B;
   int num_microbatches = 0;
-  int num_chunks = 1;                   // model chunks per stage (interleaved 1F1B: >= 2)
+  int num_chunks = 1;                     // model chunks per stage (interleaved 1F1B: >= 2)
   std::vector<StageOptions> stages = {};  // [stage * num_chunks + chunk]
   // The data-parallel gradient sync (schedule::GradientSync; pipeline::Problem's lists):
   // last_backward[stage] (kOverlapped) the options of the stage's last instruction, whose
@@ -43,13 +43,13 @@ struct PlanProblem {
   schedule::GradientSync gradient_sync = schedule::GradientSync::kNone;
   std::vector<std::vector<InstructionOption>> last_backward = {};
   std::vector<std::vector<InstructionOption>> sync_nodes = {};
-  double p2p_time_s = 0.0;              // transfer time on every cross-stage edge
+  double p2p_time_s = 0.0;  // transfer time on every cross-stage edge
 
   int NumStages() const { return static_cast<int>(stages.size()) / std::max(num_chunks, 1); }
   int SyncNodesPerStage() const {
-    return gradient_sync == schedule::GradientSync::kNone       ? 0
-           : gradient_sync == schedule::GradientSync::kAtEnd    ? 1
-                                                                : num_chunks;
+    return gradient_sync == schedule::GradientSync::kNone    ? 0
+           : gradient_sync == schedule::GradientSync::kAtEnd ? 1
+                                                             : num_chunks;
   }
 };
 
@@ -58,12 +58,12 @@ const InstructionOption& ChosenOption(const PlanProblem& problem, const schedule
                                       int node, int choice);
 
 struct PlanResult {
-  pipeline::Result solve;              // frontier points in iteration order (slowest first)
-  double unit_time_s = 0.0;            // the solver's deadline grid spacing
-  std::vector<std::size_t> sampled;    // iteration indices of the plans written to plans/
-  std::size_t fastest = 0;             // the point written as plan.json: the lowest time (the
-                                       // last point of a solve; after re-evaluation, wherever
-                                       // the lowest evaluated time is); always in `sampled`
+  pipeline::Result solve;            // frontier points in iteration order (slowest first)
+  double unit_time_s = 0.0;          // the solver's deadline grid spacing
+  std::vector<std::size_t> sampled;  // iteration indices of the plans written to plans/
+  std::size_t fastest = 0;           // the point written as plan.json: the lowest time (the
+                                     // last point of a solve; after re-evaluation, wherever
+                                     // the lowest evaluated time is); always in `sampled`
 };
 
 // Solves the frontier; statuses are in solve.summary (an invalid problem gives no points).

@@ -63,7 +63,7 @@ std::optional<double> ParseDuration(std::string_view text);
 // A step function of time: value[i] holds on [time[i], time[i+1]); the last on
 // [time.back(), end).
 struct Signal {
-  std::vector<double> time;   // unix seconds, increasing
+  std::vector<double> time;  // unix seconds, increasing
   std::vector<double> value;
   double end = 0.0;
   std::string column;  // the column read, as its header names it ("" without a header)
@@ -74,13 +74,12 @@ struct Signal {
 // gCO₂eq/kWh (direct)" columns). The time column is the first whose header names a time
 // (datetime, timestamp, time, date, start, period); the value column `column` when given, else
 // the second of a two-column file, else the first whose header names a carbon intensity or a
-// price. Quoted fields (RFC 4180) are read; lines starting with '#' are comments. The last row holds for as long as the row before it
-// (an hourly file covers its last hour); a file of one row is refused, unless
-// `one_row_holds_on` (power caps: the last row then holds on for ever, as does the last row of
-// a longer file).
-// Every problem is an InputError naming `field` (the flag), the row and the rule: no rows, a
-// time that is not ISO-8601, times that do not increase, a value that is not a finite number
-// (and, with `non_negative`, one below 0).
+// price. Quoted fields (RFC 4180) are read; lines starting with '#' are comments. The last row
+// holds for as long as the row before it (an hourly file covers its last hour); a file of one row
+// is refused, unless `one_row_holds_on` (power caps: the last row then holds on for ever, as does
+// the last row of a longer file). Every problem is an InputError naming `field` (the flag), the row
+// and the rule: no rows, a time that is not ISO-8601, times that do not increase, a value that is
+// not a finite number (and, with `non_negative`, one below 0).
 Signal ReadSignalCsv(const std::filesystem::path& path, const std::string& field,
                      const std::string& column = "", bool non_negative = true,
                      bool one_row_holds_on = false);
@@ -91,7 +90,7 @@ Signal ParseSignalCsv(std::string_view text, const std::string& source, const st
 // ---- The problem ----
 
 struct SchedulePlan {
-  std::string name;  // how the timetable names it (a plan file, relative to the output folder)
+  std::string name;       // how the timetable names it (a plan file, relative to the output folder)
   double time_s = 0.0;    // one iteration
   double energy_j = 0.0;  // one iteration, the whole job
   double power_w() const { return energy_j / time_s; }
@@ -108,9 +107,9 @@ struct ScheduleInterval {
 struct ScheduleProblem {
   std::vector<SchedulePlan> plans;
   std::vector<ScheduleInterval> intervals;  // contiguous, from the start to the deadline
-  double idle_power_w = 0.0;  // the whole job, paused
-  int gpus = 1;               // power caps are per GPU: a plan fits when power_w / gpus <= cap
-  double iterations = 0.0;    // N
+  double idle_power_w = 0.0;                // the whole job, paused
+  int gpus = 1;             // power caps are per GPU: a plan fits when power_w / gpus <= cap
+  double iterations = 0.0;  // N
   bool allow_pause = true;
 
   double start() const { return intervals.front().start; }

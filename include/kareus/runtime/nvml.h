@@ -49,8 +49,9 @@ struct NvmlOptions {
 };
 
 // One initialized NVML session: dlopen + nvmlInit_v2 in Open, nvmlShutdown + dlclose when the
-// last owner lets go (not in a child of fork(): the session is the parent's). Shared (std::shared_ptr) by the controllers and monitors of a process.
-// GPU indices are NVML indices (see NvmlIndexForCudaDevice). Thread-safe: NVML is.
+// last owner lets go (not in a child of fork(): the session is the parent's). Shared
+// (std::shared_ptr) by the controllers and monitors of a process. GPU indices are NVML indices (see
+// NvmlIndexForCudaDevice). Thread-safe: NVML is.
 class Nvml {
  public:
   // Throws EnvironmentError naming the library when it cannot be loaded, lacks a function, or

@@ -41,16 +41,16 @@ struct PlanExecutorOptions {
 
 // The frontier point chosen for a target iteration time (straggler mode).
 struct FrontierChoice {
-  int point_index = -1;              // index into FrontierFile::points
-  plan::FrontierPoint point;         // its predicted time and energy
-  std::filesystem::path plan_path;   // the plan file, joined with the frontier folder
-  bool meets_target = true;          // false: every point is slower; the fastest was chosen
+  int point_index = -1;             // index into FrontierFile::points
+  plan::FrontierPoint point;        // its predicted time and energy
+  std::filesystem::path plan_path;  // the plan file, joined with the frontier folder
+  bool meets_target = true;         // false: every point is slower; the fastest was chosen
 };
 
-// Among the points that have a plan file (plan::FrontierPlanPath): the lowest-energy point whose time <= target_time_s
-// (ties: the faster one). A target above every time picks the cheapest point overall, usually
-// the slowest; a target below every time the fastest point, with meets_target = false
-// (Perseus §B3: "min energy with T <= T'"). Throws InputError when no point has a plan file.
+// Among the points that have a plan file (plan::FrontierPlanPath): the lowest-energy point whose
+// time <= target_time_s (ties: the faster one). A target above every time picks the cheapest point
+// overall, usually the slowest; a target below every time the fastest point, with meets_target =
+// false (Perseus §B3: "min energy with T <= T'"). Throws InputError when no point has a plan file.
 FrontierChoice ChooseFrontierPoint(const plan::FrontierFile& frontier, double target_time_s,
                                    const std::filesystem::path& frontier_folder);
 
@@ -116,8 +116,7 @@ class PlanExecutor {
   void SwapPlan(plan::Plan plan);
   // Straggler mode: reads frontier_folder/frontier.json, chooses with ChooseFrontierPoint and
   // swaps to that point's plan file at the next step boundary.
-  FrontierChoice SwapToFrontier(const std::filesystem::path& frontier_folder,
-                                double target_time_s);
+  FrontierChoice SwapToFrontier(const std::filesystem::path& frontier_folder, double target_time_s);
   // Power-budget mode: reads frontier_folder/frontier.json and swaps, at the next step
   // boundary, to the fastest point whose average power per GPU fits the budget
   // (ChooseFrontierPointForPower, over this plan's GPUs), or to the lowest-power point with
@@ -132,8 +131,8 @@ class PlanExecutor {
   // (clock.sleep_until) until the pause ends, then asks again. Executors of one job that share
   // a clock (or, across processes, rank 0's broadcast time) decide alike and move together.
   struct Clock {
-    std::function<double()> now;                  // unix seconds; default: the system clock
-    std::function<void(double)> sleep_until;      // default: sleeps until that unix time
+    std::function<double()> now;              // unix seconds; default: the system clock
+    std::function<void(double)> sleep_until;  // default: sleeps until that unix time
   };
   // Every plan of the timetable is checked here (InputError when one is for another job).
   void FollowTimetable(std::shared_ptr<const TimetableFollower> follower,

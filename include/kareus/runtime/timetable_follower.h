@@ -31,9 +31,8 @@ struct PowerChoice {
 // (energy_j / time_s / gpus) is <= budget_w_per_gpu (ties: the lower energy); when none fits,
 // the lowest-power point with fits = false. InputError when no point has a plan file or the
 // budget is not > 0.
-PowerChoice ChooseFrontierPointForPower(const plan::FrontierFile& frontier,
-                                        double budget_w_per_gpu, int gpus,
-                                        const std::filesystem::path& frontier_folder);
+PowerChoice ChooseFrontierPointForPower(const plan::FrontierFile& frontier, double budget_w_per_gpu,
+                                        int gpus, const std::filesystem::path& frontier_folder);
 
 // The plan of a finished run (frontier.json and its plans in `folder`) for an iteration
 // deadline (ChooseFrontierPoint: the lowest energy within it, else the fastest) or an average
@@ -51,9 +50,9 @@ PickedPlan PickPlan(const std::filesystem::path& folder, double deadline_s, doub
 
 // What the timetable asks of the step that begins now.
 struct TimetableStep {
-  int interval = -1;            // index into the timetable's intervals (-1: past its last one)
-  std::filesystem::path plan;   // the plan to run (absolute); empty when pausing
-  double pause_until = 0.0;     // > 0: wait until this unix time, then decide again
+  int interval = -1;                // index into the timetable's intervals (-1: past its last one)
+  std::filesystem::path plan;       // the plan to run (absolute); empty when pausing
+  double pause_until = 0.0;         // > 0: wait until this unix time, then decide again
   double planned_iterations = 0.0;  // what the timetable had done by now
   bool behind = false;  // fewer iterations than planned: the fastest plan the cap allows
   bool late = false;    // the remaining iterations cannot finish by the deadline any more

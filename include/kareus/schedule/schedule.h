@@ -23,7 +23,7 @@ Direction DirectionFromString(const std::string& text);  // InputError on anythi
 // How an instruction runs its layers: the two nanobatches overlapping one another's
 // collectives, or one microbatch with every collective after the compute that feeds it.
 enum class ExecutionMode { kNanobatched, kSequential };
-const char* ToString(ExecutionMode mode);                    // "nanobatched" | "sequential"
+const char* ToString(ExecutionMode mode);                        // "nanobatched" | "sequential"
 ExecutionMode ExecutionModeFromString(const std::string& text);  // InputError
 
 // k1F1B and kGPipe give every stage one model chunk; kInterleaved1F1B gives each stage V >= 2

@@ -40,7 +40,7 @@ struct Op {
   // Collective fields (kind == kCollective).
   CollectiveType collective = CollectiveType::kAllReduce;
   int group_size = 1;
-  int tensors = 1;     // buffers moved by one launch (K and V: 2)
+  int tensors = 1;  // buffers moved by one launch (K and V: 2)
 
   Json ToJson() const;
 };
@@ -60,19 +60,19 @@ struct Slot {
 // A partition type: the compute of one nanobatch overlapped with the other nanobatch's
 // collective. Shapes are identical for every layer and stage, so one type serves them all.
 struct PartitionType {
-  std::string name;                 // "fwd_attn", "bwd_qkv_rs", "fwd_trail", ...
+  std::string name;  // "fwd_attn", "bwd_qkv_rs", "fwd_trail", ...
   schedule::Direction direction = schedule::Direction::kForward;
-  std::vector<Op> compute_ops;      // one nanobatch (microbatch/2 sequences)
-  Op collective;                    // kind == kCollective
-  std::vector<Slot> slots;          // every slot of the compute ops, in order
+  std::vector<Op> compute_ops;            // one nanobatch (microbatch/2 sequences)
+  Op collective;                          // kind == kCollective
+  std::vector<Slot> slots;                // every slot of the compute ops, in order
   std::vector<std::string> launch_slots;  // the legal launch slots (the searched ones)
-  std::vector<int> sm_choices;      // legal comm SM counts
-  bool tunable = true;              // trailing partitions run with fixed knobs
-  int fixed_sms = 20;               // knobs of a non-tunable partition (published trail config)
+  std::vector<int> sm_choices;            // legal comm SM counts
+  bool tunable = true;                    // trailing partitions run with fixed knobs
+  int fixed_sms = 20;  // knobs of a non-tunable partition (published trail config)
   std::string fixed_slot = "norm_0";
 
   int SlotIndex(const std::string& slot) const;  // op index, or -1 if unknown
-  int64_t SpaceSize(int clocks) const {           // clocks x SMs x launch slots
+  int64_t SpaceSize(int clocks) const {          // clocks x SMs x launch slots
     return static_cast<int64_t>(clocks) * static_cast<int64_t>(sm_choices.size()) *
            static_cast<int64_t>(launch_slots.size());
   }
@@ -137,8 +137,8 @@ struct StageModel {
 
 // How the gradient reduction runs (all stages alike).
 struct GradientSyncModel {
-  bool enabled = false;     // DP x CP > 1
-  int group_size = 1;       // DP x CP replicas reducing each gradient
+  bool enabled = false;  // DP x CP > 1
+  int group_size = 1;    // DP x CP replicas reducing each gradient
   // The group spans nodes of kGpusPerNode GPUs (TP x CP x DP > 8): the ring's slowest links are
   // the inter-node network (the GPU preset's inter_node_* figures); else NVLink.
   bool inter_node = false;
@@ -152,7 +152,7 @@ inline constexpr int kGpusPerNode = 8;  // HGX/DGX nodes (p4d, p5)
 
 struct WorkloadModel {
   Workload workload;
-  bool nanobatching = true;  // false when the microbatch cannot be split in two
+  bool nanobatching = true;                    // false when the microbatch cannot be split in two
   std::vector<PartitionType> partition_types;  // empty when !nanobatching
   // One entry per (stage, chunk) unit, stage-major: index stage * chunks + chunk (with one
   // chunk per stage, index = stage).

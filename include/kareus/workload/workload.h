@@ -21,10 +21,10 @@ struct ModelConfig {
   int64_t heads = 0;
   int64_t kv_groups = 0;  // query groups (GQA); == heads for multi-head attention
   int64_t head_dim = 0;
-  int64_t ffn = 0;        // SwiGLU intermediate size
+  int64_t ffn = 0;  // SwiGLU intermediate size
   int64_t layers = 0;
   int64_t vocab = 0;
-  bool qk_norm = false;   // Qwen3 applies RMSNorm to q and k
+  bool qk_norm = false;  // Qwen3 applies RMSNorm to q and k
   bool tied_embeddings = false;
 
   // Parameters of the transformer layers only (the matmul weights and the norms).
@@ -62,9 +62,9 @@ struct Workload {
   ModelConfig model;
   hw::GpuSpec gpu;
   Parallelism parallelism;
-  int microbatch_size = 1;    // sequences per microbatch
+  int microbatch_size = 1;  // sequences per microbatch
   int64_t sequence_length = 0;
-  int microbatches = 1;       // per iteration (per data-parallel replica)
+  int microbatches = 1;  // per iteration (per data-parallel replica)
   Recompute recompute = Recompute::kFull;
   GradientSyncConfig gradient_sync;
   // The workload's `gpu.power_limit_w` (already applied to gpu.power.cap_w); 0 when the file

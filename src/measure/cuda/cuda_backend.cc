@@ -14,13 +14,14 @@ void CheckCudaBackendAvailable(const CudaBackendOptions& options) {
   const int count = system->DeviceCount();
   for (int ordinal : options.devices) {
     if (ordinal >= count) {
-      throw EnvironmentError(
-          fmt::format("devices = {}: this machine has {} CUDA device(s) (0..{})", ordinal, count, count - 1));
+      throw EnvironmentError(fmt::format("devices = {}: this machine has {} CUDA device(s) (0..{})",
+                                         ordinal, count, count - 1));
     }
   }
 }
 
-std::unique_ptr<Backend> MakeCudaBackend(const workload::WorkloadModel& model, const CudaBackendOptions& options) {
+std::unique_ptr<Backend> MakeCudaBackend(const workload::WorkloadModel& model,
+                                         const CudaBackendOptions& options) {
   ThrowIfInvalid(options.Validate());
   return std::make_unique<internal::GpuBackend>(model, options, internal::OpenCudaSystem());
 }

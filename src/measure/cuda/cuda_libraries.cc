@@ -17,7 +17,8 @@ namespace {
 
 std::vector<std::string> Candidates(const char* file_env, const std::string& soname) {
   std::vector<std::string> out;
-  if (const char* file = std::getenv(file_env); file != nullptr && *file != '\0') out.emplace_back(file);
+  if (const char* file = std::getenv(file_env); file != nullptr && *file != '\0')
+    out.emplace_back(file);
   if (const char* dirs = std::getenv("KAREUS_CUDA_LIBRARY_PATH"); dirs != nullptr) {
     std::string rest = dirs;
     while (!rest.empty()) {
@@ -44,9 +45,10 @@ void* Open(const char* what, const char* file_env, const std::string& soname, st
     const char* reason = dlerror();
     tried += fmt::format("\n  {}: {}", candidate, reason != nullptr ? reason : "not loadable");
   }
-  throw EnvironmentError(fmt::format("cannot load {} ({}); set {} to the file or KAREUS_CUDA_LIBRARY_PATH "
-                                     "to its folder. Tried:{}",
-                                     what, soname, file_env, tried));
+  throw EnvironmentError(
+      fmt::format("cannot load {} ({}); set {} to the file or KAREUS_CUDA_LIBRARY_PATH "
+                  "to its folder. Tried:{}",
+                  what, soname, file_env, tried));
 }
 
 template <typename Fn>
@@ -59,8 +61,8 @@ void Bind(void* handle, const std::string& path, Fn& slot, const char* name) {
 
 CublasLtApi LoadCublasLt() {
   CublasLtApi api;
-  void* h = Open("cuBLASLt", "KAREUS_CUBLASLT_LIBRARY", fmt::format("libcublasLt.so.{}", CUBLAS_VER_MAJOR),
-                 &api.path);
+  void* h = Open("cuBLASLt", "KAREUS_CUBLASLT_LIBRARY",
+                 fmt::format("libcublasLt.so.{}", CUBLAS_VER_MAJOR), &api.path);
   Bind(h, api.path, api.Create, "cublasLtCreate");
   Bind(h, api.path, api.Destroy, "cublasLtDestroy");
   Bind(h, api.path, api.GetVersion, "cublasLtGetVersion");
@@ -82,7 +84,8 @@ CublasLtApi LoadCublasLt() {
 
 NcclApi LoadNccl() {
   NcclApi api;
-  void* h = Open("NCCL", "KAREUS_NCCL_LIBRARY", fmt::format("libnccl.so.{}", NCCL_MAJOR), &api.path);
+  void* h =
+      Open("NCCL", "KAREUS_NCCL_LIBRARY", fmt::format("libnccl.so.{}", NCCL_MAJOR), &api.path);
   Bind(h, api.path, api.GetVersion, "ncclGetVersion");
   Bind(h, api.path, api.GetUniqueId, "ncclGetUniqueId");
   Bind(h, api.path, api.CommInitRankConfig, "ncclCommInitRankConfig");
@@ -98,8 +101,9 @@ NcclApi LoadNccl() {
   if (api.GetVersion(&api.version) != ncclSuccess) api.version = 0;
   // ncclConfig_t.minCTAs/maxCTAs (one communicator per comm-SM count) appeared in NCCL 2.17.
   if (api.version < 21700) {
-    throw EnvironmentError(fmt::format("{} is NCCL {}: the SM-limited communicators need NCCL 2.17 or newer",
-                                       api.path, VersionString(api.version)));
+    throw EnvironmentError(
+        fmt::format("{} is NCCL {}: the SM-limited communicators need NCCL 2.17 or newer", api.path,
+                    VersionString(api.version)));
   }
   return api;
 }
@@ -127,12 +131,14 @@ const NcclApi& Nccl() {
 }
 
 void CheckCudaDriverLibrary() {
-  if (dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL) != nullptr) return;  // kept open, as the runtime will
+  if (dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL) != nullptr)
+    return;  // kept open, as the runtime will
   const char* reason = dlerror();
-  throw EnvironmentError(fmt::format(
-      "no NVIDIA driver on this machine: cannot load libcuda.so.1 ({}); --backend cuda and the device "
-      "check need an NVIDIA GPU and its driver (the emulator backend needs neither)",
-      reason != nullptr ? reason : "not found"));
+  throw EnvironmentError(
+      fmt::format("no NVIDIA driver on this machine: cannot load libcuda.so.1 ({}); --backend cuda "
+                  "and the device "
+                  "check need an NVIDIA GPU and its driver (the emulator backend needs neither)",
+                  reason != nullptr ? reason : "not found"));
 }
 
 std::string VersionString(long long encoded) {

@@ -29,7 +29,9 @@ namespace kareus::measure::internal {
 inline constexpr size_t kArenaAlign = 256;
 inline constexpr size_t kWorkspaceBytes = size_t{32} << 20;  // cuBLASLt's recommendation on Hopper
 
-inline size_t AlignUp(size_t bytes) { return (bytes + kArenaAlign - 1) / kArenaAlign * kArenaAlign; }
+inline size_t AlignUp(size_t bytes) {
+  return (bytes + kArenaAlign - 1) / kArenaAlign * kArenaAlign;
+}
 
 // Throw EnvironmentError naming the call.
 void CudaCheck(cudaError_t code, const char* what, int ordinal);
@@ -57,7 +59,8 @@ class GemmPlan {
            cudaStream_t stream) const;
 
  private:
-  void Layout(cublasLtMatrixLayout_t* layout, int64_t rows, int64_t cols, int64_t ld, int64_t stride);
+  void Layout(cublasLtMatrixLayout_t* layout, int64_t rows, int64_t cols, int64_t ld,
+              int64_t stride);
   GemmShape shape_;
   cublasLtMatmulDesc_t desc_ = nullptr;
   cublasLtMatrixLayout_t a_ = nullptr, b_ = nullptr, c_ = nullptr;
@@ -85,7 +88,7 @@ struct PreparedKernel {
 std::unique_ptr<PreparedKernel> PrepareKernel(const KernelSpec& spec, cublasLtHandle_t handle);
 
 // Launches `kernel` on `stream` with its tensors in `arena`.
-void LaunchKernel(const PreparedKernel& kernel, void* arena, cublasLtHandle_t handle, void* workspace,
-                  uint64_t dropout_seed, cudaStream_t stream, int ordinal);
+void LaunchKernel(const PreparedKernel& kernel, void* arena, cublasLtHandle_t handle,
+                  void* workspace, uint64_t dropout_seed, cudaStream_t stream, int ordinal);
 
 }  // namespace kareus::measure::internal

@@ -40,16 +40,17 @@ using kernels::Bf16;
 
 void NcclCheck(ncclResult_t result, const char* what) {
   if (result == ncclSuccess) return;
-  throw EnvironmentError(fmt::format("NCCL: {} failed: {} ({})", what, Nccl().GetErrorString(result),
-                                     static_cast<int>(result)));
+  throw EnvironmentError(fmt::format("NCCL: {} failed: {} ({})", what,
+                                     Nccl().GetErrorString(result), static_cast<int>(result)));
 }
 
 std::string UuidString(const cudaUUID_t& uuid) {
   const auto* b = reinterpret_cast<const unsigned char*>(uuid.bytes);
-  return fmt::format("GPU-{:02x}{:02x}{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-"
-                     "{:02x}{:02x}{:02x}{:02x}{:02x}{:02x}",
-                     b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
-                     b[14], b[15]);
+  return fmt::format(
+      "GPU-{:02x}{:02x}{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-"
+      "{:02x}{:02x}{:02x}{:02x}{:02x}{:02x}",
+      b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14],
+      b[15]);
 }
 
 // --- One GPU -------------------------------------------------------------------------------------
@@ -70,7 +71,8 @@ class CudaRank final : public DeviceRank {
     // through CUDA_VISIBLE_DEVICES as the runtime does.
     for (int i = 0; i < nvml_->device_count(); ++i) {
       std::string uuid;
-      if (nvml_->DeviceUuid(i, &uuid) == runtime::NvmlStatus::kSuccess && uuid == info_.uuid) info_.nvml_index = i;
+      if (nvml_->DeviceUuid(i, &uuid) == runtime::NvmlStatus::kSuccess && uuid == info_.uuid)
+        info_.nvml_index = i;
     }
     if (info_.nvml_index < 0) {
       try {
@@ -81,9 +83,11 @@ class CudaRank final : public DeviceRank {
     }
     if (info_.nvml_index >= 0) {
       std::string name;
-      if (nvml_->DeviceName(info_.nvml_index, &name) == runtime::NvmlStatus::kSuccess) info_.name = name;
+      if (nvml_->DeviceName(info_.nvml_index, &name) == runtime::NvmlStatus::kSuccess)
+        info_.name = name;
       int mhz = 0;
-      if (nvml_->MaxClockMhz(info_.nvml_index, runtime::ClockType::kSm, &mhz) == runtime::NvmlStatus::kSuccess) {
+      if (nvml_->MaxClockMhz(info_.nvml_index, runtime::ClockType::kSm, &mhz) ==
+          runtime::NvmlStatus::kSuccess) {
         info_.max_sm_clock_mhz = mhz;
       }
       double watts = 0.0;
@@ -93,7 +97,8 @@ class CudaRank final : public DeviceRank {
       }
     }
     int least = 0, greatest = 0;
-    CudaCheck(cudaDeviceGetStreamPriorityRange(&least, &greatest), "cudaDeviceGetStreamPriorityRange", ordinal);
+    CudaCheck(cudaDeviceGetStreamPriorityRange(&least, &greatest),
+              "cudaDeviceGetStreamPriorityRange", ordinal);
     CudaCheck(cudaStreamCreateWithPriority(&streams_[kComputeStream], cudaStreamNonBlocking, least),
               "cudaStreamCreateWithPriority", ordinal);
     // NCCL's kernels get the higher priority, as overlap frameworks give them, so their CTAs are
@@ -146,7 +151,8 @@ class CudaRank final : public DeviceRank {
     static_assert(sizeof unique.internal <= sizeof id.bytes);
     std::memcpy(unique.internal, id.bytes.data(), sizeof unique.internal);
     ncclComm_t comm = nullptr;
-    NcclCheck(Nccl().CommInitRankConfig(&comm, nranks, unique, rank, &config), "ncclCommInitRankConfig");
+    NcclCheck(Nccl().CommInitRankConfig(&comm, nranks, unique, rank, &config),
+              "ncclCommInitRankConfig");
     comms_.push_back({comm, nranks, rank, key.ctas});
     return static_cast<int>(comms_.size()) - 1;
   }
@@ -164,7 +170,8 @@ class CudaRank final : public DeviceRank {
     }
     while (static_cast<int>(events_.size()) < program.events) {
       cudaEvent_t e = nullptr;
-      CudaCheck(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate", info_.ordinal);
+      CudaCheck(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate",
+                info_.ordinal);
       events_.push_back(e);
     }
     if (arena > arena_bytes_) Grow(&arena_, &arena_bytes_, arena, "compute buffers");
@@ -196,8 +203,8 @@ class CudaRank final : public DeviceRank {
             break;
           }
           case Step::Kind::kRecord:
-            CudaCheck(cudaEventRecord(events_[static_cast<size_t>(step.event)], stream), "cudaEventRecord",
-                      info_.ordinal);
+            CudaCheck(cudaEventRecord(events_[static_cast<size_t>(step.event)], stream),
+                      "cudaEventRecord", info_.ordinal);
             break;
           case Step::Kind::kWait:
             CudaCheck(cudaStreamWaitEvent(stream, events_[static_cast<size_t>(step.event)], 0),
@@ -212,17 +219,20 @@ class CudaRank final : public DeviceRank {
     Use();
     // Both streams end the timed span: the compute stream waits for the communication stream.
     CudaCheck(cudaEventRecord(join_, streams_[kCommStream]), "cudaEventRecord", info_.ordinal);
-    CudaCheck(cudaStreamWaitEvent(streams_[kComputeStream], join_, 0), "cudaStreamWaitEvent", info_.ordinal);
+    CudaCheck(cudaStreamWaitEvent(streams_[kComputeStream], join_, 0), "cudaStreamWaitEvent",
+              info_.ordinal);
     CudaCheck(cudaEventRecord(end_, streams_[kComputeStream]), "cudaEventRecord", info_.ordinal);
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
     while (true) {
       const cudaError_t state = cudaEventQuery(end_);
       if (state == cudaSuccess) break;
-      if (state != cudaErrorNotReady) CudaCheck(state, "running the measured kernels", info_.ordinal);
+      if (state != cudaErrorNotReady)
+        CudaCheck(state, "running the measured kernels", info_.ordinal);
       for (const Comm& c : comms_) {
         ncclResult_t async = ncclSuccess;
-        if (c.comm != nullptr && Nccl().CommGetAsyncError(c.comm, &async) == ncclSuccess && async != ncclSuccess &&
-            async != ncclInProgress) {
+        if (c.comm != nullptr && Nccl().CommGetAsyncError(c.comm, &async) == ncclSuccess &&
+            async != ncclSuccess && async != ncclInProgress) {
           AbortComms();
           NcclCheck(async, "a collective (asynchronous error)");
         }
@@ -230,10 +240,11 @@ class CudaRank final : public DeviceRank {
       const bool cancelled = cancel_ != nullptr && cancel_->load();
       if (cancelled || std::chrono::steady_clock::now() > deadline) {
         AbortComms();  // a collective waiting for a peer that will not come
-        throw EnvironmentError(cancelled ? fmt::format("device {}: stopped because another rank failed", info_.ordinal)
-                                         : fmt::format("device {}: the measured kernels did not finish in {:.0f} s "
-                                                       "(a hung collective?)",
-                                                       info_.ordinal, timeout_s));
+        throw EnvironmentError(
+            cancelled ? fmt::format("device {}: stopped because another rank failed", info_.ordinal)
+                      : fmt::format("device {}: the measured kernels did not finish in {:.0f} s "
+                                    "(a hung collective?)",
+                                    info_.ordinal, timeout_s));
       }
       std::this_thread::sleep_for(std::chrono::microseconds(100));
     }
@@ -245,7 +256,8 @@ class CudaRank final : public DeviceRank {
   std::optional<double> EnergyJ() override {
     if (info_.nvml_index < 0) return std::nullopt;
     uint64_t mj = 0;
-    if (nvml_->TotalEnergyMj(info_.nvml_index, &mj) != runtime::NvmlStatus::kSuccess) return std::nullopt;
+    if (nvml_->TotalEnergyMj(info_.nvml_index, &mj) != runtime::NvmlStatus::kSuccess)
+      return std::nullopt;
     return static_cast<double>(mj) / 1000.0;
   }
 
@@ -275,8 +287,9 @@ class CudaRank final : public DeviceRank {
     controller_->RequestClock(mhz);
     controller_->WaitIdle();
     if (controller_->measure_only()) return ClockResult::kNoPermission;
-    return controller_->stats().applied_mhz == controller_->SnapToSupported(mhz) ? ClockResult::kOk
-                                                                                  : ClockResult::kFailed;
+    return controller_->stats().applied_mhz == controller_->SnapToSupported(mhz)
+               ? ClockResult::kOk
+               : ClockResult::kFailed;
   }
 
   void ResetClock() override {
@@ -284,7 +297,8 @@ class CudaRank final : public DeviceRank {
   }
 
   double NowS() override {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
   }
   void SleepS(double seconds) override {
     if (seconds > 0.0) std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
@@ -301,7 +315,8 @@ class CudaRank final : public DeviceRank {
   void Use() const { CudaCheck(cudaSetDevice(info_.ordinal), "cudaSetDevice", info_.ordinal); }
 
   void CheckComm(int comm) const {
-    KAREUS_CHECK(comm >= 0 && comm < static_cast<int>(comms_.size())) << "unknown communicator " << comm;
+    KAREUS_CHECK(comm >= 0 && comm < static_cast<int>(comms_.size()))
+        << "unknown communicator " << comm;
   }
 
   void AbortComms() {
@@ -324,15 +339,17 @@ class CudaRank final : public DeviceRank {
     if (code != cudaSuccess) {
       size_t free_bytes = 0, total = 0;
       cudaMemGetInfo(&free_bytes, &total);
-      throw EnvironmentError(fmt::format("CUDA device {}: cannot allocate {:.2f} GiB of {} ({:.2f} GiB free): {}",
-                                         info_.ordinal, bytes / 1073741824.0, what, free_bytes / 1073741824.0,
-                                         cudaGetErrorString(code)));
+      throw EnvironmentError(fmt::format(
+          "CUDA device {}: cannot allocate {:.2f} GiB of {} ({:.2f} GiB free): {}", info_.ordinal,
+          bytes / 1073741824.0, what, free_bytes / 1073741824.0, cudaGetErrorString(code)));
     }
     *size = bytes;
-    CudaCheck(kernels::FillUniform(static_cast<Bf16*>(*buffer), static_cast<int64_t>(bytes / 2 / 8 * 8),
-                                   0x5eed + info_.ordinal, 1.0f, streams_[kComputeStream]),
-              "filling buffers", info_.ordinal);
-    CudaCheck(cudaStreamSynchronize(streams_[kComputeStream]), "cudaStreamSynchronize", info_.ordinal);
+    CudaCheck(
+        kernels::FillUniform(static_cast<Bf16*>(*buffer), static_cast<int64_t>(bytes / 2 / 8 * 8),
+                             0x5eed + info_.ordinal, 1.0f, streams_[kComputeStream]),
+        "filling buffers", info_.ordinal);
+    CudaCheck(cudaStreamSynchronize(streams_[kComputeStream]), "cudaStreamSynchronize",
+              info_.ordinal);
   }
 
   const PreparedKernel& Prepared(const KernelSpec& spec) {
@@ -360,17 +377,20 @@ class CudaRank final : public DeviceRank {
       char* buffer = base + t * count * 2;
       switch (spec.type) {
         case workload::CollectiveType::kAllReduce:
-          NcclCheck(nccl.AllReduce(buffer, buffer, count, ncclBfloat16, ncclSum, c.comm, stream), "ncclAllReduce");
+          NcclCheck(nccl.AllReduce(buffer, buffer, count, ncclBfloat16, ncclSum, c.comm, stream),
+                    "ncclAllReduce");
           break;
         case workload::CollectiveType::kAllGather: {
           const size_t part = count / n;  // in place: this rank's part sits at its offset
-          NcclCheck(nccl.AllGather(buffer + c.rank * part * 2, buffer, part, ncclBfloat16, c.comm, stream),
+          NcclCheck(nccl.AllGather(buffer + c.rank * part * 2, buffer, part, ncclBfloat16, c.comm,
+                                   stream),
                     "ncclAllGather");
           break;
         }
         case workload::CollectiveType::kReduceScatter: {
           const size_t part = count / n;
-          NcclCheck(nccl.ReduceScatter(buffer, buffer + c.rank * part * 2, part, ncclBfloat16, ncclSum, c.comm, stream),
+          NcclCheck(nccl.ReduceScatter(buffer, buffer + c.rank * part * 2, part, ncclBfloat16,
+                                       ncclSum, c.comm, stream),
                     "ncclReduceScatter");
           break;
         }
@@ -408,8 +428,9 @@ class CudaSystem final : public DeviceSystem {
     int count = 0;
     const cudaError_t code = cudaGetDeviceCount(&count);
     if (code != cudaSuccess) {
-      throw EnvironmentError(fmt::format("CUDA cannot use this machine's GPUs: cudaGetDeviceCount: {} ({})",
-                                         cudaGetErrorString(code), static_cast<int>(code)));
+      throw EnvironmentError(
+          fmt::format("CUDA cannot use this machine's GPUs: cudaGetDeviceCount: {} ({})",
+                      cudaGetErrorString(code), static_cast<int>(code)));
     }
     if (count == 0) throw EnvironmentError("CUDA found no GPU on this machine");
     count_ = count;
@@ -423,7 +444,8 @@ class CudaSystem final : public DeviceSystem {
   int DeviceCount() const override { return count_; }
   std::unique_ptr<DeviceRank> OpenRank(int ordinal) override {
     if (ordinal < 0 || ordinal >= count_) {
-      throw EnvironmentError(fmt::format("CUDA device {}: this machine has {} (0..{})", ordinal, count_, count_ - 1));
+      throw EnvironmentError(
+          fmt::format("CUDA device {}: this machine has {} (0..{})", ordinal, count_, count_ - 1));
     }
     return std::make_unique<CudaRank>(ordinal, nvml_);
   }
@@ -435,11 +457,13 @@ class CudaSystem final : public DeviceSystem {
     return id;
   }
   std::string DriverVersion() const override {
-    const std::string cuda = fmt::format("CUDA {}.{}", cuda_driver_ / 1000, (cuda_driver_ % 1000) / 10);
+    const std::string cuda =
+        fmt::format("CUDA {}.{}", cuda_driver_ / 1000, (cuda_driver_ % 1000) / 10);
     return driver_.empty() ? cuda : driver_ + " (" + cuda + ")";
   }
   std::string LibraryVersions() const override {
-    return fmt::format("cuBLASLt {}, NCCL {}", VersionString(static_cast<long long>(CublasLt().version)),
+    return fmt::format("cuBLASLt {}, NCCL {}",
+                       VersionString(static_cast<long long>(CublasLt().version)),
                        VersionString(Nccl().version));
   }
   std::string AttentionMethod() const override {

@@ -29,15 +29,15 @@ enum class KernelKind { kGemm, kAttention, kMemory };
 // workload model gives its op (reads + writes), so a measurement and the emulator count the
 // same traffic; the pattern makes it the real computation of that op.
 enum class MemoryPattern {
-  kCopy,               // y = x (layout changes such as qkv_post, embedding rows); 4 B/element
-  kRmsNorm,            // y = x / rms(x) * w over rows of `cols`; 4 B/element
-  kRmsNormBackward,    // dx from x, dy, w; 6 B/element
-  kRope,               // rotary embedding in place over rows of head_dim; 4 B/element
-  kSwiglu,             // y = silu(gate) * up; 6 B/element of y
-  kSwigluBackward,     // dgate, dup from dy, gate, up; 10 B/element
-  kBiasDropoutAdd,     // y = residual + dropout(x), writes the 1-byte mask; 7 B/element
-  kDropoutAddBackward, // dx = dy * mask * scale; 5 B/element
-  kAdd,                // y = a + b; 6 B/element
+  kCopy,                // y = x (layout changes such as qkv_post, embedding rows); 4 B/element
+  kRmsNorm,             // y = x / rms(x) * w over rows of `cols`; 4 B/element
+  kRmsNormBackward,     // dx from x, dy, w; 6 B/element
+  kRope,                // rotary embedding in place over rows of head_dim; 4 B/element
+  kSwiglu,              // y = silu(gate) * up; 6 B/element of y
+  kSwigluBackward,      // dgate, dup from dy, gate, up; 10 B/element
+  kBiasDropoutAdd,      // y = residual + dropout(x), writes the 1-byte mask; 7 B/element
+  kDropoutAddBackward,  // dx = dy * mask * scale; 5 B/element
+  kAdd,                 // y = a + b; 6 B/element
 };
 const char* ToString(MemoryPattern pattern);
 double BytesPerElement(MemoryPattern pattern);
@@ -131,13 +131,13 @@ struct Program {
 // The device.
 
 struct DeviceInfo {
-  int ordinal = 0;        // CUDA device ordinal
-  int nvml_index = -1;    // NVML index (-1 when NVML does not know the device)
-  std::string name;       // "NVIDIA H200"
-  std::string uuid;       // "GPU-..." (empty when unknown)
+  int ordinal = 0;      // CUDA device ordinal
+  int nvml_index = -1;  // NVML index (-1 when NVML does not know the device)
+  std::string name;     // "NVIDIA H200"
+  std::string uuid;     // "GPU-..." (empty when unknown)
   int sm_count = 0;
   int64_t memory_bytes = 0;
-  int max_sm_clock_mhz = 0;  // NVML's maximum SM clock (0 when unknown)
+  int max_sm_clock_mhz = 0;    // NVML's maximum SM clock (0 when unknown)
   double power_limit_w = 0.0;  // enforced power limit (0 when unknown)
 };
 
@@ -169,7 +169,7 @@ class DeviceRank {
 
   // Telemetry (NVML). EnergyJ: the total-energy counter in joules, nullopt when unsupported.
   virtual std::optional<double> EnergyJ() = 0;
-  virtual int SmClockMhz() = 0;             // current SM clock, 0 when unknown
+  virtual int SmClockMhz() = 0;              // current SM clock, 0 when unknown
   virtual uint64_t ClockEventReasons() = 0;  // nvmlClocksEventReason bits, 0 when unknown
 
   // Locks the SM clock (min = max = mhz) and waits until applied; ResetClock restores the

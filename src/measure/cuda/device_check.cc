@@ -30,7 +30,8 @@ std::optional<OptionError> DeviceCheckOptions::Validate() const {
   if (!(std::isfinite(cooldown_s) && cooldown_s >= 0.0)) {
     return OptionError{"cooldown_s", Describe(cooldown_s), "must be a finite number >= 0"};
   }
-  if (kernel_runs < 1) return OptionError{"kernel_runs", std::to_string(kernel_runs), "must be >= 1"};
+  if (kernel_runs < 1)
+    return OptionError{"kernel_runs", std::to_string(kernel_runs), "must be >= 1"};
   CudaBackendOptions backend;
   backend.devices = devices;
   if (auto error = backend.Validate()) return error;
@@ -71,23 +72,29 @@ Json Section(Body body) {
 }
 
 std::string Status(runtime::NvmlStatus status) {
-  return status == runtime::NvmlStatus::kFunctionNotFound ? "not exported by this driver"
-                                                          : fmt::format("NVML error {}", static_cast<int>(status));
+  return status == runtime::NvmlStatus::kFunctionNotFound
+             ? "not exported by this driver"
+             : fmt::format("NVML error {}", static_cast<int>(status));
 }
 
 Json NvmlDevice(const runtime::Nvml& nvml, int i) {
   Json d{{"index", i}};
   std::string text;
-  d["name"] = nvml.DeviceName(i, &text) == runtime::NvmlStatus::kSuccess ? Json(text) : Json(nullptr);
-  d["uuid"] = nvml.DeviceUuid(i, &text) == runtime::NvmlStatus::kSuccess ? Json(text) : Json(nullptr);
+  d["name"] =
+      nvml.DeviceName(i, &text) == runtime::NvmlStatus::kSuccess ? Json(text) : Json(nullptr);
+  d["uuid"] =
+      nvml.DeviceUuid(i, &text) == runtime::NvmlStatus::kSuccess ? Json(text) : Json(nullptr);
   double watts = 0.0;
   auto status = nvml.PowerManagementLimitW(i, &watts);
-  d["power_management_limit_w"] = status == runtime::NvmlStatus::kSuccess ? Json(watts) : Json(Status(status));
+  d["power_management_limit_w"] =
+      status == runtime::NvmlStatus::kSuccess ? Json(watts) : Json(Status(status));
   status = nvml.EnforcedPowerLimitW(i, &watts);
-  d["enforced_power_limit_w"] = status == runtime::NvmlStatus::kSuccess ? Json(watts) : Json(Status(status));
+  d["enforced_power_limit_w"] =
+      status == runtime::NvmlStatus::kSuccess ? Json(watts) : Json(Status(status));
   int mhz = 0;
   status = nvml.MaxClockMhz(i, runtime::ClockType::kSm, &mhz);
-  d["max_sm_clock_mhz"] = status == runtime::NvmlStatus::kSuccess ? Json(mhz) : Json(Status(status));
+  d["max_sm_clock_mhz"] =
+      status == runtime::NvmlStatus::kSuccess ? Json(mhz) : Json(Status(status));
   try {
     d["sm_clock_mhz"] = nvml.ClockMhz(i, runtime::ClockType::kSm);
     d["memory_clock_mhz"] = nvml.ClockMhz(i, runtime::ClockType::kMemory);
@@ -98,7 +105,8 @@ Json NvmlDevice(const runtime::Nvml& nvml, int i) {
     const std::vector<int> memory = nvml.SupportedMemoryClocksMhz(i);
     d["supported_memory_clocks_mhz"] = memory;
     if (!memory.empty()) {
-      std::vector<int> sm = nvml.SupportedGraphicsClocksMhz(i, *std::max_element(memory.begin(), memory.end()));
+      std::vector<int> sm =
+          nvml.SupportedGraphicsClocksMhz(i, *std::max_element(memory.begin(), memory.end()));
       std::sort(sm.begin(), sm.end(), std::greater<>());
       d["supported_sm_clocks_mhz"] = Json{{"count", sm.size()},
                                           {"max", sm.empty() ? 0 : sm.front()},
@@ -110,11 +118,13 @@ Json NvmlDevice(const runtime::Nvml& nvml, int i) {
   }
   uint64_t reasons = 0;
   status = nvml.ClockEventReasons(i, &reasons);
-  d["clock_event_reasons"] =
-      status == runtime::NvmlStatus::kSuccess ? Json(ClockEventReasonNames(reasons)) : Json(Status(status));
+  d["clock_event_reasons"] = status == runtime::NvmlStatus::kSuccess
+                                 ? Json(ClockEventReasonNames(reasons))
+                                 : Json(Status(status));
   int celsius = 0;
   status = nvml.TemperatureC(i, &celsius);
-  d["temperature_c"] = status == runtime::NvmlStatus::kSuccess ? Json(celsius) : Json(Status(status));
+  d["temperature_c"] =
+      status == runtime::NvmlStatus::kSuccess ? Json(celsius) : Json(Status(status));
   try {
     d["power_w"] = nvml.PowerW(i);
   } catch (const std::exception& e) {
@@ -130,33 +140,39 @@ Json NvmlDevice(const runtime::Nvml& nvml, int i) {
 
 std::string ShapeOf(const KernelSpec& k) {
   switch (k.kind) {
-    case KernelKind::kGemm: return fmt::format("{}x{}x{}", k.m, k.n, k.k);
+    case KernelKind::kGemm:
+      return fmt::format("{}x{}x{}", k.m, k.n, k.k);
     case KernelKind::kAttention:
-      return fmt::format("b{} h{}/{} d{} q{} kv{}{}", k.attention.batch, k.attention.heads, k.attention.kv_heads,
-                         k.attention.head_dim, k.attention.q_len, k.attention.kv_len,
-                         k.attention.backward ? " bwd" : "");
-    case KernelKind::kMemory: return fmt::format("{} {}x{}", ToString(k.pattern), k.rows, k.cols);
+      return fmt::format("b{} h{}/{} d{} q{} kv{}{}", k.attention.batch, k.attention.heads,
+                         k.attention.kv_heads, k.attention.head_dim, k.attention.q_len,
+                         k.attention.kv_len, k.attention.backward ? " bwd" : "");
+    case KernelKind::kMemory:
+      return fmt::format("{} {}x{}", ToString(k.pattern), k.rows, k.cols);
   }
   return "?";
 }
 
 const char* KindName(KernelKind kind) {
   switch (kind) {
-    case KernelKind::kGemm: return "gemm";
-    case KernelKind::kAttention: return "attention";
-    case KernelKind::kMemory: return "memory";
+    case KernelKind::kGemm:
+      return "gemm";
+    case KernelKind::kAttention:
+      return "attention";
+    case KernelKind::kMemory:
+      return "memory";
   }
   return "?";
 }
 
 Json Measured(const Reading& r) {
-  return Json{{"time_s", Number(r.sample.time_s)},
-              {"energy_j", Number(r.sample.energy_j)},
-              {"avg_power_w", Number(r.sample.time_s > 0.0 ? r.sample.energy_j / r.sample.time_s : 0.0)},
-              {"realized_freq_mhz", Number(r.sample.realized_freq_mhz)},
-              {"clock_event_reasons", ClockEventReasonNames(r.clock_event_reasons)},
-              {"repeats", r.ranks.empty() ? 0 : r.ranks.front().repeats},
-              {"window_s", r.ranks.empty() ? 0.0 : r.ranks.front().window_s}};
+  return Json{
+      {"time_s", Number(r.sample.time_s)},
+      {"energy_j", Number(r.sample.energy_j)},
+      {"avg_power_w", Number(r.sample.time_s > 0.0 ? r.sample.energy_j / r.sample.time_s : 0.0)},
+      {"realized_freq_mhz", Number(r.sample.realized_freq_mhz)},
+      {"clock_event_reasons", ClockEventReasonNames(r.clock_event_reasons)},
+      {"repeats", r.ranks.empty() ? 0 : r.ranks.front().repeats},
+      {"window_s", r.ranks.empty() ? 0.0 : r.ranks.front().window_s}};
 }
 
 Json Emulated(const emulator::SimResult& s) {
@@ -191,14 +207,16 @@ Reading MeasureOne(GpuBackend& backend, const RankLayout& layout, MeasureSpec sp
 
 // A partition's compute ops of one nanobatch on one GPU, with energy (`window_s` 0: the
 // backend's window).
-MeasureSpec ComputeOnlySpec(const workload::PartitionType& type, const workload::WorkloadModel& model, int clock,
-                            double window_s) {
-  return MeasureSpec{.what = type.name + " compute only",
-                     .freq_mhz = clock,
-                     .comms = {},
-                     .build = [&type, &model](const CommHandleOf&) { return ComputeOnlyProgram(type, model.workload); },
-                     .energy = true,
-                     .window_s = window_s};
+MeasureSpec ComputeOnlySpec(const workload::PartitionType& type,
+                            const workload::WorkloadModel& model, int clock, double window_s) {
+  return MeasureSpec{
+      .what = type.name + " compute only",
+      .freq_mhz = clock,
+      .comms = {},
+      .build = [&type,
+                &model](const CommHandleOf&) { return ComputeOnlyProgram(type, model.workload); },
+      .energy = true,
+      .window_s = window_s};
 }
 
 }  // namespace
@@ -225,7 +243,8 @@ Json RunDeviceCheck(const DeviceCheckOptions& options, const DeviceCheckEnv& env
   const auto started = std::chrono::steady_clock::now();
   auto saved = [&]() {
     if (options.on_section) {
-      report["elapsed_s"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+      report["elapsed_s"] =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
       options.on_section(report);
     }
   };
@@ -236,7 +255,8 @@ Json RunDeviceCheck(const DeviceCheckOptions& options, const DeviceCheckEnv& env
     nvml = env.open_nvml();
     std::string driver;
     s["library"] = nvml->library_path();
-    s["driver"] = nvml->DriverVersion(&driver) == runtime::NvmlStatus::kSuccess ? Json(driver) : Json(nullptr);
+    s["driver"] = nvml->DriverVersion(&driver) == runtime::NvmlStatus::kSuccess ? Json(driver)
+                                                                                : Json(nullptr);
     Json devices = Json::array();
     for (int i = 0; i < nvml->device_count(); ++i) devices.push_back(NvmlDevice(*nvml, i));
     s["devices"] = devices;
@@ -276,7 +296,8 @@ Json RunDeviceCheck(const DeviceCheckOptions& options, const DeviceCheckEnv& env
   });
   saved();
   auto need_backend = [&]() {
-    if (!backend) throw EnvironmentError("needs the CUDA backend, which failed (see the cuda section)");
+    if (!backend)
+      throw EnvironmentError("needs the CUDA backend, which failed (see the cuda section)");
   };
 
   if (backend && backend->RankInfo(0).power_limit_w > 0.0) {
@@ -330,26 +351,33 @@ Json RunDeviceCheck(const DeviceCheckOptions& options, const DeviceCheckEnv& env
   // --- kernels
   report["kernels"] = Section([&](Json& s) {
     need_backend();
-    if (model.partition_types.empty()) throw InputError("workload " + model.workload.name + " has no partitions");
+    if (model.partition_types.empty())
+      throw InputError("workload " + model.workload.name + " has no partitions");
     Json rows = Json::array();
     std::vector<KernelSpec> seen;
     std::vector<double> errors;
     for (const auto& type : model.partition_types) {
       for (const auto& op : type.compute_ops) {
         const KernelSpec spec = ResolveKernel(op, model.workload);
-        if (std::any_of(seen.begin(), seen.end(), [&](const KernelSpec& k) { return k.SameShape(spec); })) continue;
+        if (std::any_of(seen.begin(), seen.end(),
+                        [&](const KernelSpec& k) { return k.SameShape(spec); }))
+          continue;
         seen.push_back(spec);
-        Json row{{"type", type.name}, {"op", op.name}, {"kind", KindName(spec.kind)}, {"shape", ShapeOf(spec)}};
+        Json row{{"type", type.name},
+                 {"op", op.name},
+                 {"kind", KindName(spec.kind)},
+                 {"shape", ShapeOf(spec)}};
         try {
           const Reading r = MeasureOne(*backend, {1, 1},
                                        MeasureSpec{.what = "kernel " + op.name,
                                                    .freq_mhz = clock,
                                                    .comms = {},
-                                                   .build = [spec](const CommHandleOf& comm_of) {
-                                                     ProgramBuilder b(comm_of);
-                                                     b.AddPartition({spec}, std::nullopt, 0, 0);
-                                                     return b.Finish();
-                                                   },
+                                                   .build =
+                                                       [spec](const CommHandleOf& comm_of) {
+                                                         ProgramBuilder b(comm_of);
+                                                         b.AddPartition({spec}, std::nullopt, 0, 0);
+                                                         return b.Finish();
+                                                       },
                                                    .energy = false});
           const emulator::SimResult e = emulator::SimulateKernel(gpu, op, gpu.sm_count, clock);
           row["measured_time_s"] = Number(r.sample.time_s);
@@ -358,12 +386,16 @@ Json RunDeviceCheck(const DeviceCheckOptions& options, const DeviceCheckEnv& env
           row["realized_freq_mhz"] = Number(r.sample.realized_freq_mhz);
           row["flops"] = op.flops;
           row["bytes"] = op.bytes;
-          row["measured_tflops"] = Number(r.sample.time_s > 0.0 ? op.flops / r.sample.time_s / 1e12 : 0.0);
-          row["measured_gbps"] = Number(r.sample.time_s > 0.0 ? op.bytes / r.sample.time_s / 1e9 : 0.0);
+          row["measured_tflops"] =
+              Number(r.sample.time_s > 0.0 ? op.flops / r.sample.time_s / 1e12 : 0.0);
+          row["measured_gbps"] =
+              Number(r.sample.time_s > 0.0 ? op.bytes / r.sample.time_s / 1e9 : 0.0);
           const bool comparable = spec.kind != KernelKind::kAttention;
           row["comparable"] = comparable;
           if (!comparable) {
-            row["note"] = "unfused attention over the full S x S scores; the emulator models causal flash attention";
+            row["note"] =
+                "unfused attention over the full S x S scores; the emulator models causal flash "
+                "attention";
           } else if (r.sample.time_s > 0.0) {
             errors.push_back(std::abs((e.time_s - r.sample.time_s) / r.sample.time_s));
           }
@@ -389,8 +421,8 @@ Json RunDeviceCheck(const DeviceCheckOptions& options, const DeviceCheckEnv& env
       Json row{{"type", type.name}, {"mode", "compute_only"}, {"knobs", Json{{"freq_mhz", clock}}}};
       try {
         const Reading r = MeasureOne(*backend, {1, 1}, ComputeOnlySpec(type, model, clock, 0.0));
-        const emulator::SimResult e = emulator::SimulateSequential(gpu, type.compute_ops, clock,
-                                                                   gpu.interconnect.library_default_sms);
+        const emulator::SimResult e = emulator::SimulateSequential(
+            gpu, type.compute_ops, clock, gpu.interconnect.library_default_sms);
         row.update(Compare(r, e));
         for (const char* key : {"time", "energy", "avg_power"}) {
           const Json& v = row["rel_error"][key];
@@ -408,20 +440,22 @@ Json RunDeviceCheck(const DeviceCheckOptions& options, const DeviceCheckEnv& env
                               type.sm_choices.back()};
       if (!type.tunable) sms = {type.fixed_sms};
       for (int c : sms) {
-        const PartitionKnobs knobs{.freq_mhz = clock,
-                                   .sms = c,
-                                   .slot = type.tunable ? type.launch_slots.front() : type.fixed_slot};
+        const PartitionKnobs knobs{
+            .freq_mhz = clock,
+            .sms = c,
+            .slot = type.tunable ? type.launch_slots.front() : type.fixed_slot};
         Json full{{"type", type.name},
                   {"mode", "with_collective"},
                   {"knobs", Json{{"freq_mhz", clock}, {"sms", c}, {"slot", knobs.slot}}}};
         try {
-          const Reading r = MeasureOne(*backend, PartitionLayout(type),
-                                       MeasureSpec{.what = fmt::format("{} {}@{}", type.name, c, knobs.slot),
-                                                   .freq_mhz = clock,
-                                                   .comms = PartitionComms(type, knobs),
-                                                   .build = [&type, &model, knobs](const CommHandleOf& comm_of) {
-                                                     return PartitionProgram(type, knobs, model.workload, comm_of);
-                                                   }});
+          const Reading r = MeasureOne(
+              *backend, PartitionLayout(type),
+              MeasureSpec{.what = fmt::format("{} {}@{}", type.name, c, knobs.slot),
+                          .freq_mhz = clock,
+                          .comms = PartitionComms(type, knobs),
+                          .build = [&type, &model, knobs](const CommHandleOf& comm_of) {
+                            return PartitionProgram(type, knobs, model.workload, comm_of);
+                          }});
           full.update(Compare(r, emulator::SimulatePartition(gpu, type, knobs)));
         } catch (const std::exception& e) {
           full["error"] = e.what();
@@ -434,17 +468,20 @@ Json RunDeviceCheck(const DeviceCheckOptions& options, const DeviceCheckEnv& env
     std::set<int> groups;
     for (const auto& type : model.partition_types) groups.insert(type.collective.group_size);
     const int largest = groups.empty() ? 1 : *groups.rbegin();
-    s["with_collective"] = available >= largest
-                               ? std::string("measured at three SM counts per type")
-                               : fmt::format("not measured: the collectives need up to {} GPUs, {} available",
-                                             largest, available);
+    s["with_collective"] =
+        available >= largest
+            ? std::string("measured at three SM counts per type")
+            : fmt::format("not measured: the collectives need up to {} GPUs, {} available", largest,
+                          available);
     s["rows"] = rows;
     s["median_abs_rel_error"] = Json{{"time", Number(Median(errors["time"]))},
                                      {"energy", Number(Median(errors["energy"]))},
                                      {"avg_power", Number(Median(errors["avg_power"]))}};
     s["note"] =
-        "compute_only: one nanobatch's compute ops back to back (the partition occurrence without a collective), "
-        "against emulator::SimulateSequential; with_collective rows need the collective's group of GPUs";
+        "compute_only: one nanobatch's compute ops back to back (the partition occurrence without "
+        "a collective), "
+        "against emulator::SimulateSequential; with_collective rows need the collective's group of "
+        "GPUs";
   });
   saved();
 
@@ -463,7 +500,8 @@ Json RunDeviceCheck(const DeviceCheckOptions& options, const DeviceCheckEnv& env
     s["type"] = type.name;
     s["rows"] = rows;
     s["rel_difference_energy"] = RelError(per_run[0], per_run[1]);
-    s["note"] = "energy per run from a short and a 3x longer window: an unbiased window protocol agrees";
+    s["note"] =
+        "energy per run from a short and a 3x longer window: an unbiased window protocol agrees";
   });
   saved();
 
@@ -478,32 +516,43 @@ Json RunDeviceCheck(const DeviceCheckOptions& options, const DeviceCheckEnv& env
     spec.group_size = n;
     workload::Op op = type.collective;
     op.group_size = n;
-    const RankLayout layout = GroupOf(spec.type) == GroupKind::kTensor ? RankLayout{n, 1} : RankLayout{1, n};
+    const RankLayout layout =
+        GroupOf(spec.type) == GroupKind::kTensor ? RankLayout{n, 1} : RankLayout{1, n};
     Json rows = Json::array();
-    const std::vector<int> counts = n == 1 ? std::vector<int>{4} : std::vector<int>{2, 4, 8, 16, 32};
+    const std::vector<int> counts =
+        n == 1 ? std::vector<int>{4} : std::vector<int>{2, 4, 8, 16, 32};
     for (int c : counts) {
-      Json row{{"ranks", n}, {"sms", c}, {"bytes", spec.bytes}, {"type", workload::ToString(spec.type)}};
+      Json row{
+          {"ranks", n}, {"sms", c}, {"bytes", spec.bytes}, {"type", workload::ToString(spec.type)}};
       try {
-        const Reading r = MeasureOne(*backend, layout,
-                                     MeasureSpec{.what = fmt::format("{} {} ranks {} SMs", row["type"].get<std::string>(), n, c),
-                                                 .freq_mhz = clock,
-                                                 .comms = {CommKey{GroupOf(spec.type), c}},
-                                                 .build = [spec, c](const CommHandleOf& comm_of) {
-                                                   ProgramBuilder b(comm_of);
-                                                   b.AddCollective(spec, c);
-                                                   return b.Finish();
-                                                 },
-                                                 .energy = false});
+        const Reading r = MeasureOne(
+            *backend, layout,
+            MeasureSpec{
+                .what = fmt::format("{} {} ranks {} SMs", row["type"].get<std::string>(), n, c),
+                .freq_mhz = clock,
+                .comms = {CommKey{GroupOf(spec.type), c}},
+                .build =
+                    [spec, c](const CommHandleOf& comm_of) {
+                      ProgramBuilder b(comm_of);
+                      b.AddCollective(spec, c);
+                      return b.Finish();
+                    },
+                .energy = false});
         row["measured_time_s"] = Number(r.sample.time_s);
         if (n > 1) {
-          const double factor = spec.type == workload::CollectiveType::kAllReduce ? 2.0 * (n - 1) / n : double(n - 1) / n;
-          row["bus_bandwidth_gbps"] = Number(r.sample.time_s > 0.0 ? spec.bytes * factor / r.sample.time_s / 1e9 : 0.0);
+          const double factor = spec.type == workload::CollectiveType::kAllReduce
+                                    ? 2.0 * (n - 1) / n
+                                    : double(n - 1) / n;
+          row["bus_bandwidth_gbps"] =
+              Number(r.sample.time_s > 0.0 ? spec.bytes * factor / r.sample.time_s / 1e9 : 0.0);
           const emulator::SimResult e = emulator::SimulateKernel(gpu, op, c, clock);
           row["emulated_time_s"] = Number(e.time_s);
           row["rel_error_time"] = RelError(e.time_s, r.sample.time_s);
         } else {
-          row["note"] = "one rank: NCCL copies locally; checks communicator creation with minCTAs = maxCTAs and "
-                        "the launch on the second stream, not bandwidth";
+          row["note"] =
+              "one rank: NCCL copies locally; checks communicator creation with minCTAs = maxCTAs "
+              "and "
+              "the launch on the second stream, not bandwidth";
         }
       } catch (const std::exception& e) {
         row["error"] = e.what();
@@ -514,7 +563,8 @@ Json RunDeviceCheck(const DeviceCheckOptions& options, const DeviceCheckEnv& env
   });
   saved();
 
-  report["elapsed_s"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  report["elapsed_s"] =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   return report;
 }
 
@@ -554,12 +604,14 @@ std::string FormatDeviceCheck(const Json& report) {
   out << Header(report, "nvml", "GPUs NVML sees");
   if (report["nvml"].value("status", "") == "ok") {
     out << "driver " << report["nvml"].value("driver", Json("?")).dump() << "\n";
-    Table t({"index", "name", "SM clocks MHz", "power limit W", "SM MHz now", "energy counter", "reasons"});
+    Table t({"index", "name", "SM clocks MHz", "power limit W", "SM MHz now", "energy counter",
+             "reasons"});
     for (const Json& d : report["nvml"]["devices"]) {
       std::string clocks = "-";
       if (d.contains("supported_sm_clocks_mhz")) {
         const Json& c = d["supported_sm_clocks_mhz"];
-        clocks = fmt::format("{}..{} ({})", c["min"].get<int>(), c["max"].get<int>(), c["count"].get<size_t>());
+        clocks = fmt::format("{}..{} ({})", c["min"].get<int>(), c["max"].get<int>(),
+                             c["count"].get<size_t>());
       }
       std::string reasons;
       if (d["clock_event_reasons"].is_array()) {
@@ -568,10 +620,12 @@ std::string FormatDeviceCheck(const Json& report) {
           reasons += r.get<std::string>();
         }
       }
-      t.AddRow({std::to_string(d["index"].get<int>()), d["name"].is_string() ? d["name"].get<std::string>() : "?",
-                clocks, Cell(d["enforced_power_limit_w"], 0),
+      t.AddRow({std::to_string(d["index"].get<int>()),
+                d["name"].is_string() ? d["name"].get<std::string>() : "?", clocks,
+                Cell(d["enforced_power_limit_w"], 0),
                 d.contains("sm_clock_mhz") ? std::to_string(d["sm_clock_mhz"].get<int>()) : "-",
-                d["energy_counter"].value("works", false) ? "works" : "no", reasons.empty() ? "-" : reasons});
+                d["energy_counter"].value("works", false) ? "works" : "no",
+                reasons.empty() ? "-" : reasons});
     }
     out << t.ToString();
   }
@@ -581,61 +635,74 @@ std::string FormatDeviceCheck(const Json& report) {
   }
   out << Header(report, "energy_counter", "energy counter");
   if (report["energy_counter"].value("status", "") == "ok") {
-    out << "update period " << Cell(report["energy_counter"]["update_period_s"], 1, 1e3) << " ms, idle "
-        << Cell(report["energy_counter"]["idle_power_w"], 1) << " W\n";
+    out << "update period " << Cell(report["energy_counter"]["update_period_s"], 1, 1e3)
+        << " ms, idle " << Cell(report["energy_counter"]["idle_power_w"], 1) << " W\n";
   }
   out << Header(report, "workload", "workload");
   if (report["workload"].value("status", "") == "ok") {
-    out << report["workload"]["name"].get<std::string>() << " on preset " << report["workload"]["gpu_preset"].get<std::string>()
-        << ", measured at the clock as found (" << report["workload"]["clock_mhz"].get<int>() << " MHz)\n";
+    out << report["workload"]["name"].get<std::string>() << " on preset "
+        << report["workload"]["gpu_preset"].get<std::string>()
+        << ", measured at the clock as found (" << report["workload"]["clock_mhz"].get<int>()
+        << " MHz)\n";
   }
   out << Header(report, "kernels", "kernels alone: measured vs emulated time");
   if (report["kernels"].value("status", "") == "ok") {
     Table t({"type", "op", "shape", "measured us", "emulated us", "error", "TFLOP/s", "GB/s"});
     for (const Json& r : report["kernels"]["rows"]) {
-      t.AddRow({r["type"].get<std::string>(), r["op"].get<std::string>() + (r.value("comparable", true) ? "" : " *"),
+      t.AddRow({r["type"].get<std::string>(),
+                r["op"].get<std::string>() + (r.value("comparable", true) ? "" : " *"),
                 r["shape"].get<std::string>(), Cell(r.value("measured_time_s", Json()), 1, 1e6),
-                Cell(r.value("emulated_time_s", Json()), 1, 1e6), Percent(r.value("rel_error_time", Json())),
-                Cell(r.value("measured_tflops", Json()), 1), Cell(r.value("measured_gbps", Json()), 0)});
+                Cell(r.value("emulated_time_s", Json()), 1, 1e6),
+                Percent(r.value("rel_error_time", Json())),
+                Cell(r.value("measured_tflops", Json()), 1),
+                Cell(r.value("measured_gbps", Json()), 0)});
     }
-    out << t.ToString() << "* unfused attention (not comparable with the emulator's flash model); median |error| "
+    out << t.ToString()
+        << "* unfused attention (not comparable with the emulator's flash model); median |error| "
         << Percent(report["kernels"]["median_abs_rel_error_time"]) << "\n";
   }
   out << Header(report, "partitions", "partitions: measured vs emulated");
   if (report["partitions"].value("status", "") == "ok") {
-    Table t({"type", "mode", "SMs@slot", "time ms", "emu ms", "err", "energy J", "emu J", "err", "power W", "emu W",
-             "err", "MHz"});
+    Table t({"type", "mode", "SMs@slot", "time ms", "emu ms", "err", "energy J", "emu J", "err",
+             "power W", "emu W", "err", "MHz"});
     for (const Json& r : report["partitions"]["rows"]) {
       const Json& k = r["knobs"];
-      const std::string knobs =
-          k.contains("sms") ? fmt::format("{}@{}", k["sms"].get<int>(), k["slot"].get<std::string>()) : "-";
+      const std::string knobs = k.contains("sms") ? fmt::format("{}@{}", k["sms"].get<int>(),
+                                                                k["slot"].get<std::string>())
+                                                  : "-";
       if (!r.contains("measured")) {
-        t.AddRow({r["type"].get<std::string>(), r["mode"].get<std::string>(), knobs, "error: " + r.value("error", std::string("?")),
-                  "", "", "", "", "", "", "", "", ""});
+        t.AddRow({r["type"].get<std::string>(), r["mode"].get<std::string>(), knobs,
+                  "error: " + r.value("error", std::string("?")), "", "", "", "", "", "", "", "",
+                  ""});
         continue;
       }
       const Json &m = r["measured"], &e = r["emulated"], &err = r["rel_error"];
-      t.AddRow({r["type"].get<std::string>(), r["mode"].get<std::string>(), knobs, Cell(m["time_s"], 3, 1e3),
-                Cell(e["time_s"], 3, 1e3), Percent(err["time"]), Cell(m["energy_j"], 4), Cell(e["energy_j"], 4),
-                Percent(err["energy"]), Cell(m["avg_power_w"], 0), Cell(e["avg_power_w"], 0), Percent(err["avg_power"]),
+      t.AddRow({r["type"].get<std::string>(), r["mode"].get<std::string>(), knobs,
+                Cell(m["time_s"], 3, 1e3), Cell(e["time_s"], 3, 1e3), Percent(err["time"]),
+                Cell(m["energy_j"], 4), Cell(e["energy_j"], 4), Percent(err["energy"]),
+                Cell(m["avg_power_w"], 0), Cell(e["avg_power_w"], 0), Percent(err["avg_power"]),
                 Cell(m["realized_freq_mhz"], 0)});
     }
     const Json& med = report["partitions"]["median_abs_rel_error"];
-    out << t.ToString() << "median |error|: time " << Percent(med["time"]) << ", energy " << Percent(med["energy"])
-        << ", power " << Percent(med["avg_power"]) << "\n";
+    out << t.ToString() << "median |error|: time " << Percent(med["time"]) << ", energy "
+        << Percent(med["energy"]) << ", power " << Percent(med["avg_power"]) << "\n";
   }
   out << Header(report, "energy_window", "energy window consistency");
   if (report["energy_window"].value("status", "") == "ok") {
-    out << "energy per run, 3x window vs 1x: " << Percent(report["energy_window"]["rel_difference_energy"]) << "\n";
+    out << "energy per run, 3x window vs 1x: "
+        << Percent(report["energy_window"]["rel_difference_energy"]) << "\n";
   }
   out << Header(report, "nccl", "NCCL communicators (minCTAs = maxCTAs)");
   if (report["nccl"].value("status", "") == "ok") {
     Table t({"ranks", "SMs", "MiB", "measured us", "bus GB/s", "emulated us", "error"});
     for (const Json& r : report["nccl"]["rows"]) {
       t.AddRow({std::to_string(r["ranks"].get<int>()), std::to_string(r["sms"].get<int>()),
-                FormatFixed(r["bytes"].get<double>() / 1048576.0, 1), Cell(r.value("measured_time_s", Json()), 1, 1e6),
-                Cell(r.value("bus_bandwidth_gbps", Json()), 1), Cell(r.value("emulated_time_s", Json()), 1, 1e6),
-                r.contains("error") ? "error: " + r["error"].get<std::string>() : Percent(r.value("rel_error_time", Json()))});
+                FormatFixed(r["bytes"].get<double>() / 1048576.0, 1),
+                Cell(r.value("measured_time_s", Json()), 1, 1e6),
+                Cell(r.value("bus_bandwidth_gbps", Json()), 1),
+                Cell(r.value("emulated_time_s", Json()), 1, 1e6),
+                r.contains("error") ? "error: " + r["error"].get<std::string>()
+                                    : Percent(r.value("rel_error_time", Json()))});
     }
     out << t.ToString();
   }

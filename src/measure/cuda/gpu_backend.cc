@@ -29,8 +29,10 @@ std::optional<OptionError> CudaBackendOptions::Validate() const {
     }
   }
   auto non_negative = [](double v) { return std::isfinite(v) && v >= 0.0; };
-  if (!non_negative(settle_s)) return OptionError{"settle_s", Describe(settle_s), "must be a finite number >= 0"};
-  if (warmup_runs < 0) return OptionError{"warmup_runs", std::to_string(warmup_runs), "must be >= 0"};
+  if (!non_negative(settle_s))
+    return OptionError{"settle_s", Describe(settle_s), "must be a finite number >= 0"};
+  if (warmup_runs < 0)
+    return OptionError{"warmup_runs", std::to_string(warmup_runs), "must be >= 0"};
   if (!non_negative(min_warmup_s)) {
     return OptionError{"min_warmup_s", Describe(min_warmup_s), "must be a finite number >= 0"};
   }
@@ -46,7 +48,8 @@ std::optional<OptionError> CudaBackendOptions::Validate() const {
   if (!non_negative(cooldown_s)) {
     return OptionError{"cooldown_s", Describe(cooldown_s), "must be a finite number >= 0"};
   }
-  if (max_repeats < 1) return OptionError{"max_repeats", std::to_string(max_repeats), "must be >= 1"};
+  if (max_repeats < 1)
+    return OptionError{"max_repeats", std::to_string(max_repeats), "must be >= 1"};
   if (!(std::isfinite(timeout_s) && timeout_s > 0.0)) {
     return OptionError{"timeout_s", Describe(timeout_s), "must be a finite number > 0"};
   }
@@ -78,9 +81,15 @@ std::string Join(const std::vector<std::string>& names, const char* separator) {
 
 std::vector<std::string> ClockEventReasonNames(uint64_t reasons) {
   static const std::pair<uint64_t, const char*> kNames[] = {
-      {0x1, "gpu_idle"},           {0x2, "applications_clocks"}, {0x4, "sw_power_cap"},
-      {0x8, "hw_slowdown"},        {0x10, "sync_boost"},         {0x20, "sw_thermal_slowdown"},
-      {0x40, "hw_thermal_slowdown"}, {0x80, "hw_power_brake_slowdown"}, {0x100, "display_clocks"},
+      {0x1, "gpu_idle"},
+      {0x2, "applications_clocks"},
+      {0x4, "sw_power_cap"},
+      {0x8, "hw_slowdown"},
+      {0x10, "sync_boost"},
+      {0x20, "sw_thermal_slowdown"},
+      {0x40, "hw_thermal_slowdown"},
+      {0x80, "hw_power_brake_slowdown"},
+      {0x100, "display_clocks"},
   };
   std::vector<std::string> names;
   uint64_t known = 0;
@@ -101,8 +110,8 @@ int64_t RepeatsForWindow(double run_time_s, double window_s, double counter_peri
   return std::max<int64_t>(1, static_cast<int64_t>(runs));
 }
 
-double WindowEnergyJ(const CounterTick& before, double start_s, double end_s, const CounterTick& after,
-                     double idle_power_w) {
+double WindowEnergyJ(const CounterTick& before, double start_s, double end_s,
+                     const CounterTick& after, double idle_power_w) {
   const double lead = std::max(0.0, start_s - before.time_s);
   const double tail = std::max(0.0, after.time_s - end_s);
   return (after.energy_j - before.energy_j) - idle_power_w * (lead + tail);
@@ -204,8 +213,9 @@ GpuBackend::GpuBackend(const workload::WorkloadModel& model, const CudaBackendOp
   } else {
     for (int ordinal : options_.devices) {
       if (ordinal >= available) {
-        throw EnvironmentError(fmt::format("devices = {}: this machine has {} CUDA device(s) (0..{})",
-                                           ordinal, available, available - 1));
+        throw EnvironmentError(
+            fmt::format("devices = {}: this machine has {} CUDA device(s) (0..{})", ordinal,
+                        available, available - 1));
       }
       ordinals_.push_back(ordinal);
     }
@@ -220,27 +230,32 @@ GpuBackend::GpuBackend(const workload::WorkloadModel& model, const CudaBackendOp
   // default_mhz when NVML does not say), placed on the preset's grid.
   int level = info.max_sm_clock_mhz > 0 ? info.max_sm_clock_mhz : grid.default_mhz;
   level = std::clamp(level, grid.min_mhz, grid.max_mhz);
-  if (grid.step_mhz > 0) level = grid.min_mhz + (level - grid.min_mhz) / grid.step_mhz * grid.step_mhz;
+  if (grid.step_mhz > 0)
+    level = grid.min_mhz + (level - grid.min_mhz) / grid.step_mhz * grid.step_mhz;
   clock_level_mhz_ = level;
   if (!options_.allow_clock_control) {
-    gpu_.clock.min_mhz = gpu_.clock.max_mhz = gpu_.clock.default_mhz = gpu_.clock.profile_min_mhz = level;
+    gpu_.clock.min_mhz = gpu_.clock.max_mhz = gpu_.clock.default_mhz = gpu_.clock.profile_min_mhz =
+        level;
   }
   validation_model_ = model_;
   validation_model_.workload.gpu = gpu_;
 
-  const std::string power = info.power_limit_w > 0.0 ? fmt::format("{:.0f} W", info.power_limit_w) : "unknown";
+  const std::string power =
+      info.power_limit_w > 0.0 ? fmt::format("{:.0f} W", info.power_limit_w) : "unknown";
   description_ = fmt::format(
-      "cuda({}, driver {}, power limit {}, {}, attention {}, {})", info.name, system_->DriverVersion(),
-      power, system_->LibraryVersions(), system_->AttentionMethod(),
+      "cuda({}, driver {}, power limit {}, {}, attention {}, {})", info.name,
+      system_->DriverVersion(), power, system_->LibraryVersions(), system_->AttentionMethod(),
       options_.allow_clock_control
           ? std::string("SM clock locked per measurement")
-          : fmt::format("clock as found (up to {} MHz): one clock level, no --allow-clock-control", level));
+          : fmt::format("clock as found (up to {} MHz): one clock level, no --allow-clock-control",
+                        level));
   if (!options_.quiet) {
     if (info.sm_count > 0 && info.sm_count != gpu_.sm_count) {
-      std::fprintf(stderr,
-                   "kareus: note: device %d (%s) has %d SMs; the workload's GPU preset %s has %d: knob "
-                   "choices follow the preset\n",
-                   info.ordinal, info.name.c_str(), info.sm_count, gpu_.name.c_str(), gpu_.sm_count);
+      std::fprintf(
+          stderr,
+          "kareus: note: device %d (%s) has %d SMs; the workload's GPU preset %s has %d: knob "
+          "choices follow the preset\n",
+          info.ordinal, info.name.c_str(), info.sm_count, gpu_.name.c_str(), gpu_.sm_count);
     }
     if (!options_.allow_clock_control) {
       std::fprintf(stderr,
@@ -296,8 +311,8 @@ const DeviceInfo& GpuBackend::RankInfo(int rank) { return OpenRank(rank).device-
 int GpuBackend::CheckRanks(const RankLayout& layout, const std::string& what) {
   const int n = layout.Ranks();
   if (n > static_cast<int>(ordinals_.size())) {
-    throw EnvironmentError(fmt::format("{} needs {} GPUs (TP {} x CP {}); {} available here{}", what, n,
-                                       layout.tp, layout.cp, ordinals_.size(),
+    throw EnvironmentError(fmt::format("{} needs {} GPUs (TP {} x CP {}); {} available here{}",
+                                       what, n, layout.tp, layout.cp, ordinals_.size(),
                                        options_.devices.empty() ? "" : " (--devices)"));
   }
   for (int r = 0; r < n; ++r) OpenRank(r);
@@ -314,9 +329,10 @@ CounterTick GpuBackend::WaitForTick(Rank& rank, double timeout_s) {
   DeviceRank& dev = *rank.device;
   const std::optional<double> first = dev.EnergyJ();
   if (!first) {
-    throw EnvironmentError(fmt::format("device {} ({}): NVML's total energy counter is not supported; "
-                                       "energy cannot be measured",
-                                       dev.Info().ordinal, dev.Info().name));
+    throw EnvironmentError(
+        fmt::format("device {} ({}): NVML's total energy counter is not supported; "
+                    "energy cannot be measured",
+                    dev.Info().ordinal, dev.Info().name));
   }
   const double start = dev.NowS();
   while (true) {
@@ -324,9 +340,10 @@ CounterTick GpuBackend::WaitForTick(Rank& rank, double timeout_s) {
     const double now = dev.NowS();
     if (value && *value != *first) return {now, *value};
     if (now - start > timeout_s) {
-      throw EnvironmentError(fmt::format("device {} ({}): NVML's total energy counter did not change in "
-                                         "{:.1f} s",
-                                         dev.Info().ordinal, dev.Info().name, timeout_s));
+      throw EnvironmentError(
+          fmt::format("device {} ({}): NVML's total energy counter did not change in "
+                      "{:.1f} s",
+                      dev.Info().ordinal, dev.Info().name, timeout_s));
     }
     dev.SleepS(kTickPollS);
   }
@@ -344,7 +361,8 @@ void GpuBackend::Characterize(Rank& rank) {
   rank.idle_power_w = span > 0.0 ? std::max(0.0, (c.energy_j - a.energy_j) / span) : 0.0;
 }
 
-void GpuBackend::EnsureComms(int r, const RankLayout& layout, const std::vector<CommKey>& keys, Shared& shared) {
+void GpuBackend::EnsureComms(int r, const RankLayout& layout, const std::vector<CommKey>& keys,
+                             Shared& shared) {
   Rank& rank = ranks_[static_cast<size_t>(r)];
   std::vector<CommKey> sorted(keys);
   std::sort(sorted.begin(), sorted.end());
@@ -409,7 +427,8 @@ void GpuBackend::Run(const RankLayout& layout, const std::vector<MeasureSpec>& s
   const int n = CheckRanks(layout, specs.front().what);
   Shared shared(n);
   std::vector<std::exception_ptr> errors(static_cast<size_t>(n));
-  for (int r = 0; r < n; ++r) ranks_[static_cast<size_t>(r)].device->SetCancel(shared.barrier.flag());
+  for (int r = 0; r < n; ++r)
+    ranks_[static_cast<size_t>(r)].device->SetCancel(shared.barrier.flag());
   std::vector<std::thread> threads;
   threads.reserve(static_cast<size_t>(n));
   for (int r = 0; r < n; ++r) {
@@ -441,7 +460,8 @@ void GpuBackend::Run(const RankLayout& layout, const std::vector<MeasureSpec>& s
 }
 
 void GpuBackend::RankMain(int r, const RankLayout& layout, const std::vector<MeasureSpec>& specs,
-                          Shared& shared, const std::function<void(size_t, const Reading&)>& on_reading) {
+                          Shared& shared,
+                          const std::function<void(size_t, const Reading&)>& on_reading) {
   Rank& rank = ranks_[static_cast<size_t>(r)];
   // Clocks this thread locked go back to the default however it leaves.
   struct ClockReset {
@@ -456,13 +476,15 @@ void GpuBackend::RankMain(int r, const RankLayout& layout, const std::vector<Mea
       }
     }
   } reset{rank};
-  const bool energy = std::any_of(specs.begin(), specs.end(), [](const MeasureSpec& s) { return s.energy; });
+  const bool energy =
+      std::any_of(specs.begin(), specs.end(), [](const MeasureSpec& s) { return s.energy; });
   if (energy) Characterize(rank);
   for (size_t i = 0; i < specs.size(); ++i) MeasureOne(r, layout, specs[i], i, shared, on_reading);
 }
 
 void GpuBackend::MeasureOne(int r, const RankLayout& layout, const MeasureSpec& spec, size_t index,
-                            Shared& shared, const std::function<void(size_t, const Reading&)>& on_reading) {
+                            Shared& shared,
+                            const std::function<void(size_t, const Reading&)>& on_reading) {
   Rank& rank = ranks_[static_cast<size_t>(r)];
   DeviceRank& dev = *rank.device;
   // Nobody starts a measurement (communicator creation blocks until the whole group joins)
@@ -474,7 +496,8 @@ void GpuBackend::MeasureOne(int r, const RankLayout& layout, const MeasureSpec& 
     if (result == ClockResult::kNoPermission) {
       throw EnvironmentError(fmt::format(
           "--allow-clock-control: device {} refused to lock its SM clock at {} MHz (no permission: "
-          "needs root or CAP_SYS_ADMIN); rerun with the privilege, or without --allow-clock-control "
+          "needs root or CAP_SYS_ADMIN); rerun with the privilege, or without "
+          "--allow-clock-control "
           "to measure at the clock as found",
           dev.Info().ordinal, spec.freq_mhz));
     }
@@ -509,7 +532,8 @@ void GpuBackend::MeasureOne(int r, const RankLayout& layout, const MeasureSpec& 
     clock_samples = 0;
     reasons = 0;
     dev.BeginTiming();
-    const int64_t chunk = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(kSampleChunkS / run_s)));
+    const int64_t chunk =
+        std::max<int64_t>(1, static_cast<int64_t>(std::ceil(kSampleChunkS / run_s)));
     for (int64_t done = 0; done < repeats;) {
       const int64_t now = std::min(chunk, repeats - done);
       dev.Enqueue(program, now);
@@ -532,8 +556,9 @@ void GpuBackend::MeasureOne(int r, const RankLayout& layout, const MeasureSpec& 
   const auto warm_repeats = [&](double run_s) {
     const double wanted = std::ceil(options_.min_warmup_s / run_s);
     return std::max<int64_t>(options_.warmup_runs,
-                             wanted < static_cast<double>(options_.max_repeats) ? static_cast<int64_t>(wanted)
-                                                                                 : options_.max_repeats);
+                             wanted < static_cast<double>(options_.max_repeats)
+                                 ? static_cast<int64_t>(wanted)
+                                 : options_.max_repeats);
   };
 
   shared.barrier.Wait();
@@ -554,10 +579,11 @@ void GpuBackend::MeasureOne(int r, const RankLayout& layout, const MeasureSpec& 
     reading.window_s = reading.time_s * options_.calibration_runs;
   } else {
     double period = 0.0;
-    for (int q = 0; q < layout.Ranks(); ++q) period = std::max(period, ranks_[static_cast<size_t>(q)].counter_period_s);
+    for (int q = 0; q < layout.Ranks(); ++q)
+      period = std::max(period, ranks_[static_cast<size_t>(q)].counter_period_s);
     const double window_s = spec.window_s > 0.0 ? spec.window_s : options_.window_s;
-    const int64_t repeats =
-        RepeatsForWindow(run_s, window_s, period, options_.min_counter_periods, options_.max_repeats);
+    const int64_t repeats = RepeatsForWindow(run_s, window_s, period, options_.min_counter_periods,
+                                             options_.max_repeats);
     dev.SleepS(options_.cooldown_s);
     if (const int64_t warm = warm_repeats(run_s); warm > 0) run(warm);
     const CounterTick before = WaitForTick(rank, std::max(1.0, 4.0 * rank.counter_period_s));
@@ -569,7 +595,8 @@ void GpuBackend::MeasureOne(int r, const RankLayout& layout, const MeasureSpec& 
     reading.repeats = repeats;
     reading.window_s = gpu_s;
     reading.time_s = gpu_s / static_cast<double>(repeats);
-    reading.energy_j = WindowEnergyJ(before, start_s, end_s, after, rank.idle_power_w) / static_cast<double>(repeats);
+    reading.energy_j = WindowEnergyJ(before, start_s, end_s, after, rank.idle_power_w) /
+                       static_cast<double>(repeats);
   }
   reading.realized_freq_mhz = clock_samples > 0 ? clock_sum / clock_samples : 0.0;
   reading.clock_event_reasons = reasons;
@@ -599,8 +626,8 @@ void GpuBackend::CheckClock(int freq_mhz) const {
   }
   if (!gpu_.clock.Contains(freq_mhz)) {
     ThrowInput("freq_mhz", std::to_string(freq_mhz),
-               fmt::format("not on {}'s clock grid ({}..{} MHz in steps of {})", gpu_.name, gpu_.clock.min_mhz,
-                           gpu_.clock.max_mhz, gpu_.clock.step_mhz));
+               fmt::format("not on {}'s clock grid ({}..{} MHz in steps of {})", gpu_.name,
+                           gpu_.clock.min_mhz, gpu_.clock.max_mhz, gpu_.clock.step_mhz));
   }
 }
 
@@ -619,7 +646,8 @@ void GpuBackend::RunBatch(const RankLayout& layout, const std::vector<MeasureSpe
   AccountBatch(clock.NowS() - start_s, layout.Ranks(), measured_s);
 }
 
-void GpuBackend::MeasureBatch(const workload::PartitionType& partition, const std::vector<PartitionKnobs>& batch,
+void GpuBackend::MeasureBatch(const workload::PartitionType& partition,
+                              const std::vector<PartitionKnobs>& batch,
                               const SampleCallback& on_sample) {
   if (batch.empty()) return;
   for (const PartitionKnobs& knobs : batch) {
@@ -628,13 +656,14 @@ void GpuBackend::MeasureBatch(const workload::PartitionType& partition, const st
   }
   std::vector<MeasureSpec> specs;
   for (const PartitionKnobs& knobs : batch) {
-    specs.push_back(MeasureSpec{
-        .what = fmt::format("{} {} MHz {}@{}", partition.name, knobs.freq_mhz, knobs.sms, knobs.slot),
-        .freq_mhz = MeasureClock(knobs.freq_mhz),
-        .comms = PartitionComms(partition, knobs),
-        .build = [this, &partition, knobs](const CommHandleOf& comm_of) {
-          return PartitionProgram(partition, knobs, model_.workload, comm_of);
-        }});
+    specs.push_back(MeasureSpec{.what = fmt::format("{} {} MHz {}@{}", partition.name,
+                                                    knobs.freq_mhz, knobs.sms, knobs.slot),
+                                .freq_mhz = MeasureClock(knobs.freq_mhz),
+                                .comms = PartitionComms(partition, knobs),
+                                .build = [this, &partition, knobs](const CommHandleOf& comm_of) {
+                                  return PartitionProgram(partition, knobs, model_.workload,
+                                                          comm_of);
+                                }});
   }
   RunBatch(PartitionLayout(partition), specs, on_sample);
 }
@@ -655,34 +684,42 @@ void GpuBackend::MeasureInstructions(const workload::WorkloadModel& model,
   for (const InstructionRequest& request : batch) {
     CheckClock(request.knobs.freq_mhz);
     // The emulator validates stage, mode and knobs (InputError listing the choices).
-    emulator::SimulateInstruction(validation_model_, request.stage, request.chunk, request.direction, request.knobs);
+    emulator::SimulateInstruction(validation_model_, request.stage, request.chunk,
+                                  request.direction, request.knobs);
     const InstructionPlan plan = ResolveInstruction(model_, request);
     specs.push_back(MeasureSpec{
-        .what = fmt::format("stage {} chunk {} {} {} MHz ({})", request.stage, request.chunk, schedule::ToString(request.direction),
-                            request.knobs.freq_mhz, schedule::ToString(request.knobs.mode)),
+        .what = fmt::format("stage {} chunk {} {} {} MHz ({})", request.stage, request.chunk,
+                            schedule::ToString(request.direction), request.knobs.freq_mhz,
+                            schedule::ToString(request.knobs.mode)),
         .freq_mhz = MeasureClock(request.knobs.freq_mhz),
         .comms = InstructionComms(model_, plan),
-        .build = [this, plan](const CommHandleOf& comm_of) { return InstructionProgram(model_, plan, comm_of); }});
+        .build = [this, plan](const CommHandleOf& comm_of) {
+          return InstructionProgram(model_, plan, comm_of);
+        }});
   }
   RunBatch(InstructionLayout(model_), specs, on_sample);
 }
 
-void GpuBackend::MeasureFixedWork(const workload::WorkloadModel& model, const std::vector<FixedWorkRequest>& batch,
+void GpuBackend::MeasureFixedWork(const workload::WorkloadModel& model,
+                                  const std::vector<FixedWorkRequest>& batch,
                                   const SampleCallback& on_sample) {
   if (batch.empty()) return;
   CheckModel(model);
   std::vector<MeasureSpec> specs;
   for (const FixedWorkRequest& request : batch) {
     CheckClock(request.freq_mhz);
-    std::vector<workload::Op> ops = workload::FixedWorkOps(model_, request.stage, request.chunk, request.direction);
-    KAREUS_CHECK(!ops.empty()) << "stage " << request.stage << " " << schedule::ToString(request.direction)
-                               << " has no fixed work";
-    specs.push_back(MeasureSpec{
-        .what = fmt::format("fixed work stage {} {} {} MHz", request.stage,
-                            schedule::ToString(request.direction), request.freq_mhz),
-        .freq_mhz = MeasureClock(request.freq_mhz),
-        .comms = SequentialComms(ops),
-        .build = [this, ops](const CommHandleOf& comm_of) { return SequentialProgram(ops, model_.workload, comm_of); }});
+    std::vector<workload::Op> ops =
+        workload::FixedWorkOps(model_, request.stage, request.chunk, request.direction);
+    KAREUS_CHECK(!ops.empty()) << "stage " << request.stage << " "
+                               << schedule::ToString(request.direction) << " has no fixed work";
+    specs.push_back(
+        MeasureSpec{.what = fmt::format("fixed work stage {} {} {} MHz", request.stage,
+                                        schedule::ToString(request.direction), request.freq_mhz),
+                    .freq_mhz = MeasureClock(request.freq_mhz),
+                    .comms = SequentialComms(ops),
+                    .build = [this, ops](const CommHandleOf& comm_of) {
+                      return SequentialProgram(ops, model_.workload, comm_of);
+                    }});
   }
   RunBatch(InstructionLayout(model_), specs, on_sample);
 }

@@ -47,13 +47,13 @@ double WindowEnergyJ(const CounterTick& before, double start_s, double end_s,
 // What one rank read in one measurement.
 struct RankReading {
   int ordinal = 0;
-  double time_s = 0.0;             // per run (device events)
-  double energy_j = 0.0;           // per run (energy counter over the window)
-  double realized_freq_mhz = 0.0;  // mean of the SM clock samples taken during the window
+  double time_s = 0.0;               // per run (device events)
+  double energy_j = 0.0;             // per run (energy counter over the window)
+  double realized_freq_mhz = 0.0;    // mean of the SM clock samples taken during the window
   uint64_t clock_event_reasons = 0;  // union of the reasons sampled during the window
-  int64_t repeats = 0;             // runs in the window
-  double window_s = 0.0;           // device seconds of the window
-  double seconds = 0.0;            // wall seconds the measurement occupied the GPU
+  int64_t repeats = 0;               // runs in the window
+  double window_s = 0.0;             // device seconds of the window
+  double seconds = 0.0;              // wall seconds the measurement occupied the GPU
 };
 
 // Per GPU, as published (§3.1): time = max over the ranks, energy = mean; realized clock = mean;
@@ -97,7 +97,7 @@ struct MeasureSpec {
   int freq_mhz = 0;
   std::vector<CommKey> comms;
   std::function<Program(const CommHandleOf&)> build;
-  bool energy = true;  // false: time only (calibration runs), no energy window
+  bool energy = true;     // false: time only (calibration runs), no energy window
   double window_s = 0.0;  // energy window; 0: the backend's
 };
 
@@ -117,13 +117,17 @@ class GpuBackend final : public Backend {
   double IdlePowerW() const override;
   double BatchOverheadSeconds() const override;
 
-  void MeasureBatch(const workload::PartitionType& partition, const std::vector<PartitionKnobs>& batch,
+  void MeasureBatch(const workload::PartitionType& partition,
+                    const std::vector<PartitionKnobs>& batch,
                     const SampleCallback& on_sample) override;
-  void MeasureInstructions(const workload::WorkloadModel& model, const std::vector<InstructionRequest>& batch,
+  void MeasureInstructions(const workload::WorkloadModel& model,
+                           const std::vector<InstructionRequest>& batch,
                            const SampleCallback& on_sample) override;
-  void MeasureFixedWork(const workload::WorkloadModel& model, const std::vector<FixedWorkRequest>& batch,
+  void MeasureFixedWork(const workload::WorkloadModel& model,
+                        const std::vector<FixedWorkRequest>& batch,
                         const SampleCallback& on_sample) override;
-  void MeasureGradientSync(const workload::WorkloadModel& model, const std::vector<GradientSyncRequest>& batch,
+  void MeasureGradientSync(const workload::WorkloadModel& model,
+                           const std::vector<GradientSyncRequest>& batch,
                            const SampleCallback& on_sample) override;
 
   // Runs `specs` on the ranks of `layout`, in order, each rank on its own thread; `on_reading` is
@@ -157,18 +161,20 @@ class GpuBackend final : public Backend {
 
   Rank& OpenRank(int rank);
   int CheckRanks(const RankLayout& layout, const std::string& what);
-  void RankMain(int r, const RankLayout& layout, const std::vector<MeasureSpec>& specs, Shared& shared,
-                const std::function<void(size_t, const Reading&)>& on_reading);
-  void MeasureOne(int r, const RankLayout& layout, const MeasureSpec& spec, size_t index, Shared& shared,
-                  const std::function<void(size_t, const Reading&)>& on_reading);
-  void EnsureComms(int r, const RankLayout& layout, const std::vector<CommKey>& keys, Shared& shared);
+  void RankMain(int r, const RankLayout& layout, const std::vector<MeasureSpec>& specs,
+                Shared& shared, const std::function<void(size_t, const Reading&)>& on_reading);
+  void MeasureOne(int r, const RankLayout& layout, const MeasureSpec& spec, size_t index,
+                  Shared& shared, const std::function<void(size_t, const Reading&)>& on_reading);
+  void EnsureComms(int r, const RankLayout& layout, const std::vector<CommKey>& keys,
+                   Shared& shared);
   void Characterize(Rank& rank);
   CounterTick WaitForTick(Rank& rank, double timeout_s);
   void Record(const Reading& reading);
   int MeasureClock(int requested_mhz) const;
   void CheckClock(int freq_mhz) const;
   void CheckModel(const workload::WorkloadModel& model) const;
-  void RunBatch(const RankLayout& layout, const std::vector<MeasureSpec>& specs, const SampleCallback& on_sample);
+  void RunBatch(const RankLayout& layout, const std::vector<MeasureSpec>& specs,
+                const SampleCallback& on_sample);
   void AccountBatch(double wall_s, int gpus, double measured_seconds);
 
   workload::WorkloadModel model_;

@@ -86,7 +86,7 @@ int Blocks(int64_t work) {
 
 bool Aligned(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
-#define KAREUS_GRID_STRIDE(i, n)                                                           \
+#define KAREUS_GRID_STRIDE(i, n)                                                         \
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < (n); \
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
 
@@ -100,7 +100,9 @@ __global__ void FillUniformKernel(Bf16* data, int64_t packs, uint64_t seed, floa
 }
 
 __global__ void FillMaskKernel(uint8_t* data, int64_t count, uint64_t seed) {
-  KAREUS_GRID_STRIDE(i, count) { data[i] = (Mix(seed ^ Mix(i)) >> 40) < static_cast<uint64_t>(kKeep * 16777216.0f); }
+  KAREUS_GRID_STRIDE(i, count) {
+    data[i] = (Mix(seed ^ Mix(i)) >> 40) < static_cast<uint64_t>(kKeep * 16777216.0f);
+  }
 }
 
 __global__ void RmsNormKernel(const Bf16* x, const Bf16* w, Bf16* y, int64_t cols) {
@@ -123,7 +125,8 @@ __global__ void RmsNormKernel(const Bf16* x, const Bf16* w, Bf16* y, int64_t col
   }
 }
 
-__global__ void RmsNormBackwardKernel(const Bf16* x, const Bf16* w, const Bf16* dy, Bf16* dx, int64_t cols) {
+__global__ void RmsNormBackwardKernel(const Bf16* x, const Bf16* w, const Bf16* dy, Bf16* dx,
+                                      int64_t cols) {
   const int64_t packs = cols / 8;
   const int64_t row = blockIdx.x * cols;
   float sum_sq = 0.0f, sum_dot = 0.0f;
@@ -158,7 +161,8 @@ __global__ void RopeKernel(Bf16* x, int64_t rows, int64_t head_dim) {
     const float position = static_cast<float>(row % 8192);
 #pragma unroll
     for (int k = 0; k < 8; ++k) {
-      const float inv_freq = exp2f(-13.287712f * 2.0f * static_cast<float>(i0 + k) / static_cast<float>(head_dim));
+      const float inv_freq =
+          exp2f(-13.287712f * 2.0f * static_cast<float>(i0 + k) / static_cast<float>(head_dim));
       float s, c;
       __sincosf(position * inv_freq, &s, &c);
       const float u = a.v[k], v = b.v[k];
@@ -182,8 +186,8 @@ __global__ void SwigluKernel(const Bf16* gate, const Bf16* up, Bf16* y, int64_t 
   }
 }
 
-__global__ void SwigluBackwardKernel(const Bf16* dy, const Bf16* gate, const Bf16* up, Bf16* dgate, Bf16* dup,
-                                     int64_t packs) {
+__global__ void SwigluBackwardKernel(const Bf16* dy, const Bf16* gate, const Bf16* up, Bf16* dgate,
+                                     Bf16* dup, int64_t packs) {
   KAREUS_GRID_STRIDE(p, packs) {
     const Pack d = Load(dy + p * 8), g = Load(gate + p * 8), u = Load(up + p * 8);
     Pack dg, du;
@@ -198,8 +202,8 @@ __global__ void SwigluBackwardKernel(const Bf16* dy, const Bf16* gate, const Bf1
   }
 }
 
-__global__ void DropoutAddKernel(const Bf16* x, const Bf16* residual, Bf16* y, uint8_t* mask, int64_t packs,
-                                 uint64_t seed) {
+__global__ void DropoutAddKernel(const Bf16* x, const Bf16* residual, Bf16* y, uint8_t* mask,
+                                 int64_t packs, uint64_t seed) {
   KAREUS_GRID_STRIDE(p, packs) {
     const Pack a = Load(x + p * 8), r = Load(residual + p * 8);
     Pack out;
@@ -207,7 +211,8 @@ __global__ void DropoutAddKernel(const Bf16* x, const Bf16* residual, Bf16* y, u
     uint8_t* mb = reinterpret_cast<uint8_t*>(&m);
 #pragma unroll
     for (int k = 0; k < 8; ++k) {
-      const bool keep = (Mix(seed ^ Mix(p * 8 + k)) >> 40) < static_cast<uint64_t>(kKeep * 16777216.0f);
+      const bool keep =
+          (Mix(seed ^ Mix(p * 8 + k)) >> 40) < static_cast<uint64_t>(kKeep * 16777216.0f);
       mb[k] = keep;
       out.v[k] = r.v[k] + (keep ? a.v[k] / kKeep : 0.0f);
     }
@@ -216,7 +221,8 @@ __global__ void DropoutAddKernel(const Bf16* x, const Bf16* residual, Bf16* y, u
   }
 }
 
-__global__ void DropoutBackwardKernel(const Bf16* dy, const uint8_t* mask, Bf16* dx, int64_t packs) {
+__global__ void DropoutBackwardKernel(const Bf16* dy, const uint8_t* mask, Bf16* dx,
+                                      int64_t packs) {
   KAREUS_GRID_STRIDE(p, packs) {
     const Pack d = Load(dy + p * 8);
     const uint2 m = *reinterpret_cast<const uint2*>(mask + p * 8);
@@ -296,12 +302,15 @@ __global__ void SoftmaxBackwardKernel(const Bf16* p_all, Bf16* dp_all, int64_t c
 }
 
 // Row kernels use one block per row; grids beyond 2^31 - 1 rows are not needed here.
-bool RowsOk(int64_t rows, int64_t cols) { return rows >= 1 && rows < (int64_t{1} << 31) && cols >= 8 && cols % 8 == 0; }
+bool RowsOk(int64_t rows, int64_t cols) {
+  return rows >= 1 && rows < (int64_t{1} << 31) && cols >= 8 && cols % 8 == 0;
+}
 bool CountOk(int64_t n) { return n >= 8 && n % 8 == 0; }
 
 }  // namespace
 
-cudaError_t FillUniform(Bf16* data, int64_t count, uint64_t seed, float scale, cudaStream_t stream) {
+cudaError_t FillUniform(Bf16* data, int64_t count, uint64_t seed, float scale,
+                        cudaStream_t stream) {
   if (!CountOk(count) || !Aligned(data)) return cudaErrorInvalidValue;
   FillUniformKernel<<<Blocks(count / 8), kThreads, 0, stream>>>(data, count / 8, Mix(seed), scale);
   return cudaGetLastError();
@@ -313,15 +322,18 @@ cudaError_t FillMask(uint8_t* data, int64_t count, uint64_t seed, cudaStream_t s
   return cudaGetLastError();
 }
 
-cudaError_t RmsNorm(const Bf16* x, const Bf16* w, Bf16* y, int64_t rows, int64_t cols, cudaStream_t stream) {
-  if (!RowsOk(rows, cols) || !Aligned(x) || !Aligned(w) || !Aligned(y)) return cudaErrorInvalidValue;
+cudaError_t RmsNorm(const Bf16* x, const Bf16* w, Bf16* y, int64_t rows, int64_t cols,
+                    cudaStream_t stream) {
+  if (!RowsOk(rows, cols) || !Aligned(x) || !Aligned(w) || !Aligned(y))
+    return cudaErrorInvalidValue;
   RmsNormKernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(x, w, y, cols);
   return cudaGetLastError();
 }
 
-cudaError_t RmsNormBackward(const Bf16* x, const Bf16* w, const Bf16* dy, Bf16* dx, int64_t rows, int64_t cols,
-                            cudaStream_t stream) {
-  if (!RowsOk(rows, cols) || !Aligned(x) || !Aligned(w) || !Aligned(dy) || !Aligned(dx)) return cudaErrorInvalidValue;
+cudaError_t RmsNormBackward(const Bf16* x, const Bf16* w, const Bf16* dy, Bf16* dx, int64_t rows,
+                            int64_t cols, cudaStream_t stream) {
+  if (!RowsOk(rows, cols) || !Aligned(x) || !Aligned(w) || !Aligned(dy) || !Aligned(dx))
+    return cudaErrorInvalidValue;
   RmsNormBackwardKernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(x, w, dy, dx, cols);
   return cudaGetLastError();
 }
@@ -338,23 +350,26 @@ cudaError_t Swiglu(const Bf16* gate, const Bf16* up, Bf16* y, int64_t n, cudaStr
   return cudaGetLastError();
 }
 
-cudaError_t SwigluBackward(const Bf16* dy, const Bf16* gate, const Bf16* up, Bf16* dgate, Bf16* dup, int64_t n,
-                           cudaStream_t stream) {
-  if (!CountOk(n) || !Aligned(dy) || !Aligned(gate) || !Aligned(up) || !Aligned(dgate) || !Aligned(dup)) {
+cudaError_t SwigluBackward(const Bf16* dy, const Bf16* gate, const Bf16* up, Bf16* dgate, Bf16* dup,
+                           int64_t n, cudaStream_t stream) {
+  if (!CountOk(n) || !Aligned(dy) || !Aligned(gate) || !Aligned(up) || !Aligned(dgate) ||
+      !Aligned(dup)) {
     return cudaErrorInvalidValue;
   }
   SwigluBackwardKernel<<<Blocks(n / 8), kThreads, 0, stream>>>(dy, gate, up, dgate, dup, n / 8);
   return cudaGetLastError();
 }
 
-cudaError_t DropoutAdd(const Bf16* x, const Bf16* residual, Bf16* y, uint8_t* mask, int64_t n, uint64_t seed,
-                       cudaStream_t stream) {
-  if (!CountOk(n) || !Aligned(x) || !Aligned(residual) || !Aligned(y) || !Aligned(mask)) return cudaErrorInvalidValue;
+cudaError_t DropoutAdd(const Bf16* x, const Bf16* residual, Bf16* y, uint8_t* mask, int64_t n,
+                       uint64_t seed, cudaStream_t stream) {
+  if (!CountOk(n) || !Aligned(x) || !Aligned(residual) || !Aligned(y) || !Aligned(mask))
+    return cudaErrorInvalidValue;
   DropoutAddKernel<<<Blocks(n / 8), kThreads, 0, stream>>>(x, residual, y, mask, n / 8, Mix(seed));
   return cudaGetLastError();
 }
 
-cudaError_t DropoutBackward(const Bf16* dy, const uint8_t* mask, Bf16* dx, int64_t n, cudaStream_t stream) {
+cudaError_t DropoutBackward(const Bf16* dy, const uint8_t* mask, Bf16* dx, int64_t n,
+                            cudaStream_t stream) {
   if (!CountOk(n) || !Aligned(dy) || !Aligned(mask) || !Aligned(dx)) return cudaErrorInvalidValue;
   DropoutBackwardKernel<<<Blocks(n / 8), kThreads, 0, stream>>>(dy, mask, dx, n / 8);
   return cudaGetLastError();
@@ -372,13 +387,15 @@ cudaError_t Copy(const Bf16* x, Bf16* y, int64_t n, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-cudaError_t CausalSoftmax(Bf16* scores, int64_t rows, int64_t cols, int64_t q_len, cudaStream_t stream) {
+cudaError_t CausalSoftmax(Bf16* scores, int64_t rows, int64_t cols, int64_t q_len,
+                          cudaStream_t stream) {
   if (!RowsOk(rows, cols) || q_len < 1 || !Aligned(scores)) return cudaErrorInvalidValue;
   CausalSoftmaxKernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(scores, cols, q_len);
   return cudaGetLastError();
 }
 
-cudaError_t SoftmaxBackward(const Bf16* p, Bf16* dp, int64_t rows, int64_t cols, cudaStream_t stream) {
+cudaError_t SoftmaxBackward(const Bf16* p, Bf16* dp, int64_t rows, int64_t cols,
+                            cudaStream_t stream) {
   if (!RowsOk(rows, cols) || !Aligned(p) || !Aligned(dp)) return cudaErrorInvalidValue;
   SoftmaxBackwardKernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(p, dp, cols);
   return cudaGetLastError();

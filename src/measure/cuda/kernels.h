@@ -20,7 +20,8 @@ cudaError_t FillUniform(Bf16* data, int64_t count, uint64_t seed, float scale, c
 cudaError_t FillMask(uint8_t* data, int64_t count, uint64_t seed, cudaStream_t stream);
 
 // y = x / sqrt(mean(x^2) + eps) * w, over `rows` rows of `cols` elements.
-cudaError_t RmsNorm(const Bf16* x, const Bf16* w, Bf16* y, int64_t rows, int64_t cols, cudaStream_t stream);
+cudaError_t RmsNorm(const Bf16* x, const Bf16* w, Bf16* y, int64_t rows, int64_t cols,
+                    cudaStream_t stream);
 // dx of RmsNorm from x, w and dy.
 cudaError_t RmsNormBackward(const Bf16* x, const Bf16* w, const Bf16* dy, Bf16* dx, int64_t rows,
                             int64_t cols, cudaStream_t stream);
@@ -34,7 +35,8 @@ cudaError_t SwigluBackward(const Bf16* dy, const Bf16* gate, const Bf16* up, Bf1
 // y = residual + x * mask / 0.9 with a fresh mask from `seed` (written), and its backward.
 cudaError_t DropoutAdd(const Bf16* x, const Bf16* residual, Bf16* y, uint8_t* mask, int64_t n,
                        uint64_t seed, cudaStream_t stream);
-cudaError_t DropoutBackward(const Bf16* dy, const uint8_t* mask, Bf16* dx, int64_t n, cudaStream_t stream);
+cudaError_t DropoutBackward(const Bf16* dy, const uint8_t* mask, Bf16* dx, int64_t n,
+                            cudaStream_t stream);
 // y = a + b; y = x.
 cudaError_t Add(const Bf16* a, const Bf16* b, Bf16* y, int64_t n, cudaStream_t stream);
 cudaError_t Copy(const Bf16* x, Bf16* y, int64_t n, cudaStream_t stream);
@@ -42,8 +44,10 @@ cudaError_t Copy(const Bf16* x, Bf16* y, int64_t n, cudaStream_t stream);
 // Causal softmax in place over `rows` rows of `cols` scores (already scaled). Rows come in blocks
 // of q_len queries; query i of a block sits at key position floor((i + 0.5) cols / q_len) and
 // attends to keys at or before it (masked scores become 0).
-cudaError_t CausalSoftmax(Bf16* scores, int64_t rows, int64_t cols, int64_t q_len, cudaStream_t stream);
+cudaError_t CausalSoftmax(Bf16* scores, int64_t rows, int64_t cols, int64_t q_len,
+                          cudaStream_t stream);
 // Softmax backward in place: dp <- p * (dp - sum_j p_j dp_j), per row.
-cudaError_t SoftmaxBackward(const Bf16* p, Bf16* dp, int64_t rows, int64_t cols, cudaStream_t stream);
+cudaError_t SoftmaxBackward(const Bf16* p, Bf16* dp, int64_t rows, int64_t cols,
+                            cudaStream_t stream);
 
 }  // namespace kareus::measure::internal::kernels

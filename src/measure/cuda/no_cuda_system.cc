@@ -13,7 +13,8 @@ namespace internal {
 std::unique_ptr<DeviceSystem> OpenCudaSystem() {
   throw EnvironmentError(
       "this kareus was built without CUDA (KAREUS_WITH_CUDA=OFF, or no CUDA toolkit was found at "
-      "build time): rebuild with the toolkit installed and -DKAREUS_WITH_CUDA=ON to measure on GPUs");
+      "build time): rebuild with the toolkit installed and -DKAREUS_WITH_CUDA=ON to measure on "
+      "GPUs");
 }
 
 }  // namespace internal

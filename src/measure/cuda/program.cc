@@ -11,30 +11,48 @@ namespace kareus::measure::internal {
 
 const char* ToString(MemoryPattern pattern) {
   switch (pattern) {
-    case MemoryPattern::kCopy: return "copy";
-    case MemoryPattern::kRmsNorm: return "rmsnorm";
-    case MemoryPattern::kRmsNormBackward: return "rmsnorm_bwd";
-    case MemoryPattern::kRope: return "rope";
-    case MemoryPattern::kSwiglu: return "swiglu";
-    case MemoryPattern::kSwigluBackward: return "swiglu_bwd";
-    case MemoryPattern::kBiasDropoutAdd: return "dropout_add";
-    case MemoryPattern::kDropoutAddBackward: return "dropout_add_bwd";
-    case MemoryPattern::kAdd: return "add";
+    case MemoryPattern::kCopy:
+      return "copy";
+    case MemoryPattern::kRmsNorm:
+      return "rmsnorm";
+    case MemoryPattern::kRmsNormBackward:
+      return "rmsnorm_bwd";
+    case MemoryPattern::kRope:
+      return "rope";
+    case MemoryPattern::kSwiglu:
+      return "swiglu";
+    case MemoryPattern::kSwigluBackward:
+      return "swiglu_bwd";
+    case MemoryPattern::kBiasDropoutAdd:
+      return "dropout_add";
+    case MemoryPattern::kDropoutAddBackward:
+      return "dropout_add_bwd";
+    case MemoryPattern::kAdd:
+      return "add";
   }
   return "?";
 }
 
 double BytesPerElement(MemoryPattern pattern) {
   switch (pattern) {
-    case MemoryPattern::kCopy: return 4.0;             // read + write bf16
-    case MemoryPattern::kRmsNorm: return 4.0;          // x in, y out
-    case MemoryPattern::kRmsNormBackward: return 6.0;  // x, dy in, dx out
-    case MemoryPattern::kRope: return 4.0;             // in place
-    case MemoryPattern::kSwiglu: return 6.0;           // gate, up in, y out
-    case MemoryPattern::kSwigluBackward: return 10.0;  // dy, gate, up in, dgate, dup out
-    case MemoryPattern::kBiasDropoutAdd: return 7.0;   // x, residual in, y out, 1-byte mask
-    case MemoryPattern::kDropoutAddBackward: return 5.0;  // dy, mask in, dx out
-    case MemoryPattern::kAdd: return 6.0;              // a, b in, y out
+    case MemoryPattern::kCopy:
+      return 4.0;  // read + write bf16
+    case MemoryPattern::kRmsNorm:
+      return 4.0;  // x in, y out
+    case MemoryPattern::kRmsNormBackward:
+      return 6.0;  // x, dy in, dx out
+    case MemoryPattern::kRope:
+      return 4.0;  // in place
+    case MemoryPattern::kSwiglu:
+      return 6.0;  // gate, up in, y out
+    case MemoryPattern::kSwigluBackward:
+      return 10.0;  // dy, gate, up in, dgate, dup out
+    case MemoryPattern::kBiasDropoutAdd:
+      return 7.0;  // x, residual in, y out, 1-byte mask
+    case MemoryPattern::kDropoutAddBackward:
+      return 5.0;  // dy, mask in, dx out
+    case MemoryPattern::kAdd:
+      return 6.0;  // a, b in, y out
   }
   return 4.0;
 }
@@ -42,9 +60,12 @@ double BytesPerElement(MemoryPattern pattern) {
 bool KernelSpec::SameShape(const KernelSpec& o) const {
   if (kind != o.kind) return false;
   switch (kind) {
-    case KernelKind::kGemm: return m == o.m && n == o.n && k == o.k;
-    case KernelKind::kAttention: return attention == o.attention;
-    case KernelKind::kMemory: return pattern == o.pattern && rows == o.rows && cols == o.cols;
+    case KernelKind::kGemm:
+      return m == o.m && n == o.n && k == o.k;
+    case KernelKind::kAttention:
+      return attention == o.attention;
+    case KernelKind::kMemory:
+      return pattern == o.pattern && rows == o.rows && cols == o.cols;
   }
   return false;
 }
@@ -62,7 +83,8 @@ MemoryPattern PatternOf(const workload::Op& op, bool backward) {
     return backward ? MemoryPattern::kRmsNormBackward : MemoryPattern::kRmsNorm;
   }
   if (module == "rotary") return MemoryPattern::kRope;
-  if (module == "activation") return backward ? MemoryPattern::kSwigluBackward : MemoryPattern::kSwiglu;
+  if (module == "activation")
+    return backward ? MemoryPattern::kSwigluBackward : MemoryPattern::kSwiglu;
   if (EndsWith(module, "_bda")) {
     return backward ? MemoryPattern::kDropoutAddBackward : MemoryPattern::kBiasDropoutAdd;
   }
@@ -112,7 +134,8 @@ KernelSpec ResolveKernel(const workload::Op& op, const workload::Workload& w) {
       const int64_t elements =
           std::max<int64_t>(8, std::llround(op.bytes / BytesPerElement(spec.pattern)));
       int64_t cols = 0;
-      if (spec.pattern == MemoryPattern::kRmsNorm || spec.pattern == MemoryPattern::kRmsNormBackward) {
+      if (spec.pattern == MemoryPattern::kRmsNorm ||
+          spec.pattern == MemoryPattern::kRmsNormBackward) {
         cols = w.model.hidden;
       } else if (spec.pattern == MemoryPattern::kRope) {
         cols = w.model.head_dim;
@@ -179,7 +202,8 @@ int ProgramBuilder::KernelItem(const KernelSpec& spec) {
 int ProgramBuilder::CollectiveItem(const CollectiveSpec& spec, int comm) {
   for (size_t i = 0; i < program_.items.size(); ++i) {
     const ProgramItem& item = program_.items[i];
-    if (item.collective && *item.collective == spec && item.comm == comm) return static_cast<int>(i);
+    if (item.collective && *item.collective == spec && item.comm == comm)
+      return static_cast<int>(i);
   }
   program_.items.push_back(ProgramItem{.kernel = std::nullopt, .collective = spec, .comm = comm});
   return static_cast<int>(program_.items.size()) - 1;
@@ -232,7 +256,8 @@ void ProgramBuilder::AddCollective(const CollectiveSpec& collective, int ctas) {
   Wait(kComputeStream, Record(kCommStream));
 }
 
-void ProgramBuilder::AddSequential(const std::vector<workload::Op>& ops, const workload::Workload& workload) {
+void ProgramBuilder::AddSequential(const std::vector<workload::Op>& ops,
+                                   const workload::Workload& workload) {
   for (const workload::Op& op : ops) {
     if (op.kind == workload::OpKind::kCollective) {
       const CollectiveSpec spec = ResolveCollective(op);
@@ -245,7 +270,8 @@ void ProgramBuilder::AddSequential(const std::vector<workload::Op>& ops, const w
 
 // --- Partitions ---------------------------------------------------------------------------------
 
-std::vector<CommKey> PartitionComms(const workload::PartitionType& partition, const PartitionKnobs& knobs) {
+std::vector<CommKey> PartitionComms(const workload::PartitionType& partition,
+                                    const PartitionKnobs& knobs) {
   return {CommKey{GroupOf(partition.collective.collective), knobs.sms}};
 }
 
@@ -259,7 +285,8 @@ Program PartitionProgram(const workload::PartitionType& partition, const Partiti
   return builder.Finish();
 }
 
-Program ComputeOnlyProgram(const workload::PartitionType& partition, const workload::Workload& workload) {
+Program ComputeOnlyProgram(const workload::PartitionType& partition,
+                           const workload::Workload& workload) {
   ProgramBuilder builder([](const CommKey&) -> int {
     KAREUS_CHECK(false) << "a compute-only program has no communicator";
     return -1;
@@ -270,27 +297,32 @@ Program ComputeOnlyProgram(const workload::PartitionType& partition, const workl
 
 // --- Instructions -------------------------------------------------------------------------------
 
-InstructionPlan ResolveInstruction(const workload::WorkloadModel& model, const InstructionRequest& request) {
-  const workload::InstructionModel& instr = model.Instruction(request.stage, request.chunk, request.direction);
+InstructionPlan ResolveInstruction(const workload::WorkloadModel& model,
+                                   const InstructionRequest& request) {
+  const workload::InstructionModel& instr =
+      model.Instruction(request.stage, request.chunk, request.direction);
   InstructionPlan plan;
   plan.nanobatched = request.knobs.mode == schedule::ExecutionMode::kNanobatched &&
                      model.nanobatching && !instr.sequence.empty();
   if (plan.nanobatched) {
     for (const workload::InstructionModel::Step& step : instr.sequence) {
-      const workload::PartitionType& type = model.partition_types.at(static_cast<size_t>(step.type));
+      const workload::PartitionType& type =
+          model.partition_types.at(static_cast<size_t>(step.type));
       int ctas = 0;  // the library default
       std::string slot = type.launch_slots.empty() ? std::string() : type.launch_slots.front();
       if (!type.tunable) {
         ctas = type.fixed_sms;
         slot = type.fixed_slot;
-      } else if (auto it = request.knobs.partitions.find(type.name); it != request.knobs.partitions.end()) {
+      } else if (auto it = request.knobs.partitions.find(type.name);
+                 it != request.knobs.partitions.end()) {
         ctas = it->second.sms;
         slot = it->second.slot;
       }
-      plan.occurrences.push_back({.type = step.type,
-                                  .with_collective = step.has_collective,
-                                  .ctas = ctas,
-                                  .launch_index = slot.empty() ? 0 : std::max(0, type.SlotIndex(slot))});
+      plan.occurrences.push_back(
+          {.type = step.type,
+           .with_collective = step.has_collective,
+           .ctas = ctas,
+           .launch_index = slot.empty() ? 0 : std::max(0, type.SlotIndex(slot))});
     }
   } else {
     plan.sequential_ops = instr.sequential_ops;
@@ -302,14 +334,16 @@ InstructionPlan ResolveInstruction(const workload::WorkloadModel& model, const I
 std::vector<CommKey> SequentialComms(const std::vector<workload::Op>& ops) {
   std::set<CommKey> keys;
   for (const workload::Op& op : ops) {
-    if (op.kind == workload::OpKind::kCollective && op.collective != workload::CollectiveType::kP2P) {
+    if (op.kind == workload::OpKind::kCollective &&
+        op.collective != workload::CollectiveType::kP2P) {
       keys.insert({GroupOf(op.collective), 0});
     }
   }
   return {keys.begin(), keys.end()};
 }
 
-std::vector<CommKey> InstructionComms(const workload::WorkloadModel& model, const InstructionPlan& plan) {
+std::vector<CommKey> InstructionComms(const workload::WorkloadModel& model,
+                                      const InstructionPlan& plan) {
   std::set<CommKey> keys;
   for (const InstructionPlan::Occurrence& o : plan.occurrences) {
     if (!o.with_collective) continue;
@@ -329,9 +363,10 @@ Program InstructionProgram(const workload::WorkloadModel& model, const Instructi
     const workload::PartitionType& type = model.partition_types.at(static_cast<size_t>(o.type));
     std::vector<KernelSpec>& compute = kernels[static_cast<size_t>(o.type)];
     if (compute.empty()) compute = ResolveKernels(type.compute_ops, model.workload);
-    builder.AddPartition(compute,
-                         o.with_collective ? std::optional(ResolveCollective(type.collective)) : std::nullopt,
-                         o.ctas, o.launch_index);
+    builder.AddPartition(
+        compute,
+        o.with_collective ? std::optional(ResolveCollective(type.collective)) : std::nullopt,
+        o.ctas, o.launch_index);
   }
   builder.AddSequential(plan.sequential_ops, model.workload);
   builder.AddSequential(plan.non_partition_ops, model.workload);

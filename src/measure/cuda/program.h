@@ -42,9 +42,13 @@ struct RankLayout {
   int tp = 1;
   int cp = 1;
   int Ranks() const { return tp * cp; }
-  int GroupIndex(GroupKind kind, int rank) const { return kind == GroupKind::kTensor ? rank / tp : rank % tp; }
+  int GroupIndex(GroupKind kind, int rank) const {
+    return kind == GroupKind::kTensor ? rank / tp : rank % tp;
+  }
   int GroupSize(GroupKind kind) const { return kind == GroupKind::kTensor ? tp : cp; }
-  int RankInGroup(GroupKind kind, int rank) const { return kind == GroupKind::kTensor ? rank % tp : rank / tp; }
+  int RankInGroup(GroupKind kind, int rank) const {
+    return kind == GroupKind::kTensor ? rank % tp : rank / tp;
+  }
 };
 // A partition's measurement occupies its collective's group alone.
 RankLayout PartitionLayout(const workload::PartitionType& partition);
@@ -85,12 +89,14 @@ class ProgramBuilder {
 };
 
 // The communicators a partition measurement needs.
-std::vector<CommKey> PartitionComms(const workload::PartitionType& partition, const PartitionKnobs& knobs);
+std::vector<CommKey> PartitionComms(const workload::PartitionType& partition,
+                                    const PartitionKnobs& knobs);
 // One partition with its collective at `knobs` (the clock is not part of the program).
 Program PartitionProgram(const workload::PartitionType& partition, const PartitionKnobs& knobs,
                          const workload::Workload& workload, const CommHandleOf& comm_of);
 // The partition's compute ops alone (the occurrences that carry no collective).
-Program ComputeOnlyProgram(const workload::PartitionType& partition, const workload::Workload& workload);
+Program ComputeOnlyProgram(const workload::PartitionType& partition,
+                           const workload::Workload& workload);
 
 // One whole instruction, resolved as the emulator resolves it (SimulateInstruction): in
 // nanobatched mode every occurrence of the instruction's sequence, each type with its knobs
@@ -105,12 +111,14 @@ struct InstructionPlan {
     int launch_index = 0;
   };
   bool nanobatched = true;
-  std::vector<Occurrence> occurrences;  // nanobatched
+  std::vector<Occurrence> occurrences;       // nanobatched
   std::vector<workload::Op> sequential_ops;  // sequential (collectives included)
   std::vector<workload::Op> non_partition_ops;
 };
-InstructionPlan ResolveInstruction(const workload::WorkloadModel& model, const InstructionRequest& request);
-std::vector<CommKey> InstructionComms(const workload::WorkloadModel& model, const InstructionPlan& plan);
+InstructionPlan ResolveInstruction(const workload::WorkloadModel& model,
+                                   const InstructionRequest& request);
+std::vector<CommKey> InstructionComms(const workload::WorkloadModel& model,
+                                      const InstructionPlan& plan);
 Program InstructionProgram(const workload::WorkloadModel& model, const InstructionPlan& plan,
                            const CommHandleOf& comm_of);
 

@@ -76,8 +76,8 @@ Sample ToSample(const Json& reply, double static_power_w) {
   s.seconds = reply.at("seconds").get<double>();
   s.gpus = reply.at("gpus").get<int>();
   s.noise_free = false;
-  if (!(std::isfinite(s.time_s) && s.time_s > 0.0 && std::isfinite(s.energy_j) && s.energy_j >= 0.0 &&
-        std::isfinite(s.seconds) && s.seconds >= 0.0 && s.gpus >= 1)) {
+  if (!(std::isfinite(s.time_s) && s.time_s > 0.0 && std::isfinite(s.energy_j) &&
+        s.energy_j >= 0.0 && std::isfinite(s.seconds) && s.seconds >= 0.0 && s.gpus >= 1)) {
     throw EnvironmentError("it answered an impossible reading: " + reply.dump());
   }
   return s;
@@ -85,13 +85,15 @@ Sample ToSample(const Json& reply, double static_power_w) {
 
 Json KnobsJson(const std::map<std::string, CommKnobs>& partitions) {
   Json out = Json::object();
-  for (const auto& [type, knobs] : partitions) out[type] = {{"sms", knobs.sms}, {"slot", knobs.slot}};
+  for (const auto& [type, knobs] : partitions)
+    out[type] = {{"sms", knobs.sms}, {"slot", knobs.slot}};
   return out;
 }
 
 class TorchBackend final : public Backend {
  public:
-  TorchBackend(const workload::WorkloadModel& model, const TorchBackendOptions& options, uint64_t seed)
+  TorchBackend(const workload::WorkloadModel& model, const TorchBackendOptions& options,
+               uint64_t seed)
       : options_(options), gpu_(model.workload.gpu), seed_(seed) {
     if (!options_.allow_clock_control) {
       // The clock as found: one level, the preset's default clock.
@@ -108,7 +110,8 @@ class TorchBackend final : public Backend {
     return batches_ > 0 ? overhead_total_s_ / static_cast<double>(batches_) : 2.0;
   }
 
-  void MeasureBatch(const workload::PartitionType& partition, const std::vector<PartitionKnobs>& batch,
+  void MeasureBatch(const workload::PartitionType& partition,
+                    const std::vector<PartitionKnobs>& batch,
                     const SampleCallback& on_sample) override {
     if (batch.empty()) return;
     Json configurations = Json::array();
@@ -116,12 +119,14 @@ class TorchBackend final : public Backend {
       emulator::ValidatePartitionKnobs(gpu_, partition, k);
       configurations.push_back({{"freq_mhz", k.freq_mhz}, {"sms", k.sms}, {"slot", k.slot}});
     }
-    Request(Json{{"kind", "partition"}, {"type", partition.name}, {"configurations", configurations}},
-            fmt::format("partition {}, {} configuration(s)", partition.name, batch.size()), on_sample);
+    Request(
+        Json{{"kind", "partition"}, {"type", partition.name}, {"configurations", configurations}},
+        fmt::format("partition {}, {} configuration(s)", partition.name, batch.size()), on_sample);
   }
 
   // The worker runs the workload it was started for (its program): `model` is that one.
-  void MeasureInstructions(const workload::WorkloadModel& /*model*/, const std::vector<InstructionRequest>& batch,
+  void MeasureInstructions(const workload::WorkloadModel& /*model*/,
+                           const std::vector<InstructionRequest>& batch,
                            const SampleCallback& on_sample) override {
     if (batch.empty()) return;
     Json configurations = Json::array();
@@ -138,7 +143,8 @@ class TorchBackend final : public Backend {
             fmt::format("{} instruction(s)", batch.size()), on_sample);
   }
 
-  void MeasureFixedWork(const workload::WorkloadModel& /*model*/, const std::vector<FixedWorkRequest>& batch,
+  void MeasureFixedWork(const workload::WorkloadModel& /*model*/,
+                        const std::vector<FixedWorkRequest>& batch,
                         const SampleCallback& on_sample) override {
     if (batch.empty()) return;
     Json configurations = Json::array();
@@ -156,7 +162,8 @@ class TorchBackend final : public Backend {
   // The reductions kareus.torch runs: every bucket all-reduced over the DP x CP replicas after
   // the last backward. The overlapped kind is that backward plus those buckets: the executor
   // reduces after the backward, so this is what a plan's overlapped sync costs when it runs.
-  void MeasureGradientSync(const workload::WorkloadModel& model, const std::vector<GradientSyncRequest>& batch,
+  void MeasureGradientSync(const workload::WorkloadModel& model,
+                           const std::vector<GradientSyncRequest>& batch,
                            const SampleCallback& on_sample) override {
     if (batch.empty()) return;
     KAREUS_CHECK(model.gradient_sync.enabled) << "gradient sync requested without DP x CP > 1";
@@ -167,8 +174,9 @@ class TorchBackend final : public Backend {
       const GradientSyncRequest& r = batch[i];
       CheckClock(r.freq_mhz);
       const std::vector<workload::GradientBucket> buckets =
-          r.work == GradientSyncWork::kSyncNode ? workload::GradientSyncBuckets(model, r.stage, r.chunk)
-                                                : workload::LastBackwardBuckets(model, r.stage);
+          r.work == GradientSyncWork::kSyncNode
+              ? workload::GradientSyncBuckets(model, r.stage, r.chunk)
+              : workload::LastBackwardBuckets(model, r.stage);
       Json bytes = Json::array();
       for (const workload::GradientBucket& b : buckets) bytes.push_back(b.collective.bytes);
       reductions.push_back({{"stage", r.stage},
@@ -188,7 +196,8 @@ class TorchBackend final : public Backend {
     }
     std::vector<Sample> instruction_samples(backwards.size());
     if (!backwards.empty()) {
-      MeasureInstructions(model, backwards, [&](std::size_t k, const Sample& s) { instruction_samples[k] = s; });
+      MeasureInstructions(model, backwards,
+                          [&](std::size_t k, const Sample& s) { instruction_samples[k] = s; });
     }
     std::map<std::size_t, std::size_t> backward_index;
     for (std::size_t k = 0; k < backward_of.size(); ++k) backward_index[backward_of[k]] = k;
@@ -231,8 +240,8 @@ class TorchBackend final : public Backend {
     const auto outcome = worker_->Receive(options_.timeout_s, ready, garbage);
     if (outcome != internal::WorkerProcess::Outcome::kLine) Fail(what, Why(outcome, garbage));
     if (ready.contains("error")) {
-      throw EnvironmentError("the torch backend cannot measure workload " + model.workload.name + ": " +
-                             ready["error"].get<std::string>());
+      throw EnvironmentError("the torch backend cannot measure workload " + model.workload.name +
+                             ": " + ready["error"].get<std::string>());
     }
     if (ready.value("protocol", "") != kProtocol || !ready.value("ready", false)) {
       Fail(what, "it answered " + ready.dump() + " (expected " + kProtocol + " ready)");
@@ -257,7 +266,8 @@ class TorchBackend final : public Backend {
       }
       case internal::WorkerProcess::Outcome::kGarbage:
         worker_->Kill();
-        return "it answered something that is not a kareus.measure/1 line: " + ShownValue(garbage, 200);
+        return "it answered something that is not a kareus.measure/1 line: " +
+               ShownValue(garbage, 200);
       case internal::WorkerProcess::Outcome::kLine:
         break;
     }
@@ -289,28 +299,34 @@ class TorchBackend final : public Backend {
 
   // Sends one request and delivers its samples as they arrive.
   void Request(Json request, const std::string& what, const SampleCallback& on_sample) {
-    if (!worker_) throw EnvironmentError("the torch backend's worker stopped after an earlier failure");
+    if (!worker_)
+      throw EnvironmentError("the torch backend's worker stopped after an earlier failure");
     const int64_t id = ++next_id_;
     request["id"] = id;
     const std::string named = fmt::format("request {} ({})", id, what);
     const std::size_t expected = request["configurations"].size();
-    if (!worker_->Send(request)) Fail(named, "it no longer reads its input (" + worker_->ExitStatus() + ")");
+    if (!worker_->Send(request))
+      Fail(named, "it no longer reads its input (" + worker_->ExitStatus() + ")");
     std::size_t next = 0;
     while (true) {
       Json reply;
       std::string garbage;
       const auto outcome = worker_->Receive(options_.timeout_s, reply, garbage);
       if (outcome != internal::WorkerProcess::Outcome::kLine) {
-        Fail(fmt::format("{} after {} of {} measurements", named, next, expected), Why(outcome, garbage));
+        Fail(fmt::format("{} after {} of {} measurements", named, next, expected),
+             Why(outcome, garbage));
       }
-      if (reply.value("id", int64_t{-1}) != id) Fail(named, "it answered another request: " + reply.dump());
+      if (reply.value("id", int64_t{-1}) != id)
+        Fail(named, "it answered another request: " + reply.dump());
       if (reply.contains("error")) {
         throw EnvironmentError(fmt::format("torch backend worker, {}: {}", named,
-                                           reply["error"].is_string() ? reply["error"].get<std::string>()
-                                                                      : reply["error"].dump()));
+                                           reply["error"].is_string()
+                                               ? reply["error"].get<std::string>()
+                                               : reply["error"].dump()));
       }
       if (reply.value("done", false)) {
-        if (next != expected) Fail(named, fmt::format("it finished after {} of {} measurements", next, expected));
+        if (next != expected)
+          Fail(named, fmt::format("it finished after {} of {} measurements", next, expected));
         overhead_total_s_ += reply.value("overhead_s", 0.0);
         ++batches_;
         Account(reply.value("overhead_s", 0.0) * static_cast<double>(last_gpus_), 0);
@@ -360,7 +376,8 @@ std::optional<OptionError> TorchBackendOptions::Validate() const {
   if (!(window_s >= 0.0 && window_s <= 3600.0)) {
     return OptionError{"window_s", fmt::format("{}", window_s), "must be in [0, 3600] s"};
   }
-  if (threads < 1 || threads > 1024) return OptionError{"threads", std::to_string(threads), "must be in [1, 1024]"};
+  if (threads < 1 || threads > 1024)
+    return OptionError{"threads", std::to_string(threads), "must be in [1, 1024]"};
   if (!(timeout_s > 0.0 && timeout_s <= 86400.0)) {
     return OptionError{"timeout_s", fmt::format("{}", timeout_s), "must be in (0, 86400] s"};
   }
@@ -369,9 +386,10 @@ std::optional<OptionError> TorchBackendOptions::Validate() const {
 
 void CheckTorchBackendAvailable(const TorchBackendOptions& options) {
   ThrowIfInvalid(options.Validate());
-  internal::WorkerProcess probe({Interpreter(options), "-c",
-                                 "import torch, kareus.torch.measure; print('{\"ok\": true}', flush=True)"},
-                                WorkerEnvironment(options));
+  internal::WorkerProcess probe(
+      {Interpreter(options), "-c",
+       "import torch, kareus.torch.measure; print('{\"ok\": true}', flush=True)"},
+      WorkerEnvironment(options));
   Json line;
   std::string garbage;
   if (probe.Receive(120.0, line, garbage) == internal::WorkerProcess::Outcome::kLine &&
@@ -393,9 +411,10 @@ std::unique_ptr<Backend> MakeTorchBackend(const workload::WorkloadModel& model,
 
 BackendFactory TorchBackendFactory(const TorchBackendOptions& options) {
   ThrowIfInvalid(options.Validate());
-  return [options](const workload::WorkloadModel& model, uint64_t seed) -> std::unique_ptr<Backend> {
-    return std::make_unique<TorchBackend>(model, options, seed);
-  };
+  return
+      [options](const workload::WorkloadModel& model, uint64_t seed) -> std::unique_ptr<Backend> {
+        return std::make_unique<TorchBackend>(model, options, seed);
+      };
 }
 
 }  // namespace kareus::measure

@@ -38,8 +38,8 @@ const std::string& GpuUnavailable() {
   return reason;
 }
 
-#define REQUIRE_GPU()                                                       \
-  do {                                                                      \
+#define REQUIRE_GPU()                                                                     \
+  do {                                                                                    \
     if (!GpuUnavailable().empty()) GTEST_SKIP() << "no usable GPU: " << GpuUnavailable(); \
   } while (0)
 
@@ -84,13 +84,16 @@ class DeviceBuffer {
   ~DeviceBuffer() { cudaFree(ptr_); }
   char* get() const { return static_cast<char*>(ptr_); }
   void Put(size_t offset, const Tensor& t) const {
-    internal::CudaCheck(cudaMemcpy(get() + offset, t.bits.data(), t.bits.size() * 2, cudaMemcpyHostToDevice), "copy", 0);
+    internal::CudaCheck(
+        cudaMemcpy(get() + offset, t.bits.data(), t.bits.size() * 2, cudaMemcpyHostToDevice),
+        "copy", 0);
   }
   Tensor Get(size_t offset, size_t n) const {
     Tensor t;
     t.bits.resize(n);
     internal::CudaCheck(cudaDeviceSynchronize(), "sync", 0);
-    internal::CudaCheck(cudaMemcpy(t.bits.data(), get() + offset, n * 2, cudaMemcpyDeviceToHost), "copy", 0);
+    internal::CudaCheck(cudaMemcpy(t.bits.data(), get() + offset, n * 2, cudaMemcpyDeviceToHost),
+                        "copy", 0);
     return t;
   }
 
@@ -142,7 +145,8 @@ TEST_F(CudaDeviceTest, MemoryKernelsMatchTheCpu) {
     const double inv = 1.0 / std::sqrt(ss / cols + 1e-5);
     for (int64_t c = 0; c < cols; ++c) {
       norm[r * cols + c] = float(xv[r * cols + c] * inv * wv[c]);
-      dnorm[r * cols + c] = float(inv * wv[c] * zv[r * cols + c] - xv[r * cols + c] * dot * inv * inv * inv / cols);
+      dnorm[r * cols + c] =
+          float(inv * wv[c] * zv[r * cols + c] - xv[r * cols + c] * dot * inv * inv * inv / cols);
     }
   }
   EXPECT_LT(RelError(buf.Get(4 * t, n).Values(), norm), 1e-2);
@@ -209,7 +213,8 @@ struct AttentionRef {
 };
 
 AttentionRef CpuAttention(const internal::AttentionShape& a, const std::vector<float>& q,
-                          const std::vector<float>& kk, const std::vector<float>& v, const std::vector<float>& dout) {
+                          const std::vector<float>& kk, const std::vector<float>& v,
+                          const std::vector<float>& dout) {
   const int64_t group = a.heads / a.kv_heads, rows = group * a.q_len, d = a.head_dim, kv = a.kv_len;
   const double scale = 1.0 / std::sqrt(double(d));
   AttentionRef ref;
@@ -321,8 +326,10 @@ void CheckAttention(const internal::AttentionShape& shape) {
 TEST_F(CudaDeviceTest, AttentionMatchesTheCpu) {
   REQUIRE_GPU();
   // GQA (4 heads in 2 groups), causal; then CP-like: half the queries against all keys.
-  CheckAttention({.batch = 2, .heads = 4, .kv_heads = 2, .head_dim = 32, .q_len = 64, .kv_len = 64});
-  CheckAttention({.batch = 1, .heads = 2, .kv_heads = 1, .head_dim = 64, .q_len = 32, .kv_len = 64});
+  CheckAttention(
+      {.batch = 2, .heads = 4, .kv_heads = 2, .head_dim = 32, .q_len = 64, .kv_len = 64});
+  CheckAttention(
+      {.batch = 1, .heads = 2, .kv_heads = 1, .head_dim = 64, .q_len = 32, .kv_len = 64});
 }
 
 TEST_F(CudaDeviceTest, OneRankCommunicatorRunsOnTheSecondStream) {
@@ -331,13 +338,16 @@ TEST_F(CudaDeviceTest, OneRankCommunicatorRunsOnTheSecondStream) {
   auto rank = system->OpenRank(0);
   const internal::CommKey key{internal::GroupKind::kTensor, 4};
   const int comm = rank->CreateCommunicator(key, system->NewCommId(), 1, 0);
-  const int fallback = rank->CreateCommunicator({internal::GroupKind::kTensor, 0}, system->NewCommId(), 1, 0);
+  const int fallback =
+      rank->CreateCommunicator({internal::GroupKind::kTensor, 0}, system->NewCommId(), 1, 0);
   EXPECT_NE(comm, fallback);
   KernelSpec gemm;
   gemm.kind = KernelKind::kGemm;
   gemm.m = 4096, gemm.n = 4096, gemm.k = 1024;
-  internal::ProgramBuilder builder([&](const internal::CommKey& k) { return k.ctas == 4 ? comm : fallback; });
-  builder.AddPartition({gemm, gemm}, internal::CollectiveSpec{.bytes = 64 << 20, .group_size = 1}, 4, 1);
+  internal::ProgramBuilder builder(
+      [&](const internal::CommKey& k) { return k.ctas == 4 ? comm : fallback; });
+  builder.AddPartition({gemm, gemm}, internal::CollectiveSpec{.bytes = 64 << 20, .group_size = 1},
+                       4, 1);
   const internal::Program program = builder.Finish();
   rank->Prepare(program);
   rank->BeginTiming();
@@ -377,8 +387,9 @@ TEST_F(CudaDeviceTest, BackendMeasuresAPartitionOnOneGpu) {
   workload::PartitionType type = model.Type("fwd_attn");
   type.collective.group_size = 1;  // a one-rank communicator on this one GPU
   const int clock = backend.ClockLevelMhz();
-  const auto samples = backend.MeasureAll(type, {{.freq_mhz = clock, .sms = 6, .slot = type.launch_slots.front()},
-                                                 {.freq_mhz = clock, .sms = 30, .slot = type.launch_slots.back()}});
+  const auto samples =
+      backend.MeasureAll(type, {{.freq_mhz = clock, .sms = 6, .slot = type.launch_slots.front()},
+                                {.freq_mhz = clock, .sms = 30, .slot = type.launch_slots.back()}});
   ASSERT_EQ(samples.size(), 2u);
   for (const Sample& s : samples) {
     EXPECT_GT(s.time_s, 1e-6);
@@ -389,7 +400,8 @@ TEST_F(CudaDeviceTest, BackendMeasuresAPartitionOnOneGpu) {
     EXPECT_GT(s.realized_freq_mhz, 100.0);
     EXPECT_EQ(s.gpus, 1);
   }
-  EXPECT_THROW(backend.MeasureAll(type, {{.freq_mhz = clock - 15, .sms = 6, .slot = type.launch_slots.front()}}),
+  EXPECT_THROW(backend.MeasureAll(
+                   type, {{.freq_mhz = clock - 15, .sms = 6, .slot = type.launch_slots.front()}}),
                InputError);
   EXPECT_NE(backend.Description().find("cuda("), std::string::npos);
 }

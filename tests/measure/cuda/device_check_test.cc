@@ -20,7 +20,8 @@ using testing::FakeSystem;
 
 std::filesystem::path Workload() {
   const char* dir = std::getenv("KAREUS_SOURCE_DIR");
-  return std::filesystem::path(dir ? dir : ".") / "examples" / "device" / "llama3.2-3b-tp8-h200.yaml";
+  return std::filesystem::path(dir ? dir : ".") / "examples" / "device" /
+         "llama3.2-3b-tp8-h200.yaml";
 }
 
 internal::DeviceCheckEnv Env(int devices) {
@@ -47,7 +48,8 @@ DeviceCheckOptions Options() {
 
 TEST(DeviceCheck, OneGpuMeasuresEverySectionBesideTheEmulator) {
   const Json report = internal::RunDeviceCheck(Options(), Env(1));
-  for (const char* name : {"nvml", "cuda", "energy_counter", "workload", "kernels", "partitions", "energy_window", "nccl"}) {
+  for (const char* name : {"nvml", "cuda", "energy_counter", "workload", "kernels", "partitions",
+                           "energy_window", "nccl"}) {
     ASSERT_TRUE(report.contains(name)) << name;
     EXPECT_EQ(report[name]["status"], "ok") << name << ": " << report[name].dump();
   }
@@ -65,7 +67,8 @@ TEST(DeviceCheck, OneGpuMeasuresEverySectionBesideTheEmulator) {
   hw::SetPowerLimit(held, 600.0);
   const Json& partitions = report["partitions"];
   EXPECT_EQ(partitions["rows"].size(), model.partition_types.size());  // compute only: 1 GPU of 8
-  EXPECT_THAT(partitions["with_collective"].get<std::string>(), ::testing::HasSubstr("need up to 8 GPUs"));
+  EXPECT_THAT(partitions["with_collective"].get<std::string>(),
+              ::testing::HasSubstr("need up to 8 GPUs"));
   for (const Json& row : partitions["rows"]) {
     EXPECT_EQ(row["mode"], "compute_only");
     const double measured = row["measured"]["time_s"].get<double>();
@@ -74,7 +77,7 @@ TEST(DeviceCheck, OneGpuMeasuresEverySectionBesideTheEmulator) {
     EXPECT_DOUBLE_EQ(row["rel_error"]["time"].get<double>(), (emulated - measured) / measured);
     const auto& type = model.Type(row["type"].get<std::string>());
     EXPECT_DOUBLE_EQ(emulated, emulator::SimulateSequential(held, type.compute_ops, 1980,
-                                                           held.interconnect.library_default_sms)
+                                                            held.interconnect.library_default_sms)
                                    .time_s);
   }
   bool attention = false;
@@ -117,7 +120,9 @@ TEST(DeviceCheck, AFailingMachineStillGivesACompleteReport) {
   env.open_system = []() -> std::unique_ptr<internal::DeviceSystem> {
     throw EnvironmentError("no NVIDIA driver on this machine");
   };
-  env.open_nvml = []() -> std::shared_ptr<runtime::Nvml> { throw EnvironmentError("cannot load NVML"); };
+  env.open_nvml = []() -> std::shared_ptr<runtime::Nvml> {
+    throw EnvironmentError("cannot load NVML");
+  };
   DeviceCheckOptions options = Options();
   std::vector<size_t> sizes;  // the report saved after each section, growing
   options.on_section = [&](const Json& partial) { sizes.push_back(partial.size()); };

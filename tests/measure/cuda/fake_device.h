@@ -52,13 +52,17 @@ struct FakeConfig {
   // Seconds of one kernel / one collective with `ctas` CTAs (0: the library default).
   std::function<double(const KernelSpec&)> kernel_time = [](const KernelSpec& k) {
     switch (k.kind) {
-      case KernelKind::kGemm: return 2.0 * k.m * k.n * k.k / 5e14 + 5e-6;
-      case KernelKind::kAttention: return 1e-4;
-      case KernelKind::kMemory: return k.bytes / 3e12 + 3e-6;
+      case KernelKind::kGemm:
+        return 2.0 * k.m * k.n * k.k / 5e14 + 5e-6;
+      case KernelKind::kAttention:
+        return 1e-4;
+      case KernelKind::kMemory:
+        return k.bytes / 3e12 + 3e-6;
     }
     return 1e-5;
   };
-  std::function<double(const CollectiveSpec&, int)> collective_time = [](const CollectiveSpec& c, int ctas) {
+  std::function<double(const CollectiveSpec&, int)> collective_time = [](const CollectiveSpec& c,
+                                                                         int ctas) {
     const int channels = ctas > 0 ? ctas : 32;
     return 1e-5 + c.bytes / (std::min(channels, 12) * 30e9);
   };
@@ -113,7 +117,8 @@ inline std::vector<LaunchTime> SimulateProgram(const Program& program, const Fak
           d = config.kernel_time(*item.kernel) / speed;
         } else {
           auto it = comm_ctas.find(item.comm);
-          if (it == comm_ctas.end()) throw std::runtime_error("collective on an unknown communicator");
+          if (it == comm_ctas.end())
+            throw std::runtime_error("collective on an unknown communicator");
           d = config.collective_time(*item.collective, it->second);
         }
         launches.push_back({static_cast<int>(i), s.stream, s.item, t[s.stream], t[s.stream] + d});
@@ -145,9 +150,10 @@ class FakeRank final : public internal::DeviceRank {
     info_.sm_count = config.sm_count;
     info_.max_sm_clock_mhz = config.max_sm_clock_mhz;
     info_.power_limit_w = config.power_limit_w;
-    speed_ = ordinal < static_cast<int>(config.rank_speed.size()) ? config.rank_speed[ordinal] : 1.0;
+    speed_ =
+        ordinal < static_cast<int>(config.rank_speed.size()) ? config.rank_speed[ordinal] : 1.0;
     power_ = ordinal < static_cast<int>(config.rank_power_w.size()) ? config.rank_power_w[ordinal]
-                                                                      : config.active_power_w;
+                                                                    : config.active_power_w;
     now_ = 1000.0 + 0.0137 * ordinal;  // clocks that are not aligned to the counter's period
   }
 
@@ -164,7 +170,8 @@ class FakeRank final : public internal::DeviceRank {
   void Prepare(const Program& program) override {
     for (const auto& item : program.items) {
       if (!item.kernel && !item.collective) throw std::runtime_error("empty program item");
-      if (item.collective && !comm_ctas_.count(item.comm)) throw std::runtime_error("unknown communicator");
+      if (item.collective && !comm_ctas_.count(item.comm))
+        throw std::runtime_error("unknown communicator");
     }
     std::lock_guard<std::mutex> lock(log_->mutex);
     ++log_->prepares;
@@ -173,7 +180,8 @@ class FakeRank final : public internal::DeviceRank {
   void BeginTiming() override { timing_start_ = std::max(now_, busy_until_); }
 
   void Enqueue(const Program& program, int64_t repeats) override {
-    if (info_.ordinal == config_.fail_enqueue_on_ordinal) throw std::runtime_error("fake device failure");
+    if (info_.ordinal == config_.fail_enqueue_on_ordinal)
+      throw std::runtime_error("fake device failure");
     double run_s = 0.0;
     last_launches_ = SimulateProgram(program, config_, comm_ctas_, speed_, &run_s);
     last_run_s_ = run_s;

@@ -30,11 +30,11 @@ using testing::FakeLog;
 using testing::FakeSystem;
 
 workload::WorkloadModel Model(int tp, int cp = 1, int microbatch = 4, int sequence = 2048) {
-  const std::string yaml = "name: tiny\nmodel: llama3.2-3b\ngpu: H200-SXM\nparallelism: {tp: " +
-                           std::to_string(tp) + ", cp: " + std::to_string(cp) +
-                           ", pp: 2, dp: 1}\nmicrobatch_size: " + std::to_string(microbatch) +
-                           "\nsequence_length: " + std::to_string(sequence) +
-                           "\nmicrobatches: 4\nrecompute: full\n";
+  const std::string yaml =
+      "name: tiny\nmodel: llama3.2-3b\ngpu: H200-SXM\nparallelism: {tp: " + std::to_string(tp) +
+      ", cp: " + std::to_string(cp) +
+      ", pp: 2, dp: 1}\nmicrobatch_size: " + std::to_string(microbatch) +
+      "\nsequence_length: " + std::to_string(sequence) + "\nmicrobatches: 4\nrecompute: full\n";
   return workload::BuildWorkloadModel(workload::WorkloadFromYaml(yaml, "tiny"));
 }
 
@@ -58,7 +58,8 @@ struct Rig {
   std::unique_ptr<GpuBackend> backend;
 };
 
-Rig MakeRig(const workload::WorkloadModel& model, FakeConfig config, CudaBackendOptions options = Fast()) {
+Rig MakeRig(const workload::WorkloadModel& model, FakeConfig config,
+            CudaBackendOptions options = Fast()) {
   Rig rig;
   auto system = std::make_unique<FakeSystem>(std::move(config), rig.log);
   rig.system = system.get();
@@ -103,7 +104,8 @@ TEST(CudaProgram, KernelsTakeTheWorkloadsShapes) {
       EXPECT_EQ(internal::ResolveKernel(op, model.workload).pattern, MemoryPattern::kRmsNorm);
     }
     if (op.name == "mlp_bda") {
-      EXPECT_EQ(internal::ResolveKernel(op, model.workload).pattern, MemoryPattern::kBiasDropoutAdd);
+      EXPECT_EQ(internal::ResolveKernel(op, model.workload).pattern,
+                MemoryPattern::kBiasDropoutAdd);
     }
   }
 }
@@ -116,7 +118,7 @@ TEST(CudaProgram, BackwardAttentionAndContextParallelShapes) {
     if (op.kind != workload::OpKind::kAttention) continue;
     const auto k = internal::ResolveKernel(op, model.workload);
     EXPECT_TRUE(k.attention.backward);
-    EXPECT_EQ(k.attention.q_len, 1024);  // S / CP queries
+    EXPECT_EQ(k.attention.q_len, 1024);   // S / CP queries
     EXPECT_EQ(k.attention.kv_len, 2048);  // against all S keys
     ++attention;
   }
@@ -179,8 +181,9 @@ TEST(CudaProgram, TwoStreamsStartTheCollectiveWithItsSlot) {
   config.collective_time = [](const internal::CollectiveSpec&, int ctas) { return 1e-3 / ctas; };
   for (const std::string& slot : type.launch_slots) {
     for (int ctas : {3, 30}) {
-      const Program p = internal::PartitionProgram(type, {.freq_mhz = 1980, .sms = ctas, .slot = slot},
-                                                   model.workload, [](const CommKey&) { return 0; });
+      const Program p =
+          internal::PartitionProgram(type, {.freq_mhz = 1980, .sms = ctas, .slot = slot},
+                                     model.workload, [](const CommKey&) { return 0; });
       double run_s = 0.0;
       const auto launches = testing::SimulateProgram(p, config, {{0, ctas}}, 1.0, &run_s);
       double compute_end = 0.0, comm_start = -1.0, comm_end = 0.0, slot_start = -1.0;
@@ -254,9 +257,12 @@ TEST(CudaProtocol, WindowEnergyRemovesTheIdleGaps) {
 
 TEST(CudaProtocol, AggregationIsMaxTimeAndMeanEnergy) {
   std::vector<internal::RankReading> ranks(3);
-  ranks[0] = {.ordinal = 0, .time_s = 1.0, .energy_j = 300.0, .realized_freq_mhz = 1700, .seconds = 10};
-  ranks[1] = {.ordinal = 1, .time_s = 1.2, .energy_j = 360.0, .realized_freq_mhz = 1600, .seconds = 12};
-  ranks[2] = {.ordinal = 2, .time_s = 1.1, .energy_j = 330.0, .realized_freq_mhz = 1800, .seconds = 11};
+  ranks[0] = {
+      .ordinal = 0, .time_s = 1.0, .energy_j = 300.0, .realized_freq_mhz = 1700, .seconds = 10};
+  ranks[1] = {
+      .ordinal = 1, .time_s = 1.2, .energy_j = 360.0, .realized_freq_mhz = 1600, .seconds = 12};
+  ranks[2] = {
+      .ordinal = 2, .time_s = 1.1, .energy_j = 330.0, .realized_freq_mhz = 1800, .seconds = 11};
   const Sample s = internal::AggregateRanks(ranks, 100.0);
   EXPECT_DOUBLE_EQ(s.time_s, 1.2);
   EXPECT_DOUBLE_EQ(s.energy_j, 330.0);
@@ -298,7 +304,8 @@ TEST(CudaBackend, MeasuresEnergyAndTimeThroughTheCounterWindow) {
   workload::PartitionType type = model2.Type("fwd_attn");
   type.collective.group_size = 1;  // one GPU: a one-rank communicator
   Rig rig2 = MakeRig(model2, config);
-  std::vector<Sample> samples = rig2.backend->MeasureAll(type, {{.freq_mhz = 1980, .sms = 6, .slot = "norm_0"}});
+  std::vector<Sample> samples =
+      rig2.backend->MeasureAll(type, {{.freq_mhz = 1980, .sms = 6, .slot = "norm_0"}});
   ASSERT_EQ(samples.size(), 1u);
   const auto* rank = rig2.system->opened().front();
   const double truth_time = rank->last_run_s();
@@ -306,11 +313,13 @@ TEST(CudaBackend, MeasuresEnergyAndTimeThroughTheCounterWindow) {
   // The energy per run is the active power over the run, to well within the counter's
   // quantization (reads at the ends could be off by 0.1 s x 450 W over a 1 s window: 10 %).
   EXPECT_NEAR(samples[0].energy_j / (450.0 * truth_time), 1.0, 0.01);
-  EXPECT_NEAR(samples[0].static_energy_j, model2.workload.gpu.power.static_w * samples[0].time_s, 1e-9);
+  EXPECT_NEAR(samples[0].static_energy_j, model2.workload.gpu.power.static_w * samples[0].time_s,
+              1e-9);
   EXPECT_DOUBLE_EQ(samples[0].realized_freq_mhz, 1755.0);
   EXPECT_EQ(samples[0].gpus, 1);
   EXPECT_GT(samples[0].seconds, 1.0);  // settle-free: cool-down + calibration + window
-  EXPECT_NEAR(rig2.backend->GpuSeconds(), samples[0].GpuSeconds() + 0.0, samples[0].GpuSeconds() * 0.5);
+  EXPECT_NEAR(rig2.backend->GpuSeconds(), samples[0].GpuSeconds() + 0.0,
+              samples[0].GpuSeconds() * 0.5);
   EXPECT_NEAR(rig2.backend->IdlePowerW(), 80.0, 1.0);  // measured at idle, not the preset's
   const auto& record = rig2.backend->Records().front();
   EXPECT_GE(record.ranks.front().repeats,
@@ -323,7 +332,9 @@ TEST(CudaBackend, CommunicatorsAreCreatedOncePerSmCountAndGroup) {
   config.devices = 2;
   Rig rig = MakeRig(model, config);
   const auto& type = model.Type("fwd_mlp");
-  auto knobs = [](int sms) { return PartitionKnobs{.freq_mhz = 1980, .sms = sms, .slot = "norm_0"}; };
+  auto knobs = [](int sms) {
+    return PartitionKnobs{.freq_mhz = 1980, .sms = sms, .slot = "norm_0"};
+  };
   rig.backend->MeasureAll(type, {knobs(3), knobs(6), knobs(3), knobs(6)});
   ASSERT_EQ(rig.log->comms.size(), 4u);  // {3, 6} x 2 ranks
   rig.backend->MeasureAll(type, {knobs(6), knobs(9)});
@@ -336,7 +347,8 @@ TEST(CudaBackend, CommunicatorsAreCreatedOncePerSmCountAndGroup) {
     ids[c.key.ctas].insert(c.id);
   }
   EXPECT_EQ(ids.size(), 3u);
-  for (const auto& [ctas, id] : ids) EXPECT_EQ(id.size(), 1u) << "both ranks of " << ctas << " share one id";
+  for (const auto& [ctas, id] : ids)
+    EXPECT_EQ(id.size(), 1u) << "both ranks of " << ctas << " share one id";
 }
 
 TEST(CudaBackend, ContextAndTensorGroupsOfAnInstruction) {
@@ -371,15 +383,17 @@ TEST(CudaBackend, PerGpuAggregationOverRealRanks) {
   const auto model = Model(2);
   FakeConfig config;
   config.devices = 2;
-  config.rank_speed = {1.0, 0.8};         // rank 1 is slower
+  config.rank_speed = {1.0, 0.8};  // rank 1 is slower
   config.rank_power_w = {300.0, 500.0};
   Rig rig = MakeRig(model, config);
-  const auto samples = rig.backend->MeasureAll(model.Type("fwd_attn"), {{.freq_mhz = 1980, .sms = 12, .slot = "norm_0"}});
+  const auto samples = rig.backend->MeasureAll(model.Type("fwd_attn"),
+                                               {{.freq_mhz = 1980, .sms = 12, .slot = "norm_0"}});
   const auto& record = rig.backend->Records().front();
   ASSERT_EQ(record.ranks.size(), 2u);
   EXPECT_GT(record.ranks[1].time_s, record.ranks[0].time_s);
   EXPECT_DOUBLE_EQ(samples[0].time_s, record.ranks[1].time_s);
-  EXPECT_DOUBLE_EQ(samples[0].energy_j, 0.5 * (record.ranks[0].energy_j + record.ranks[1].energy_j));
+  EXPECT_DOUBLE_EQ(samples[0].energy_j,
+                   0.5 * (record.ranks[0].energy_j + record.ranks[1].energy_j));
   EXPECT_EQ(record.ranks[0].repeats, record.ranks[1].repeats) << "collectives need equal repeats";
   EXPECT_EQ(samples[0].gpus, 2);
 }
@@ -394,7 +408,8 @@ TEST(CudaBackend, WithoutClockControlOneClockLevelAndNoLocks) {
   EXPECT_EQ(rig.backend->Gpu().clock.Supported(), std::vector<int>{1980});
   EXPECT_THAT(rig.backend->Description(), ::testing::HasSubstr("one clock level"));
   const auto& type = model.Type("fwd_attn");
-  EXPECT_THROW(rig.backend->MeasureAll(type, {{.freq_mhz = 1500, .sms = 12, .slot = "norm_0"}}), InputError);
+  EXPECT_THROW(rig.backend->MeasureAll(type, {{.freq_mhz = 1500, .sms = 12, .slot = "norm_0"}}),
+               InputError);
   rig.backend->MeasureAll(type, {{.freq_mhz = 1980, .sms = 12, .slot = "norm_0"}});
   EXPECT_TRUE(rig.log->locks.empty());
 
@@ -403,9 +418,11 @@ TEST(CudaBackend, WithoutClockControlOneClockLevelAndNoLocks) {
   options.partitions = {"fwd_attn"};
   options.budget = 8;
   options.initial_design = 6;
-  const auto summary = mobo::ProfileWorkload(model, options, *rig.backend, Context{.seed = 3, .quiet = true});
+  const auto summary =
+      mobo::ProfileWorkload(model, options, *rig.backend, Context{.seed = 3, .quiet = true});
   ASSERT_EQ(summary.partitions.size(), 1u);
-  EXPECT_EQ(summary.partitions[0].space_size, static_cast<int64_t>(type.sm_choices.size() * type.launch_slots.size()));
+  EXPECT_EQ(summary.partitions[0].space_size,
+            static_cast<int64_t>(type.sm_choices.size() * type.launch_slots.size()));
   for (const auto& e : summary.partitions[0].evaluations) EXPECT_EQ(e.knobs.freq_mhz, 1980);
   EXPECT_TRUE(rig.log->locks.empty());
 }
@@ -432,9 +449,11 @@ TEST(CudaBackend, ClocksAreResetWhenTheCallerThrows) {
   config.devices = 2;
   Rig rig = MakeRig(model, config, Fast(true));
   const auto& type = model.Type("fwd_attn");
-  EXPECT_THROW(rig.backend->MeasureBatch(type, {{.freq_mhz = 1500, .sms = 12, .slot = "norm_0"},
-                                                {.freq_mhz = 1500, .sms = 6, .slot = "norm_0"}},
-                                         [](size_t, const Sample&) { throw EnvironmentError("store full"); }),
+  EXPECT_THROW(rig.backend->MeasureBatch(
+                   type,
+                   {{.freq_mhz = 1500, .sms = 12, .slot = "norm_0"},
+                    {.freq_mhz = 1500, .sms = 6, .slot = "norm_0"}},
+                   [](size_t, const Sample&) { throw EnvironmentError("store full"); }),
                EnvironmentError);
   std::map<int, std::vector<int>> per_gpu;
   for (const auto& [ordinal, mhz] : rig.log->locks) per_gpu[ordinal].push_back(mhz);
@@ -449,7 +468,8 @@ TEST(CudaBackend, RefusedClockControlIsAnEnvironmentError) {
   config.lock_result = internal::ClockResult::kNoPermission;
   Rig rig = MakeRig(model, config, Fast(true));
   try {
-    rig.backend->MeasureAll(model.Type("fwd_attn"), {{.freq_mhz = 1500, .sms = 12, .slot = "norm_0"}});
+    rig.backend->MeasureAll(model.Type("fwd_attn"),
+                            {{.freq_mhz = 1500, .sms = 12, .slot = "norm_0"}});
     FAIL() << "expected EnvironmentError";
   } catch (const EnvironmentError& e) {
     EXPECT_THAT(e.what(), ::testing::HasSubstr("--allow-clock-control"));
@@ -463,22 +483,26 @@ TEST(CudaBackend, AFailingRankStopsAllRanksAndTheBackend) {
   config.fail_enqueue_on_ordinal = 1;
   Rig rig = MakeRig(model, config);
   const auto& type = model.Type("fwd_attn");
-  EXPECT_THROW(rig.backend->MeasureAll(type, {{.freq_mhz = 1980, .sms = 12, .slot = "norm_0"}}), std::runtime_error);
-  EXPECT_THROW(rig.backend->MeasureAll(type, {{.freq_mhz = 1980, .sms = 12, .slot = "norm_0"}}), EnvironmentError);
+  EXPECT_THROW(rig.backend->MeasureAll(type, {{.freq_mhz = 1980, .sms = 12, .slot = "norm_0"}}),
+               std::runtime_error);
+  EXPECT_THROW(rig.backend->MeasureAll(type, {{.freq_mhz = 1980, .sms = 12, .slot = "norm_0"}}),
+               EnvironmentError);
 }
 
 TEST(CudaBackend, NotEnoughGpusAndNoEnergyCounterAreEnvironmentErrors) {
   const auto model = Model(2);
   FakeConfig one;
   Rig rig = MakeRig(model, one);
-  EXPECT_THROW(rig.backend->MeasureAll(model.Type("fwd_attn"), {{.freq_mhz = 1980, .sms = 12, .slot = "norm_0"}}),
+  EXPECT_THROW(rig.backend->MeasureAll(model.Type("fwd_attn"),
+                                       {{.freq_mhz = 1980, .sms = 12, .slot = "norm_0"}}),
                EnvironmentError);
 
   FakeConfig no_energy;
   no_energy.devices = 2;
   no_energy.energy_supported = false;
   Rig rig2 = MakeRig(model, no_energy);
-  EXPECT_THROW(rig2.backend->MeasureAll(model.Type("fwd_attn"), {{.freq_mhz = 1980, .sms = 12, .slot = "norm_0"}}),
+  EXPECT_THROW(rig2.backend->MeasureAll(model.Type("fwd_attn"),
+                                        {{.freq_mhz = 1980, .sms = 12, .slot = "norm_0"}}),
                EnvironmentError);
 }
 
@@ -487,9 +511,11 @@ TEST(CudaBackend, InvalidKnobsAndOptionsAreInputErrors) {
   FakeConfig config;
   config.devices = 2;
   Rig rig = MakeRig(model, config);
-  EXPECT_THROW(rig.backend->MeasureAll(model.Type("fwd_attn"), {{.freq_mhz = 1980, .sms = 7, .slot = "norm_0"}}),
+  EXPECT_THROW(rig.backend->MeasureAll(model.Type("fwd_attn"),
+                                       {{.freq_mhz = 1980, .sms = 7, .slot = "norm_0"}}),
                InputError);
-  EXPECT_THROW(rig.backend->MeasureAll(model.Type("fwd_attn"), {{.freq_mhz = 1980, .sms = 12, .slot = "nope"}}),
+  EXPECT_THROW(rig.backend->MeasureAll(model.Type("fwd_attn"),
+                                       {{.freq_mhz = 1980, .sms = 12, .slot = "nope"}}),
                InputError);
   CudaBackendOptions bad = Fast();
   bad.window_s = 0.0;
@@ -504,7 +530,8 @@ TEST(CudaBackend, FixedWorkRunsSequentiallyOnTheStageReplica) {
   FakeConfig config;
   config.devices = 2;
   Rig rig = MakeRig(model, config);
-  const std::vector<FixedWorkRequest> batch = {{.stage = 1, .direction = schedule::Direction::kForward, .freq_mhz = 1980}};
+  const std::vector<FixedWorkRequest> batch = {
+      {.stage = 1, .direction = schedule::Direction::kForward, .freq_mhz = 1980}};
   const auto samples = rig.backend->MeasureAll(model, batch);
   ASSERT_EQ(samples.size(), 1u);
   EXPECT_EQ(samples[0].gpus, 2);
@@ -519,7 +546,8 @@ TEST(CudaBackend, FixedWorkRunsSequentiallyOnTheStageReplica) {
 // replicas this backend does not run, is refused naming parallelism.dp.
 TEST(CudaBackend, ModelChunksAndTheGradientSyncRefusal) {
   const auto model = workload::BuildWorkloadModel(workload::WorkloadFromYaml(
-      "name: chunks\nmodel: llama3.2-3b\ngpu: H200-SXM\nparallelism: {tp: 2, pp: 2, dp: 2, virtual_stages: 2}\n"
+      "name: chunks\nmodel: llama3.2-3b\ngpu: H200-SXM\nparallelism: {tp: 2, pp: 2, dp: 2, "
+      "virtual_stages: 2}\n"
       "microbatch_size: 4\nsequence_length: 2048\nmicrobatches: 4\nrecompute: full\n",
       "chunks"));
   FakeConfig config;
@@ -536,8 +564,10 @@ TEST(CudaBackend, ModelChunksAndTheGradientSyncRefusal) {
   EXPECT_EQ(launches[1], workload::FixedWorkOps(model, 0, 1, schedule::Direction::kForward).size());
   EXPECT_NE(launches[0], launches[1]);
   try {
-    rig.backend->MeasureAll(model, std::vector<GradientSyncRequest>{
-                                       {.stage = 0, .work = GradientSyncWork::kLastBuckets, .freq_mhz = 1980, .sms = 8}});
+    rig.backend->MeasureAll(
+        model,
+        std::vector<GradientSyncRequest>{
+            {.stage = 0, .work = GradientSyncWork::kLastBuckets, .freq_mhz = 1980, .sms = 8}});
     FAIL() << "the gradient sync was measured";
   } catch (const InputError& e) {
     EXPECT_THAT(e.what(), ::testing::HasSubstr("parallelism.dp"));
@@ -555,9 +585,10 @@ TEST(CudaBackend, UnavailableBackendsFailCleanly) {
     if (!CudaBackendBuilt()) {
       EXPECT_THAT(e.what(), ::testing::HasSubstr("built without CUDA"));
     } else {
-      EXPECT_THAT(e.what(), ::testing::AnyOf(::testing::HasSubstr("libcuda"), ::testing::HasSubstr("CUDA"),
-                                             ::testing::HasSubstr("NVML"), ::testing::HasSubstr("NCCL"),
-                                             ::testing::HasSubstr("cuBLASLt")));
+      EXPECT_THAT(e.what(),
+                  ::testing::AnyOf(::testing::HasSubstr("libcuda"), ::testing::HasSubstr("CUDA"),
+                                   ::testing::HasSubstr("NVML"), ::testing::HasSubstr("NCCL"),
+                                   ::testing::HasSubstr("cuBLASLt")));
     }
   }
 }
