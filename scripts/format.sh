@@ -11,7 +11,12 @@ if ! command -v "$format" >/dev/null 2>&1; then
   echo "format: $format not found (scripts/setup.sh installs clang-format)" >&2
   exit 2
 fi
-mapfile -t files < <(git ls-files '*.c' '*.cc' '*.h' '*.cu')
+if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+  mapfile -t files < <(git ls-files '*.c' '*.cc' '*.h' '*.cu')
+else  # a source tarball: the same folders
+  mapfile -t files < <(find apps bench fuzz include python src tests \
+                         \( -name '*.c' -o -name '*.cc' -o -name '*.h' -o -name '*.cu' \) | sort)
+fi
 if [ "${1:-}" = "--check" ]; then
   unformatted=()
   for f in "${files[@]}"; do

@@ -9,7 +9,7 @@ packages=(
   libeigen3-dev libxgboost-dev nlohmann-json3-dev libyaml-cpp-dev
   libcli11-dev libspdlog-dev libfmt-dev libsqlite3-dev sqlite3
   libgtest-dev libgmock-dev libbenchmark-dev
-  clang libclang-rt-14-dev
+  clang libclang-rt-14-dev clang-format
   libglpk-dev  # the exact mixed-integer reference of tests/pipeline (pipeline_test only)
   python3 python3-dev pybind11-dev python3-pytest python3-jsonschema
   python3-venv python3-pip  # pip install . into a fresh virtualenv (tests/integration/pip_install_test.py)
