@@ -232,6 +232,11 @@ std::vector<PlanFileRow> PlanFiles(const MethodResult& m, const MethodResult* ba
 // What a reader must know first: numbers from the emulator are not a GPU's, and a prior that
 // is the emulator's own noise-free model makes the profiling look better than it would be.
 std::string Caveat(const RunResult& run, bool prior_is_measuring_model) {
+  if (run.backend.find("not a GPU result") != std::string::npos) {  // kareus.torch on a CPU
+    return "CPU results: every measurement and evaluation ran kareus.torch's kernels on the "
+           "CPU (host wall time; energy from the NVML library named in the backend), not on a "
+           "GPU; they check the flow, not the savings.";
+  }
   if (run.backend.rfind("emulator(", 0) != 0) return "";
   std::string caveat =
       "Emulator results: every measurement and evaluation comes from Kareus's built-in GPU "

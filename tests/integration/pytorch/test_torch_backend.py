@@ -103,6 +103,7 @@ def test_profile_is_stored_and_resumed_and_run_names_the_backend(tmp_path):
            "--quiet", *FAST, cwd=tmp_path)
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["backend"].startswith("torch(") and "not a GPU result" in summary["backend"]
+    assert summary["caveat"].startswith("CPU results:"), summary["caveat"]
     assert summary["evaluated"] and summary["evaluator"].startswith("measured runs on torch(")
     assert (tmp_path / "out" / "plan.json").exists()
 
