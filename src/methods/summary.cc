@@ -189,19 +189,9 @@ std::vector<PartitionFrontier> PartitionFrontiers(const MethodResult& m) {
   return out;
 }
 
-// GPUs of the job a method's plans run on (the stages' GPUs, plan::JobGpus of its plans).
-int JobGpus(const MethodResult& m) {
-  int gpus = 0;
-  for (std::size_t u = 0; u < m.problem.stages.size();
-       u += static_cast<std::size_t>(std::max(m.problem.num_chunks, 1))) {
-    gpus += m.problem.stages[u].gpus;
-  }
-  return gpus;
-}
-
 std::vector<PlanFileRow> PlanFiles(const MethodResult& m, const MethodResult* baseline) {
   std::vector<PlanFileRow> rows;
-  const int gpus = std::max(JobGpus(m), 1);
+  const int gpus = std::max(m.problem.JobGpus(), 1);
   const std::size_t fastest = m.Fastest();
   for (std::size_t i : WrittenPlanIndices(m)) {
     const pipeline::Evaluation& e = m.evaluated[i];

@@ -121,7 +121,7 @@ Plan BuildPlan(const PlanProblem& problem, const pipeline::Result& result, std::
   plan.stages.resize(static_cast<std::size_t>(num_stages));
   for (int s = 0; s < num_stages; ++s) {
     plan.stages[s].stage = s;
-    plan.stages[s].gpus = problem.stages[static_cast<std::size_t>(s * problem.num_chunks)].gpus;
+    plan.stages[s].gpus = problem.StageGpus(s);
   }
   // Node ids are stage-major in execution order, so appending keeps the schedule's order; the
   // gradient syncs come after every instruction: the tail is the stage's, a chunk's sync the

@@ -46,6 +46,15 @@ struct PlanProblem {
   double p2p_time_s = 0.0;  // transfer time on every cross-stage edge
 
   int NumStages() const { return static_cast<int>(stages.size()) / std::max(num_chunks, 1); }
+  // GPUs of pipeline stage s (its first chunk's unit), and of the whole job.
+  int StageGpus(int s) const {
+    return stages[static_cast<std::size_t>(s * std::max(num_chunks, 1))].gpus;
+  }
+  int JobGpus() const {
+    int gpus = 0;
+    for (int s = 0; s < NumStages(); ++s) gpus += StageGpus(s);
+    return gpus;
+  }
   int SyncNodesPerStage() const {
     return gradient_sync == schedule::GradientSync::kNone    ? 0
            : gradient_sync == schedule::GradientSync::kAtEnd ? 1
