@@ -55,6 +55,22 @@ std::size_t MethodResult::Fastest() const {
   return best;
 }
 
+const std::map<int, measure::Sample>* MethodResult::EvaluationsOf(
+    const schedule::NodeClass& c) const {
+  const std::size_t i = static_cast<std::size_t>(c.index);
+  switch (c.kind) {
+    case schedule::NodeClassKind::kForward:
+    case schedule::NodeClassKind::kBackward:
+      if (i >= option_evaluations.size()) return nullptr;
+      return &option_evaluations[i][c.kind == schedule::NodeClassKind::kForward ? 0 : 1];
+    case schedule::NodeClassKind::kLastBackward:
+      return i < last_backward_evaluations.size() ? &last_backward_evaluations[i] : nullptr;
+    case schedule::NodeClassKind::kGradientSync:
+      break;
+  }
+  return i < sync_evaluations.size() ? &sync_evaluations[i] : nullptr;
+}
+
 namespace internal {
 namespace {
 
@@ -665,16 +681,23 @@ class MethodRun {
     std::vector<std::array<std::set<int>, 2>> used(units);
     std::vector<std::set<int>> used_last(problem.last_backward.size());
     std::vector<std::set<int>> used_sync(problem.sync_nodes.size());
+    const schedule::NodeClasses classes = problem.Classes();
     for (const auto& point : solved.points) {
       for (std::size_t node = 0; node < point.choice.size(); ++node) {
-        const auto& n = dag.nodes[node];
-        if (n.node == schedule::NodeKind::kGradientSync) {
-          used_sync[stage_rep[n.stage] * per_stage + n.chunk].insert(point.choice[node]);
-        } else if (dag.LaunchesGradientSync(static_cast<int>(node))) {
-          used_last[stage_rep[n.stage]].insert(point.choice[node]);
-        } else {
-          used[reps_[n.stage * model_.num_chunks + n.chunk]][n.kind == Direction::kForward ? 0 : 1]
-              .insert(point.choice[node]);
+        const schedule::NodeClass c = classes.Get(classes.Of(dag, static_cast<int>(node)));
+        const int option = point.choice[node];
+        switch (c.kind) {
+          case schedule::NodeClassKind::kForward:
+          case schedule::NodeClassKind::kBackward:
+            used[reps_[c.index]][c.kind == schedule::NodeClassKind::kForward ? 0 : 1].insert(
+                option);
+            break;
+          case schedule::NodeClassKind::kLastBackward:
+            used_last[stage_rep[c.stage]].insert(option);
+            break;
+          case schedule::NodeClassKind::kGradientSync:
+            used_sync[stage_rep[c.stage] * per_stage + c.chunk].insert(option);
+            break;
         }
       }
     }
@@ -783,9 +806,8 @@ class MethodRun {
       }
       return list;
     };
+    for (int st = 0; st < stages; ++st) truth.gpus_per_stage.push_back(problem.StageGpus(st));
     for (std::size_t u = 0; u < units; ++u) {
-      if (u % static_cast<std::size_t>(model_.num_chunks) == 0)
-        truth.gpus_per_stage.push_back(problem.stages[u].gpus);
       truth.forward_options.push_back(
           fill(problem.stages[u].forward.size(), result_.option_evaluations[u][0]));
       truth.backward_options.push_back(

@@ -123,24 +123,11 @@ Timeline MakeTimeline(const MethodResult& m, std::size_t point) {
   auto option_of = [&](std::size_t node) -> const plan::InstructionOption& {
     return plan::ChosenOption(m.problem, dag, static_cast<int>(node), choice[node]);
   };
+  const schedule::NodeClasses classes = m.problem.Classes();
   std::vector<double> durations(dag.nodes.size());
   for (std::size_t node = 0; node < dag.nodes.size(); ++node) {
-    const auto& ins = dag.nodes[node];
-    const std::map<int, measure::Sample>* evaluated = nullptr;
-    if (ins.node == schedule::NodeKind::kGradientSync) {
-      const std::size_t i =
-          static_cast<std::size_t>(ins.stage * m.problem.SyncNodesPerStage() + ins.chunk);
-      if (i < m.sync_evaluations.size()) evaluated = &m.sync_evaluations[i];
-    } else if (dag.LaunchesGradientSync(static_cast<int>(node))) {
-      if (static_cast<std::size_t>(ins.stage) < m.last_backward_evaluations.size()) {
-        evaluated = &m.last_backward_evaluations[ins.stage];
-      }
-    } else {
-      const std::size_t unit =
-          static_cast<std::size_t>(ins.stage * m.problem.num_chunks + ins.chunk);
-      const int kind = ins.kind == Direction::kForward ? 0 : 1;
-      if (unit < m.option_evaluations.size()) evaluated = &m.option_evaluations[unit][kind];
-    }
+    const std::map<int, measure::Sample>* evaluated =
+        m.EvaluationsOf(classes.Get(classes.Of(dag, static_cast<int>(node))));
     const auto it = evaluated != nullptr ? evaluated->find(choice[node])
                                          : std::map<int, measure::Sample>::const_iterator();
     durations[node] =

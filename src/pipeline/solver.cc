@@ -33,8 +33,8 @@
 //    stages, windows of the topological order; the other nodes' options fixed). Gradient-sync
 //    nodes are in no chain (they run beside the compute stream): the bound counts each alone,
 //    at its cheapest option that fits.
-// Options, specs and GPU counts are per DAG node class (ClassOf: forward/backward per (stage,
-// chunk), the last backward per stage, the gradient-sync nodes).
+// Options, specs and GPU counts are per DAG node class (schedule::NodeClasses: forward/backward per
+// (stage, chunk), the last backward per stage, the gradient-sync nodes).
 #include "kareus/pipeline/solver.h"
 
 #include <algorithm>
@@ -49,6 +49,7 @@
 
 #include "kareus/common/error.h"
 #include "kareus/pareto/pareto.h"
+#include "kareus/schedule/node_classes.h"
 
 namespace kareus::pipeline {
 namespace internal {
@@ -76,7 +77,8 @@ constexpr int kExactMaxNodes = 256;
 // NeighborhoodSearch: the exact search's budget on each neighbourhood.
 constexpr int64_t kNeighborhoodBudget = 300'000;
 
-// Per node class (ClassOf): the real options' effective-energy front and its convex hull.
+// Per node class (schedule::NodeClasses): the real options' effective-energy front and its convex
+// hull.
 struct Spec {
   // Pareto front over (time, effective energy): time ascending, energy strictly descending.
   std::vector<double> time;
@@ -145,56 +147,16 @@ Spec BuildSpec(const std::vector<Option>& options, int gpus, double p_static_w, 
   return spec;
 }
 
-int SyncNodesPerStage(const Problem& problem) {
-  switch (problem.gradient_sync) {
-    case schedule::GradientSync::kNone:
-      return 0;
-    case schedule::GradientSync::kAtEnd:
-      return 1;
-    case schedule::GradientSync::kOverlapped:
-      return problem.num_chunks;
-  }
-  return 0;
+schedule::NodeClasses ClassesOf(const Problem& problem) {
+  return schedule::NodeClasses(problem.num_stages, problem.num_chunks, problem.gradient_sync);
 }
 
-// Node classes: 2 per (stage, chunk) unit (forward, backward), then one last backward per
-// stage, then the sync nodes ([stage * K + chunk]).
-int ClassOf(const Problem& problem, const Dag& dag, int node) {
-  const schedule::DagNode& n = dag.nodes[static_cast<std::size_t>(node)];
-  const int units = problem.num_stages * problem.num_chunks;
-  if (n.node == schedule::NodeKind::kGradientSync) {
-    return 2 * units + problem.num_stages + n.stage * SyncNodesPerStage(problem) + n.chunk;
-  }
-  if (dag.LaunchesGradientSync(node)) return 2 * units + n.stage;
-  const int u = n.stage * problem.num_chunks + n.chunk;
-  return 2 * u + (n.kind == Direction::kForward ? 0 : 1);
-}
-
-const std::vector<Option>& ClassOptions(const Problem& problem, int cls) {
-  const int units = problem.num_stages * problem.num_chunks;
-  if (cls >= 2 * units + problem.num_stages) {
-    return problem
-        .gradient_sync_options[static_cast<std::size_t>(cls - 2 * units - problem.num_stages)];
-  }
-  if (cls >= 2 * units)
-    return problem.last_backward_options[static_cast<std::size_t>(cls - 2 * units)];
-  const std::size_t u = static_cast<std::size_t>(cls / 2);
-  return cls % 2 == 0 ? problem.forward_options[u] : problem.backward_options[u];
-}
-
-int NumClasses(const Problem& problem) {
-  return 2 * problem.num_stages * problem.num_chunks + problem.num_stages +
-         problem.num_stages * SyncNodesPerStage(problem);
-}
-
-// The stage a class belongs to (for its GPU count).
-int StageOfClass(const Problem& problem, int cls) {
-  const int units = problem.num_stages * problem.num_chunks;
-  if (cls >= 2 * units + problem.num_stages) {
-    return (cls - 2 * units - problem.num_stages) / std::max(SyncNodesPerStage(problem), 1);
-  }
-  if (cls >= 2 * units) return cls - 2 * units;
-  return cls / 2 / problem.num_chunks;
+// The option list of node class `cls` (schedule::NodeClasses's layout).
+const std::vector<Option>& ClassOptions(const Problem& problem,
+                                        const schedule::NodeClasses& classes, int cls) {
+  return schedule::NodeClasses::Select(classes.Get(cls), problem.forward_options,
+                                       problem.backward_options, problem.last_backward_options,
+                                       problem.gradient_sync_options);
 }
 
 // Time (the longest path, schedule::StartTimes) and energy of `choice`.
@@ -206,10 +168,11 @@ Evaluation EvaluateWith(const Problem& problem, const Dag& dag, const std::vecto
   for (int s = 0; s < problem.num_stages; ++s) {
     gpus_total += problem.gpus_per_stage.empty() ? 1 : problem.gpus_per_stage[s];
   }
+  const schedule::NodeClasses classes = ClassesOf(problem);
   std::vector<double> durations(dag.nodes.size());
   for (std::size_t v = 0; v < dag.nodes.size(); ++v) {
     const Instruction& inst = dag.nodes[v];
-    const auto& list = ClassOptions(problem, ClassOf(problem, dag, static_cast<int>(v)));
+    const auto& list = ClassOptions(problem, classes, classes.Of(dag, static_cast<int>(v)));
     const Option& o = list[static_cast<std::size_t>(choice[v])];
     durations[v] = o.time_s;
     const int gpus = problem.gpus_per_stage.empty() ? 1 : problem.gpus_per_stage[inst.stage];
@@ -387,13 +350,14 @@ double SecondsSince(std::chrono::steady_clock::time_point start) {
 void Engine::BuildModel() {
   n_ = static_cast<int>(dag_.nodes.size());
   const int num_stages = problem_.num_stages;
+  const schedule::NodeClasses classes = ClassesOf(problem_);
   class_.resize(n_);
-  for (int v = 0; v < n_; ++v) class_[v] = ClassOf(problem_, dag_, v);
+  for (int v = 0; v < n_; ++v) class_[v] = classes.Of(dag_, v);
   // Every time is compared against a tolerance relative to the slowest schedule's scale.
   double slowest_sum = 0.0;
   for (int v = 0; v < n_; ++v) {
     double t = 0.0;
-    for (const Option& o : ClassOptions(problem_, class_[v])) t = std::max(t, o.time_s);
+    for (const Option& o : ClassOptions(problem_, classes, class_[v])) t = std::max(t, o.time_s);
     slowest_sum += t;
   }
   time_tol_ = 1e-12 * (slowest_sum + problem_.p2p_time_s * 2 * num_stages * problem_.num_chunks);
@@ -403,15 +367,15 @@ void Engine::BuildModel() {
   // One spec per node class some node has (empty for the others: e.g. the last-backward
   // classes without an overlapped gradient sync have no option list), with the GPUs of the
   // class's stage.
-  std::vector<char> used(static_cast<std::size_t>(NumClasses(problem_)), 0);
+  std::vector<char> used(static_cast<std::size_t>(classes.Count()), 0);
   for (int v = 0; v < n_; ++v) used[static_cast<std::size_t>(class_[v])] = 1;
   specs_.resize(used.size());
   for (int cls = 0; cls < static_cast<int>(used.size()); ++cls) {
     if (!used[static_cast<std::size_t>(cls)]) continue;
-    const int stage = StageOfClass(problem_, cls);
+    const int stage = classes.StageOf(cls);
     const int gpus = problem_.gpus_per_stage.empty() ? 1 : problem_.gpus_per_stage[stage];
     specs_[static_cast<std::size_t>(cls)] =
-        BuildSpec(ClassOptions(problem_, cls), gpus, options_.p_static_w, 100 * time_tol_);
+        BuildSpec(ClassOptions(problem_, classes, cls), gpus, options_.p_static_w, 100 * time_tol_);
   }
   pg_ = options_.p_static_w * gpus_total_;
   double slope_max = 0.0;
@@ -1731,7 +1695,7 @@ std::string Validate(const Problem& problem, const Options& options) {
     return "forward_options and backward_options need one list per (stage, chunk)";
   }
   const bool overlapped = problem.gradient_sync == schedule::GradientSync::kOverlapped;
-  const int syncs = SyncNodesPerStage(problem);
+  const int syncs = ClassesOf(problem).SyncNodesPerStage();
   if (static_cast<int>(problem.last_backward_options.size()) != (overlapped ? stages : 0)) {
     return overlapped ? "an overlapped gradient sync needs last_backward_options per stage"
                       : "last_backward_options are for an overlapped gradient sync only";
@@ -1838,7 +1802,8 @@ std::optional<OptionError> Options::Validate() const {
 }
 
 const std::vector<Option>& OptionsOf(const Problem& problem, const schedule::Dag& dag, int node) {
-  return internal::ClassOptions(problem, internal::ClassOf(problem, dag, node));
+  const schedule::NodeClasses classes = internal::ClassesOf(problem);
+  return internal::ClassOptions(problem, classes, classes.Of(dag, node));
 }
 
 Evaluation Evaluate(const Problem& problem, const schedule::Dag& dag,

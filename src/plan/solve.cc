@@ -23,13 +23,11 @@ pipeline::Problem ToPipeline(const PlanProblem& problem) {
                         .num_microbatches = problem.num_microbatches,
                         .num_chunks = problem.num_chunks,
                         .p2p_time_s = problem.p2p_time_s};
-  for (std::size_t u = 0; u < problem.stages.size(); ++u) {
-    const StageOptions& unit = problem.stages[u];
+  for (const StageOptions& unit : problem.stages) {
     out.forward_options.push_back(ToPipeline(unit.forward));
     out.backward_options.push_back(ToPipeline(unit.backward));
-    if (u % static_cast<std::size_t>(problem.num_chunks) == 0)
-      out.gpus_per_stage.push_back(unit.gpus);
   }
+  for (int s = 0; s < problem.NumStages(); ++s) out.gpus_per_stage.push_back(problem.StageGpus(s));
   out.gradient_sync = problem.gradient_sync;
   for (const auto& options : problem.last_backward)
     out.last_backward_options.push_back(ToPipeline(options));
@@ -49,17 +47,20 @@ std::string PlanFileName(std::size_t index) {
 
 const InstructionOption& ChosenOption(const PlanProblem& problem, const schedule::Dag& dag,
                                       int node, int choice) {
-  const schedule::DagNode& n = dag.nodes[static_cast<std::size_t>(node)];
+  const schedule::NodeClasses classes = problem.Classes();
+  const schedule::NodeClass c = classes.Get(classes.Of(dag, node));
   const std::size_t index = static_cast<std::size_t>(choice);
-  if (n.node == schedule::NodeKind::kGradientSync) {
-    return problem.sync_nodes[static_cast<std::size_t>(n.stage * problem.SyncNodesPerStage() +
-                                                       n.chunk)][index];
+  switch (c.kind) {
+    case schedule::NodeClassKind::kForward:
+      return problem.stages[static_cast<std::size_t>(c.index)].forward[index];
+    case schedule::NodeClassKind::kBackward:
+      return problem.stages[static_cast<std::size_t>(c.index)].backward[index];
+    case schedule::NodeClassKind::kLastBackward:
+      return problem.last_backward[static_cast<std::size_t>(c.index)][index];
+    case schedule::NodeClassKind::kGradientSync:
+      break;
   }
-  if (dag.LaunchesGradientSync(node))
-    return problem.last_backward[static_cast<std::size_t>(n.stage)][index];
-  const StageOptions& unit =
-      problem.stages[static_cast<std::size_t>(n.stage * problem.num_chunks + n.chunk)];
-  return n.kind == Direction::kForward ? unit.forward[index] : unit.backward[index];
+  return problem.sync_nodes[static_cast<std::size_t>(c.index)][index];
 }
 
 PlanResult SolvePlans(const PlanProblem& problem, const pipeline::Options& options) {

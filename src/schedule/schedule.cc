@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "kareus/schedule/schedule.h"
+#include "kareus/schedule/node_classes.h"
 
 #include <algorithm>
 
@@ -168,15 +169,7 @@ std::vector<std::vector<Instruction>> BuildSchedule(ScheduleKind kind, int num_s
 }
 
 int Dag::SyncNodesPerStage() const {
-  switch (gradient_sync) {
-    case GradientSync::kNone:
-      return 0;
-    case GradientSync::kAtEnd:
-      return 1;
-    case GradientSync::kOverlapped:
-      return num_chunks;
-  }
-  return 0;
+  return schedule::SyncNodesPerStage(gradient_sync, num_chunks);
 }
 
 bool Dag::LaunchesGradientSync(int node) const {

@@ -94,6 +94,9 @@ struct MethodResult {
   std::vector<std::array<std::map<int, measure::Sample>, 2>> option_evaluations;
   std::vector<std::map<int, measure::Sample>> last_backward_evaluations;
   std::vector<std::map<int, measure::Sample>> sync_evaluations;
+  // The evaluations of node class `c`'s options (one of the three lists above); nullptr where
+  // there are none (plans not evaluated).
+  const std::map<int, measure::Sample>* EvaluationsOf(const schedule::NodeClass& c) const;
   double profiling_gpu_seconds = 0.0;  // cost of every measurement the plans rest on
   int64_t measurements = 0;            // configurations and instructions measured
   // The same cost by kind of measurement (sums to profiling_gpu_seconds and measurements):

@@ -18,6 +18,7 @@
 #include "kareus/pipeline/solver.h"
 #include "kareus/plan/compose.h"
 #include "kareus/plan/plan_file.h"
+#include "kareus/schedule/node_classes.h"
 
 namespace kareus::plan {
 
@@ -55,10 +56,10 @@ struct PlanProblem {
     for (int s = 0; s < NumStages(); ++s) gpus += StageGpus(s);
     return gpus;
   }
-  int SyncNodesPerStage() const {
-    return gradient_sync == schedule::GradientSync::kNone    ? 0
-           : gradient_sync == schedule::GradientSync::kAtEnd ? 1
-                                                             : num_chunks;
+  int SyncNodesPerStage() const { return schedule::SyncNodesPerStage(gradient_sync, num_chunks); }
+  // The DAG's node classes (stages, last_backward and sync_nodes are laid out by them).
+  schedule::NodeClasses Classes() const {
+    return schedule::NodeClasses(NumStages(), num_chunks, gradient_sync);
   }
 };
 
