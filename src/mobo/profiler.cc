@@ -55,6 +55,20 @@ struct Plan {
 }  // namespace
 }  // namespace internal
 
+const char* ToString(PriorDesignOutcome outcome) {
+  switch (outcome) {
+    case PriorDesignOutcome::kNone:
+      return "";
+    case PriorDesignOutcome::kPrior:
+      return "prior";
+    case PriorDesignOutcome::kFallback:
+      return "fallback";
+    case PriorDesignOutcome::kRefuted:
+      return "refuted";
+  }
+  return "";
+}
+
 double ProfileOptions::BudgetFraction() const {
   if (budget_fraction > 0.0) return budget_fraction;
   return prior ? kBudgetFractionWithPrior : kBudgetFraction;
@@ -243,7 +257,7 @@ class TypeState {
       } else if (second_stage_) {
         second_stage_ = false;
         indices = SecondStage();
-        recheck_ = result_.prior_design == "prior" && !indices.empty();
+        recheck_ = result_.prior_design == PriorDesignOutcome::kPrior && !indices.empty();
         if (indices.empty()) continue;
         reasons.assign(indices.size(), "initial");
         ++batch_;
@@ -340,7 +354,7 @@ class TypeState {
     std::vector<int64_t> next;
     result_.prior_design_log_rms = PriorLogRms();
     if (result_.prior_design_log_rms <= kTrustedPriorLogRms) {
-      result_.prior_design = "prior";
+      result_.prior_design = PriorDesignOutcome::kPrior;
       const int last_clock = static_cast<int>(plan_.space.clocks_mhz().size()) - 1;
       for (int64_t i :
            PriorDesign(plan_.space, knowledge_.prior, backend_.StaticPowerW(), kPriorDesign)) {
@@ -348,7 +362,7 @@ class TypeState {
         if (clock != 0 && clock != last_clock && !measured_[i]) next.push_back(i);
       }
     } else {
-      result_.prior_design = "fallback";
+      result_.prior_design = PriorDesignOutcome::kFallback;
       next = RestOfNoPriorDesign();
     }
     return WithinBudget(std::move(next));
@@ -364,7 +378,7 @@ class TypeState {
     Calibrate();
     result_.prior_recheck_log_rms = PriorLogRms();
     if (result_.prior_recheck_log_rms <= kTrustedPriorLogRms) return {};
-    result_.prior_design = "refuted";
+    result_.prior_design = PriorDesignOutcome::kRefuted;
     return WithinBudget(RestOfNoPriorDesign());
   }
 
@@ -1036,7 +1050,7 @@ Json ProfileSummary::ToJson(bool with_evaluations) const {
     t["cost_gpu_seconds"] = r.cost_gpu_seconds;
     t["batches"] = r.batches;
     t["initial_design"] = r.initial_design;
-    if (!r.prior_design.empty()) t["prior_design"] = r.prior_design;
+    if (r.prior_design != PriorDesignOutcome::kNone) t["prior_design"] = ToString(r.prior_design);
     if (std::isfinite(r.prior_design_log_rms)) t["prior_design_log_rms"] = r.prior_design_log_rms;
     if (std::isfinite(r.prior_recheck_log_rms))
       t["prior_recheck_log_rms"] = r.prior_recheck_log_rms;

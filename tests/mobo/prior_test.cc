@@ -74,7 +74,7 @@ Outcome Profile(const ProfileOptions& options, uint64_t seed) {
     out.hv_ratio.push_back(r.oracle->hv_ratio);
     out.last_use.push_back(r.prior_uses.empty() ? PriorUse{} : r.prior_uses.back());
     out.initial_design.push_back(static_cast<int>(r.initial_design));
-    out.prior_design.push_back(r.prior_design);
+    out.prior_design.push_back(ToString(r.prior_design));
     bool trusted = false;
     for (const PriorUse& u : r.prior_uses) trusted = trusted || u.trusted;
     out.ever_trusted.push_back(trusted);
@@ -215,8 +215,8 @@ TEST(Prior, ShuffledPriorPassingTheFirstCheckIsRefutedOnceItsDesignIsMeasured) {
     };
     const PartitionResult none = run({});
     const PartitionResult bad = run(EmulatorPrior(ParsePerturbation("shuffle=1")));
-    EXPECT_NE(bad.prior_design, "prior") << "seed " << seed;  // never kept
-    if (bad.prior_design != "refuted") continue;
+    EXPECT_NE(bad.prior_design, PriorDesignOutcome::kPrior) << "seed " << seed;  // never kept
+    if (bad.prior_design != PriorDesignOutcome::kRefuted) continue;
     ++refuted;
     EXPECT_LE(bad.prior_design_log_rms, 0.03) << "seed " << seed;
     EXPECT_GT(bad.prior_recheck_log_rms, 0.03) << "seed " << seed;

@@ -146,18 +146,28 @@ struct OracleComparison {
   pareto::Point space_reference;  // 1.1 x worst of the space
 };
 
+// The outcome of a prior's staged design (PartitionResult::prior_design).
+enum class PriorDesignOutcome {
+  kNone,      // no prior (or no staged design)
+  kPrior,     // the first two measurements agreed with the prior, its design followed
+  kFallback,  // they did not: Latin-hypercube points completed the no-prior design
+  kRefuted,   // they did, the re-check after the prior's design did not
+};
+// "", "prior", "fallback", "refuted" (the `prior_design` of the JSON and the summaries).
+const char* ToString(PriorDesignOutcome outcome);
+
 struct PartitionResult {
   std::string type;
   bool tunable = true;
   int64_t space_size = 0;
   int64_t budget = 0;      // evaluations planned
   int initial_design = 0;  // as measured (a prior's design: both of its stages)
-  // A prior's staged design (TypeState::SecondStage): "prior" when the first two measurements
-  // agreed with the (calibrated) prior and the rest of its design followed, "fallback" when
-  // they did not and Latin-hypercube points completed the no-prior design, "refuted" when they
+  // A prior's staged design (TypeState::SecondStage): kPrior when the first two measurements
+  // agreed with the (calibrated) prior and the rest of its design followed, kFallback when
+  // they did not and Latin-hypercube points completed the no-prior design, kRefuted when they
   // did but the re-check after the prior's design did not (the no-prior design then completed
-  // too); empty: no prior.
-  std::string prior_design;
+  // too); kNone: no prior.
+  PriorDesignOutcome prior_design = PriorDesignOutcome::kNone;
   // The design check's measure: PriorLogRms over the first stage's measurements (NaN: no
   // check), and over both stages' at the re-check ("refuted" above kTrustedPriorLogRms).
   double prior_design_log_rms = std::numeric_limits<double>::quiet_NaN();
