@@ -44,6 +44,36 @@ std::optional<OptionError> RunOptions::Validate() const {
   return std::nullopt;
 }
 
+const char* ToString(CostKind kind) {
+  switch (kind) {
+    case CostKind::kPartitionsProfiled:
+      return "partitions_profiled";
+    case CostKind::kPartitionsExhaustive:
+      return "partitions_exhaustive";
+    case CostKind::kFixedWork:
+      return "fixed_work";
+    case CostKind::kInstructions:
+      return "instructions";
+    case CostKind::kGradientSync:
+      break;
+  }
+  return "gradient_sync";
+}
+
+const char* ToString(Phase phase) {
+  switch (phase) {
+    case Phase::kProfile:
+      return "profile";
+    case Phase::kCompose:
+      return "compose";
+    case Phase::kSolve:
+      return "solve";
+    case Phase::kEvaluate:
+      break;
+  }
+  return "evaluate";
+}
+
 std::size_t MethodResult::Fastest() const {
   KAREUS_CHECK(!evaluated.empty()) << method.name << " has no frontier point";
   std::size_t best = 0;
@@ -206,27 +236,27 @@ class MethodRun {
 
     auto start = Clock::now();
     std::vector<TypeSamples> samples = MeasurePartitions(backend);
-    result_.phase_wall_s["profile"] = Seconds(start);
+    result_.phase_wall_s[Phase::kProfile] = Seconds(start);
     reps_ = Representatives(model_);
     if (UsesComposition()) {
       start = Clock::now();
       ComposedOptions(backend, samples);
-      result_.phase_wall_s["compose"] = Seconds(start);
+      result_.phase_wall_s[Phase::kCompose] = Seconds(start);
     } else {
       start = Clock::now();
       SweptOptions(backend);
-      result_.phase_wall_s["profile"] += Seconds(start);
+      result_.phase_wall_s[Phase::kProfile] += Seconds(start);
     }
     if (model_.gradient_sync.enabled) {
       start = Clock::now();
       GradientSyncOptions(backend);
-      result_.phase_wall_s["profile"] += Seconds(start);
+      result_.phase_wall_s[Phase::kProfile] += Seconds(start);
     }
 
     start = Clock::now();
     result_.solved = plan::SolvePlans(result_.problem, {.unit_time_s = options_.unit_time_s,
                                                         .p_static_w = backend_.StaticPowerW()});
-    result_.phase_wall_s["solve"] = Seconds(start);
+    result_.phase_wall_s[Phase::kSolve] = Seconds(start);
     const pipeline::Result& solved = result_.solved.solve;
     if (solved.points.empty()) {
       if (solved.summary.status == pipeline::Status::kInvalidInput) {
@@ -248,7 +278,7 @@ class MethodRun {
     start = Clock::now();
     Evaluate();
     DropDominatedPoints();
-    result_.phase_wall_s["evaluate"] = Seconds(start);
+    result_.phase_wall_s[Phase::kEvaluate] = Seconds(start);
     return std::move(result_);
   }
 
@@ -286,14 +316,14 @@ class MethodRun {
                             ? options_.profiler(model_, profile, backend, context_)
                             : mobo::ProfileWorkload(model_, profile, backend, context_);
       for (const auto& p : result_.profile->partitions) {
-        Charge(p.tunable ? "partitions_profiled" : "partitions_exhaustive", p.cost_gpu_seconds,
-               static_cast<int64_t>(p.evaluations.size()));
+        Charge(p.tunable ? CostKind::kPartitionsProfiled : CostKind::kPartitionsExhaustive,
+               p.cost_gpu_seconds, static_cast<int64_t>(p.evaluations.size()));
       }
       return SamplesFromProfile(*result_.profile);
     }
     const Meter meter(backend);
     std::vector<TypeSamples> samples = ExhaustiveSamples(model_, clocks_, backend);
-    meter.ChargeTo(*this, "partitions_exhaustive");
+    meter.ChargeTo(*this, CostKind::kPartitionsExhaustive);
     return samples;
   }
 
@@ -316,7 +346,7 @@ class MethodRun {
       }
     }
     CopyToIdenticalUnits();
-    meter.ChargeTo(*this, "instructions");
+    meter.ChargeTo(*this, CostKind::kInstructions);
   }
 
   // Options of a method with tuned comm knobs: per clock, the composition of the partition
@@ -334,7 +364,7 @@ class MethodRun {
     if (nanobatched_) {
       const Meter meter(backend);
       fixed = MeasureFixedWork(model_, units, clocks_, backend);
-      meter.ChargeTo(*this, "fixed_work");
+      meter.ChargeTo(*this, CostKind::kFixedWork);
     }
     const Meter meter(backend);
     const bool sequential_allowed = method_.execution != Execution::kNanobatched || !nanobatched_;
@@ -390,7 +420,7 @@ class MethodRun {
       }
     }
     CopyToIdenticalUnits();
-    meter.ChargeTo(*this, "instructions");
+    meter.ChargeTo(*this, CostKind::kInstructions);
   }
 
   // The sweep screen of this method: Kareus's (profiled comm knobs) with the run's stride;
@@ -612,7 +642,7 @@ class MethodRun {
             FilterOptions(nodes[static_cast<std::size_t>(c)], p_static);
       }
     }
-    meter.ChargeTo(*this, "gradient_sync");
+    meter.ChargeTo(*this, CostKind::kGradientSync);
   }
 
   // What a backend charged between construction and ChargeTo.
@@ -622,7 +652,7 @@ class MethodRun {
         : backend_(backend),
           gpu_seconds_(backend.GpuSeconds()),
           measurements_(backend.Measurements()) {}
-    void ChargeTo(MethodRun& run, const std::string& kind) const {
+    void ChargeTo(MethodRun& run, CostKind kind) const {
       run.Charge(kind, backend_.GpuSeconds() - gpu_seconds_,
                  backend_.Measurements() - measurements_);
     }
@@ -633,7 +663,7 @@ class MethodRun {
     int64_t measurements_;
   };
 
-  void Charge(const std::string& kind, double gpu_seconds, int64_t measurements) {
+  void Charge(CostKind kind, double gpu_seconds, int64_t measurements) {
     result_.profiling_gpu_seconds += gpu_seconds;
     result_.measurements += measurements;
     MethodResult::Cost& cost = result_.profiling_by_kind[kind];

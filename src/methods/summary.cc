@@ -98,12 +98,13 @@ MethodSummary Summarize(const MethodResult& m) {
   }
   out.profiling_gpu_hours = m.profiling_gpu_seconds / 3600.0;
   out.measurements = m.measurements;
+  // By name (the summary's maps are ordered by name, as the files list them).
   for (const auto& [kind, cost] : m.profiling_by_kind) {
-    out.profiling_by_kind[kind] = {.gpu_hours = cost.gpu_seconds / 3600.0,
-                                   .measurements = cost.measurements};
+    out.profiling_by_kind[ToString(kind)] = {.gpu_hours = cost.gpu_seconds / 3600.0,
+                                             .measurements = cost.measurements};
   }
   out.evaluation_gpu_hours = m.evaluation_gpu_seconds / 3600.0;
-  out.phase_wall_s = m.phase_wall_s;
+  for (const auto& [phase, seconds] : m.phase_wall_s) out.phase_wall_s[ToString(phase)] = seconds;
   out.forward_options = m.problem.stages[0].forward.size();
   out.backward_options = m.problem.stages[0].backward.size();
   out.solver = {.status = pipeline::ToString(m.solved.solve.summary.status),

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "kareus/methods/run.h"
 
+#include <algorithm>
 #include <set>
 
 #include <gtest/gtest.h>
@@ -172,6 +173,26 @@ TEST_F(RunTest, SummaryCarriesTheTables) {
   EXPECT_EQ(s["frontier_table"].size(), 5u);  // every method but Perseus
   EXPECT_FALSE(s["timeline"]["stages"].empty());
   EXPECT_EQ(s["partition_frontiers"].size(), 4u);  // the four tunable TP types
+}
+
+// summary.json lists the cost kinds and phases by name (the enums' order is another), and
+// each method's costs by kind sum to its total.
+TEST_F(RunTest, SummaryListsCostKindsAndPhasesByName) {
+  const Json s = ToJson(run_->summary);
+  for (const auto& m : s["methods"]) {
+    for (const char* map : {"profiling_by_kind", "phase_wall_s"}) {
+      std::vector<std::string> names;
+      for (const auto& [name, value] : m[map].items()) names.push_back(name);
+      EXPECT_FALSE(names.empty()) << m["method"] << " " << map;
+      EXPECT_TRUE(std::is_sorted(names.begin(), names.end())) << m["method"] << " " << map;
+    }
+  }
+  const MethodResult& kareus = Get(*run_, "kareus");
+  EXPECT_TRUE(kareus.profiling_by_kind.contains(CostKind::kPartitionsProfiled));
+  EXPECT_TRUE(kareus.phase_wall_s.contains(Phase::kCompose));
+  int64_t measurements = 0;
+  for (const auto& [kind, cost] : kareus.profiling_by_kind) measurements += cost.measurements;
+  EXPECT_EQ(measurements, kareus.measurements);
 }
 
 TEST(Run, SameSeedSameResult) {

@@ -82,16 +82,16 @@ TEST(SweepScreen, FewerMeasurementsEveryOptionMeasuredResultKept) {
   // Stride 1 sweeps every clock: per distinct unit, both directions sequential and library
   // default at each planning clock.
   const int clocks = static_cast<int>(full.model.workload.gpu.clock.ProfileGrid().size());
-  const int64_t instructions = a.profiling_by_kind.at("instructions").measurements;
+  const int64_t instructions = a.profiling_by_kind.at(CostKind::kInstructions).measurements;
   EXPECT_EQ(instructions % (4 * clocks), 0);
   // The screen leaves the partitions alone and measures fewer fallbacks and sync options.
-  EXPECT_EQ(b.profiling_by_kind.at("partitions_profiled").measurements,
-            a.profiling_by_kind.at("partitions_profiled").measurements);
-  EXPECT_EQ(b.profiling_by_kind.at("fixed_work").measurements,
-            a.profiling_by_kind.at("fixed_work").measurements);
-  EXPECT_LT(b.profiling_by_kind.at("instructions").measurements, instructions);
-  EXPECT_LT(b.profiling_by_kind.at("gradient_sync").measurements,
-            a.profiling_by_kind.at("gradient_sync").measurements);
+  EXPECT_EQ(b.profiling_by_kind.at(CostKind::kPartitionsProfiled).measurements,
+            a.profiling_by_kind.at(CostKind::kPartitionsProfiled).measurements);
+  EXPECT_EQ(b.profiling_by_kind.at(CostKind::kFixedWork).measurements,
+            a.profiling_by_kind.at(CostKind::kFixedWork).measurements);
+  EXPECT_LT(b.profiling_by_kind.at(CostKind::kInstructions).measurements, instructions);
+  EXPECT_LT(b.profiling_by_kind.at(CostKind::kGradientSync).measurements,
+            a.profiling_by_kind.at(CostKind::kGradientSync).measurements);
   EXPECT_LT(b.profiling_gpu_seconds, a.profiling_gpu_seconds);
 
   // Nothing derived: every option of the screened run that is not a composition is, to the

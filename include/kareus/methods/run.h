@@ -68,6 +68,30 @@ struct CompositionSample {
   double evaluated_time_s = 0.0, evaluated_energy_j = 0.0;
 };
 
+// The kinds of measurement a method's profiling cost is split by (MethodResult::
+// profiling_by_kind); ToString gives the names the outputs use: "partitions_profiled" (the
+// profiler's tunable types), "partitions_exhaustive" (types with fixed knobs, or every
+// configuration for the oracle), "fixed_work", "instructions" (clock sweeps and
+// whole-instruction fallbacks), "gradient_sync".
+enum class CostKind {
+  kPartitionsProfiled,
+  kPartitionsExhaustive,
+  kFixedWork,
+  kInstructions,
+  kGradientSync
+};
+inline constexpr std::array<CostKind, 5> kCostKinds = {
+    CostKind::kPartitionsProfiled, CostKind::kPartitionsExhaustive, CostKind::kFixedWork,
+    CostKind::kInstructions, CostKind::kGradientSync};
+const char* ToString(CostKind kind);
+
+// The phases of a method's run whose wall time is reported (MethodResult::phase_wall_s);
+// ToString: "profile", "compose", "solve", "evaluate".
+enum class Phase { kProfile, kCompose, kSolve, kEvaluate };
+inline constexpr std::array<Phase, 4> kPhases = {Phase::kProfile, Phase::kCompose, Phase::kSolve,
+                                                 Phase::kEvaluate};
+const char* ToString(Phase phase);
+
 struct MethodResult {
   MethodSpec method;
   plan::PlanProblem
@@ -99,17 +123,15 @@ struct MethodResult {
   const std::map<int, measure::Sample>* EvaluationsOf(const schedule::NodeClass& c) const;
   double profiling_gpu_seconds = 0.0;  // cost of every measurement the plans rest on
   int64_t measurements = 0;            // configurations and instructions measured
-  // The same cost by kind of measurement (sums to profiling_gpu_seconds and measurements):
-  // "partitions_profiled" (the profiler's tunable types), "partitions_exhaustive" (types with
-  // fixed knobs, or every configuration for the oracle), "fixed_work", "instructions" (clock
-  // sweeps and whole-instruction fallbacks), "gradient_sync".
+  // The same cost by kind of measurement (sums to profiling_gpu_seconds and measurements);
+  // only the kinds the method measured are present.
   struct Cost {
     double gpu_seconds = 0.0;
     int64_t measurements = 0;
   };
-  std::map<std::string, Cost> profiling_by_kind;
+  std::map<CostKind, Cost> profiling_by_kind;
   double evaluation_gpu_seconds = 0.0;          // cost of evaluating the plans
-  std::map<std::string, double> phase_wall_s;   // "profile", "compose", "solve", "evaluate"
+  std::map<Phase, double> phase_wall_s;         // the phases the method ran
   std::optional<mobo::ProfileSummary> profile;  // partition profiling (profiled methods)
   std::string note;  // e.g. why a method fell back to sequential execution
   std::vector<CompositionSample> composition;  // every composed option (tuned comm), evaluated
