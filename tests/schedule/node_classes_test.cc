@@ -59,8 +59,8 @@ TEST(NodeClassesTest, EveryNodeHasItsClass) {
       } else if (dag.LaunchesGradientSync(v)) {
         EXPECT_EQ(c.kind, NodeClassKind::kLastBackward);
       } else {
-        EXPECT_EQ(c.kind,
-                  n.kind == Direction::kForward ? NodeClassKind::kForward : NodeClassKind::kBackward);
+        EXPECT_EQ(c.kind, n.kind == Direction::kForward ? NodeClassKind::kForward
+                                                        : NodeClassKind::kBackward);
         EXPECT_EQ(c.index, n.stage * 2 + n.chunk);
       }
     }
@@ -75,8 +75,7 @@ TEST(NodeClassesTest, SelectPicksTheKindsList) {
   const std::vector<int> picked = {
       NodeClasses::Select(classes.Get(classes.ForwardClass(1)), forward, backward, last, sync),
       NodeClasses::Select(classes.Get(classes.BackwardClass(0)), forward, backward, last, sync),
-      NodeClasses::Select(classes.Get(classes.LastBackwardClass(1)), forward, backward, last,
-                          sync),
+      NodeClasses::Select(classes.Get(classes.LastBackwardClass(1)), forward, backward, last, sync),
       NodeClasses::Select(classes.Get(classes.SyncClass(1, 0)), forward, backward, last, sync)};
   EXPECT_EQ(picked, (std::vector<int>{11, 20, 31, 41}));
 }
