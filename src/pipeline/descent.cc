@@ -1,0 +1,353 @@
+// SPDX-License-Identifier: Apache-2.0
+// The convex descent: the longest path after a move (MakespanAfter), the move itself
+// (ApplyMove), the step loop along the minimum cuts (Run) and the realization of each deadline
+// it passes (RecordPoint). See solver.cc, parts 1 and 2.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <numeric>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "pipeline/engine.h"
+#include "kareus/pareto/pareto.h"
+
+namespace kareus::pipeline::internal {
+
+double Engine::MakespanAfter(double delta, double* base, double* rate) {
+  for (int v : dag_.topological_order) {
+    // The start: the latest predecessor's finish (the source's 0 without predecessors).
+    double es = 0.0;
+    double es_base = 0.0;
+    double es_rate = 0.0;
+    const int begin = preds_.start[v];
+    const int end = preds_.start[v + 1];
+    if (begin < end) {
+      es = -kInf;
+      for (int i = begin; i < end; ++i) {
+        const int f = 2 * preds_.node[i] + 1;
+        const double len = earliest_[f] + preds_.lag[i];
+        if (len > es) {
+          es = len;
+          es_base = path_base_[f] + preds_.lag[i];
+          es_rate = path_rate_[f];
+        }
+      }
+    }
+    earliest_[2 * v] = es;
+    path_base_[2 * v] = es_base;
+    path_rate_[2 * v] = es_rate;
+    const double r = rate_[v];
+    earliest_[2 * v + 1] = es + dur_[v] + r * delta;
+    path_base_[2 * v + 1] = es_base + dur_[v];
+    path_rate_[2 * v + 1] = es_rate + r;
+  }
+  double best = -kInf;
+  for (int v : sink_nodes_) {
+    if (earliest_[2 * v + 1] > best) {
+      best = earliest_[2 * v + 1];
+      path_base_[sink_] = path_base_[2 * v + 1];
+      path_rate_[sink_] = path_rate_[2 * v + 1];
+    }
+  }
+  earliest_[sink_] = best;
+  *base = path_base_[sink_];
+  *rate = path_rate_[sink_];
+  return best;
+}
+
+void Engine::ApplyMove(double delta) {
+  for (int v : shorten_) {
+    const Spec& spec = SpecOf(v);
+    const int p = pos_[v];
+    const int target = p % 2 == 1 ? p / 2 : p / 2 - 1;  // the vertex it moves towards
+    dur_[v] -= delta;
+    if (dur_[v] - spec.hull_time[static_cast<std::size_t>(target)] <= time_tol_) {
+      dur_[v] = spec.hull_time[static_cast<std::size_t>(target)];
+      pos_[v] = 2 * target;
+    } else {
+      pos_[v] = 2 * target + 1;
+    }
+  }
+  for (int v : lengthen_) {
+    const Spec& spec = SpecOf(v);
+    const int p = pos_[v];
+    const int target = p / 2 + 1;
+    dur_[v] += delta;
+    if (spec.hull_time[static_cast<std::size_t>(target)] - dur_[v] <= time_tol_) {
+      dur_[v] = spec.hull_time[static_cast<std::size_t>(target)];
+      pos_[v] = 2 * target;
+    } else {
+      pos_[v] = 2 * (target - 1) + 1;
+    }
+  }
+  for (int v : shorten_) {
+    SetCapacity(v);
+    rescan_.push_back(2 * v);  // its start is on the source side
+  }
+  for (int v : lengthen_) {
+    SetCapacity(v);
+    rescan_.push_back(2 * v + 1);  // its end is on the source side
+  }
+}
+
+void Engine::RecordPoint(double deadline, int64_t k, double offset) {
+  const auto started = std::chrono::steady_clock::now();
+  // The convex durations `offset` into the current move, rounded down to real options.
+  std::vector<int> choice(static_cast<std::size_t>(n_));
+  std::vector<double> cap(static_cast<std::size_t>(n_));
+  double model = 0.0;
+  for (int v = 0; v < n_; ++v) {
+    const Spec& spec = SpecOf(v);
+    const double d = dur_[v] + rate_[v] * offset;
+    choice[v] = spec.Fit(d + time_tol_);
+    model += spec.Cost(d);
+    // The slower end of the hull segment d lies on (d itself on a vertex).
+    const auto it = std::lower_bound(spec.hull_time.begin(), spec.hull_time.end(), d - time_tol_);
+    cap[v] = it == spec.hull_time.end() ? spec.hull_time.back() : *it;
+  }
+  if (RealMakespan(choice) > deadline + time_tol_) Repair(choice, deadline);
+  bool exact = false;
+  if (options_.reclaim_slack) {
+    Refine(choice, deadline, &cap);
+    if (k <= 0 || small_) {
+      const auto searched = std::chrono::steady_clock::now();
+      ChainSearch(choice, deadline, 8);
+      Exchange(choice, deadline);
+      ChainSearch(choice, deadline, 8);
+      const int64_t budget = k <= 0 ? kFastestBudget : kSmallBudget;
+      exact = n_ <= kExactMaxNodes && ExactAt(budget, deadline, choice, 0);
+      if (!exact && n_ <= kExactMaxNodes) {
+        // Out of budget: a beam as wide as the budget allows (states x options x kept states
+        // per step), then the local searches again from its plan.
+        const double per_step = static_cast<double>(node_options_) + 1.0;  // ~ n x options
+        const auto beam = static_cast<std::size_t>(
+            std::clamp(std::sqrt(static_cast<double>(budget) / per_step), 4.0, 4096.0));
+        const std::vector<int> before = choice;
+        ExactAt(budget, deadline, choice, beam);
+        // The neighbourhood search on small problems only: at the fastest point of the 4 x 16
+        // benchmark (128 nodes, 20 options) its 27 neighbourhoods cost 0.2 s and improved
+        // nothing (no neighbourhood finished within its budget; the beams found no better plan).
+        const bool moved = small_ && NeighborhoodSearch(choice, deadline, 4);
+        if (choice != before || moved) {
+          ChainSearch(choice, deadline, 8);
+          Exchange(choice, deadline);
+        }
+      }
+      if (k <= 0) fastest_wall_s_ += SecondsSince(searched);
+    }
+  }
+  IterationPoint point;
+  point.choice.resize(static_cast<std::size_t>(n_));
+  for (int v = 0; v < n_; ++v)
+    point.choice[v] = SpecOf(v).option[static_cast<std::size_t>(choice[v])];
+  point.cost = EvaluateWith(problem_, dag_, point.choice, options_.p_static_w);
+  point.step = steps_;
+  point.quanta = k;
+  point.deadline_s = deadline;
+  point.model_energy_j = exact ? point.cost.energy_j : model + pg_ * deadline;
+  point.exact = exact;
+  raw_.push_back(std::move(point));
+  realize_wall_s_ += SecondsSince(started);
+}
+
+Result Engine::Run() {
+  const auto started = std::chrono::steady_clock::now();
+  Result result;
+  Summary& summary = result.summary;
+  BuildModel();
+  BuildChains();
+  for (int v = 0; v < n_; ++v) node_options_ += static_cast<int64_t>(SpecOf(v).time.size());
+  small_ = node_options_ <= kSmallOptions;
+  std::vector<int> fastest(static_cast<std::size_t>(n_), 0);
+  std::vector<int> cheapest(static_cast<std::size_t>(n_));
+  for (int v = 0; v < n_; ++v) cheapest[v] = static_cast<int>(SpecOf(v).time.size()) - 1;
+  const double t_min = RealMakespan(fastest);
+  const double t_max = RealMakespan(cheapest);
+  summary.min_time_s = t_min;
+  summary.max_time_s = t_max;
+  const double unit = options_.unit_time_s;
+  const bool one_deadline = options_.deadline_s > 0.0;
+  if (one_deadline && options_.deadline_s < t_min - time_tol_) {
+    summary.status = Status::kDeadlineInfeasible;
+    summary.message = "deadline " + std::to_string(options_.deadline_s) +
+                      " s is below the minimum iteration time " + std::to_string(t_min) + " s";
+    result.dag = std::move(dag_);
+    return result;
+  }
+
+  double makespan = ForwardPass();
+  const double start_s = makespan;  // the progress callback's starting point
+  BackwardPass(makespan);
+  // Deadlines are realized as the descent passes them, slowest first (the first one is at or
+  // above the cheapest plan's time).
+  int64_t k_next =
+      one_deadline ? -1 : static_cast<int64_t>(std::ceil((makespan - t_min) / unit - 1e-9));
+  auto deadline_of = [&](int64_t k) {
+    return k < 0 ? options_.deadline_s : t_min + static_cast<double>(k) * unit;
+  };
+  bool deadline_done = false;  // deadline_s mode: its deadline is realized
+  // Realizes the deadlines reached `delta` into the current move.
+  auto realize_passed = [&](double delta) {
+    while (one_deadline ? !deadline_done : k_next >= 0) {
+      const double deadline = deadline_of(k_next);
+      if (deadline < makespan - delta - time_tol_) break;
+      RecordPoint(deadline, k_next, std::clamp(makespan - deadline, 0.0, delta));
+      if (one_deadline)
+        deadline_done = true;
+      else
+        --k_next;
+    }
+  };
+  realize_passed(0.0);
+  // T*: where shortening starts to cost more effective energy than it saves static energy
+  // (the cut's value reaches the static power of all GPUs). Below T* the relaxation's total
+  // energy falls with time; a deadline above T* is bounded by the relaxation at T*.
+  bool t_star_seen = false;
+  double t_star = 0.0;
+  double t_star_energy = kInf;
+  Status status = Status::kReachedMinimumTime;
+  std::string message;
+  // deadline_s mode stops once its deadline is realized and T* is known (a deadline above T*
+  // also gets the plan at T*, and the cheaper of the two is kept).
+  auto done = [&] { return one_deadline ? deadline_done && t_star_seen : k_next < 0; };
+  while (!done()) {
+    const bool finite = MaxFlow();
+    if (!t_star_seen && (!finite || flow_value_ >= pg_)) {
+      t_star_seen = true;
+      t_star = makespan;
+      t_star_energy = pg_ * makespan;
+      for (int v = 0; v < n_; ++v) t_star_energy += SpecOf(v).Cost(dur_[v]);
+      if (one_deadline && deadline_done) {
+        RecordPoint(makespan, -1, 0.0);
+        break;
+      }
+    }
+    if (!finite) break;
+    if (options_.max_steps > 0 && steps_ >= options_.max_steps) {
+      status = Status::kStepLimit;
+      break;
+    }
+    // The cut (the source side is what the BFS reached), and how far to move along it.
+    shorten_.clear();
+    lengthen_.clear();
+    double delta = kInf;
+    // Every critical activity arc across the cut was stopped by its residual capacity in some
+    // Scan, so it is in boundary_; entries now inside the source side or off the critical
+    // sub-DAG are dropped here.
+    std::size_t kept = 0;
+    for (int a : boundary_) {
+      const bool from_side = side_[arc_from_[a]] != 0;
+      const bool to_side = side_[arc_to_[a]] != 0;
+      if (!critical_[a] || from_side == to_side) {
+        in_boundary_[a] = 0;
+        continue;
+      }
+      boundary_[kept++] = a;
+      const int v = arc_act_[a];
+      if (from_side) {  // source side to sink side: shortened
+        const int p = pos_[v];
+        const int target = p % 2 == 1 ? p / 2 : p / 2 - 1;
+        shorten_.push_back(v);
+        rate_[v] = -1;
+        delta = std::min(delta, dur_[v] - SpecOf(v).hull_time[static_cast<std::size_t>(target)]);
+      } else if (lo_[a] > 0.0) {  // backwards with a saving: lengthened
+        lengthen_.push_back(v);
+        rate_[v] = 1;
+        delta = std::min(delta,
+                         SpecOf(v).hull_time[static_cast<std::size_t>(pos_[v] / 2 + 1)] - dur_[v]);
+      }
+    }
+    boundary_.resize(kept);
+    if (shorten_.empty() || !(delta > 0.0)) {
+      status = Status::kStalled;
+      message = "the minimum cut shortens nothing above the fastest iteration time";
+      break;
+    }
+    ++steps_;
+    // ... and no path off the critical sub-DAG overtakes (each path's length is linear in the
+    // move: Newton steps on the longest path reach the exact breakpoint). The last pass leaves
+    // earliest_ at the moved durations.
+    double base = 0.0;
+    double rate = 0.0;
+    double reached = 0.0;
+    for (int iteration = 0;; ++iteration) {
+      reached = MakespanAfter(delta, &base, &rate);
+      if (reached <= makespan - delta + time_tol_ || iteration > 2 * n_) break;
+      delta = (makespan - base) / (1.0 + rate);
+    }
+    if (options_.progress) {
+      options_.progress({.step = steps_,
+                         .time_now_s = reached,
+                         .time_fastest_s = t_min,
+                         .time_slowest_s = start_s});
+    }
+    realize_passed(delta);
+    if (!one_deadline && k_next < 0) break;
+    ApplyMove(delta);
+    for (int v : shorten_) rate_[v] = 0;
+    for (int v : lengthen_) rate_[v] = 0;
+    if (std::abs(reached - (makespan - delta)) > 1e3 * time_tol_) {
+      status = Status::kStalled;
+      message = "a move did not shorten the iteration as computed";
+      break;
+    }
+    makespan = reached;
+    BackwardPass(makespan);
+  }
+  if (status != Status::kStepLimit) {
+    // The descent reached the fastest schedule (or stalled: the remaining deadlines get the
+    // current durations, repaired): the remaining deadlines.
+    realize_passed(kInf);
+  }
+  if (t_star_seen) {
+    // Deadlines above T*: the relaxation's least energy there is its energy at T*.
+    for (IterationPoint& point : raw_) {
+      if (point.deadline_s > t_star)
+        point.model_energy_j = std::min(point.model_energy_j, t_star_energy);
+    }
+  }
+  if (one_deadline && raw_.size() > 1) {
+    const auto best = std::min_element(raw_.begin(), raw_.end(), [](const auto& a, const auto& b) {
+      return a.cost.energy_j < b.cost.energy_j;
+    });
+    std::vector<IterationPoint> kept;
+    kept.push_back(std::move(*best));
+    kept.back().deadline_s = options_.deadline_s;
+    raw_.swap(kept);
+  }
+  summary.status = status;
+  summary.message = message;
+  summary.steps = steps_;
+  summary.augmentations = augmentations_;
+  summary.incremental_cut_mismatches = cut_mismatches_;
+  summary.incremental_cuts_checked = cuts_checked_;
+  summary.critical_edges_max = critical_arcs_max_;
+  summary.realize_wall_s = realize_wall_s_;
+  summary.fastest_point_wall_s = fastest_wall_s_;
+  summary.descent_wall_s = SecondsSince(started) - realize_wall_s_;
+  summary.deadlines = static_cast<int64_t>(raw_.size());
+  if (options_.keep_dominated) {
+    result.points = std::move(raw_);
+  } else {
+    std::vector<pareto::Point> points;
+    for (std::size_t i = 0; i < raw_.size(); ++i) {
+      points.push_back({.time_s = raw_[i].cost.time_s,
+                        .energy_j = raw_[i].cost.energy_j,
+                        .payload = static_cast<int64_t>(i)});
+    }
+    const auto front = pareto::Filter(points);
+    for (auto it = front.rbegin(); it != front.rend(); ++it) {
+      result.points.push_back(std::move(raw_[static_cast<std::size_t>(it->payload)]));
+    }
+    summary.points_dominated = static_cast<int64_t>(raw_.size() - front.size());
+  }
+  result.dag = std::move(dag_);
+  return result;
+}
+
+}  // namespace kareus::pipeline::internal

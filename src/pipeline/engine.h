@@ -1,0 +1,270 @@
+// SPDX-License-Identifier: Apache-2.0
+// The solver's internal header (not installed): the Engine behind pipeline::Solve and the parts
+// it is made of, each defined in its own file of src/pipeline/:
+//   model.cc        specs (convex hulls of the options' effective energy), node classes,
+//                   the model's adjacency; EvaluateWith
+//   max_flow.cc     the activity-on-arc network, its capacities, the backward pass (critical
+//                   sub-DAG) and the warm-started incremental max-flow (minimum cuts)
+//   descent.cc      the convex descent along the cuts (Run), the moves, recording the points
+//   realization.cc  real options: makespan, energy, repair, slack refinement, chains, chain
+//                   search, one-exchange local search
+//   exact_search.cc the exact dynamic program / beam (ExactAt) and the neighbourhood search
+//   checks.cc       input validation (Validate, CheckOptions, Options::Validate)
+//   solver.cc       the public entry points (Solve, Evaluate, OptionsOf, ToString)
+// See solver.cc for the method.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "kareus/pipeline/solver.h"
+#include "kareus/schedule/node_classes.h"
+#include "kareus/schedule/schedule.h"
+
+namespace kareus::pipeline::internal {
+
+using schedule::Dag;
+using schedule::DagEdge;
+using schedule::Direction;
+using schedule::Instruction;
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+// The exact dynamic program (ExactAt) runs at the fastest point with this budget (state
+// comparisons), and at every other deadline of problems with at most kSmallOptions node-options
+// (sum over nodes of their real front's size) with kSmallBudget; past its budget the same
+// search runs as a beam within the same budget.
+constexpr int64_t kFastestBudget = 5'000'000;
+constexpr int64_t kSmallOptions = 160;
+constexpr int64_t kSmallBudget = 5'000'000;
+// The one-exchange local search (Exchange) stops after this many node visits.
+constexpr int64_t kExchangeBudget = 40'000'000;
+// The exact search (and its beam) runs on DAGs of at most this many nodes: on larger ones it
+// never finished within its budget nor improved the plan in the benchmark's cases (8 x 64,
+// 16 x 128: 0.2-1 s spent for nothing).
+constexpr int kExactMaxNodes = 256;
+// NeighborhoodSearch: the exact search's budget on each neighbourhood.
+constexpr int64_t kNeighborhoodBudget = 300'000;
+
+// Per node class (schedule::NodeClasses): the real options' effective-energy front and its convex
+// hull.
+struct Spec {
+  // Pareto front over (time, effective energy): time ascending, energy strictly descending.
+  std::vector<double> time;
+  std::vector<double> eff;
+  std::vector<int> option;  // the option behind each front entry
+  // Lower convex hull: vertex k at time hull_time[k] with energy hull_eff[k] (fastest first);
+  // slope[k] > 0 is the cost per second of shortening along segment k (between vertex k and
+  // k+1), strictly decreasing in k.
+  std::vector<double> hull_time;
+  std::vector<double> hull_eff;
+  std::vector<double> slope;
+  std::vector<double> option_time;  // every option's real time
+  std::vector<double> option_eff;   // every option's effective energy (gpus * (E - P t))
+
+  int last_vertex() const { return static_cast<int>(hull_time.size()) - 1; }
+  // The cheapest front entry whose time is <= d (d >= the fastest time - tolerance).
+  int Fit(double d) const {
+    const auto it = std::upper_bound(time.begin(), time.end(), d);
+    return it == time.begin() ? 0 : static_cast<int>(it - time.begin()) - 1;
+  }
+  // Convex cost at duration d.
+  double Cost(double d) const {
+    if (d >= hull_time.back()) return hull_eff.back();
+    if (d <= hull_time.front()) return hull_eff.front();
+    const auto it = std::upper_bound(hull_time.begin(), hull_time.end(), d);
+    const auto k = static_cast<std::size_t>(it - hull_time.begin()) - 1;
+    return hull_eff[k] - slope[k] * (d - hull_time[k]);
+  }
+};
+
+// `merge_s`: option times closer than this count as equal (the cheaper one is kept, at the
+// faster time, for the convex model only; the real front keeps both).
+Spec BuildSpec(const std::vector<Option>& options, int gpus, double p_static_w, double merge_s);
+
+schedule::NodeClasses ClassesOf(const Problem& problem);
+
+// The option list of node class `cls` (schedule::NodeClasses's layout).
+const std::vector<Option>& ClassOptions(const Problem& problem,
+                                        const schedule::NodeClasses& classes, int cls);
+
+// Time (the longest path, schedule::StartTimes) and energy of `choice`.
+Evaluation EvaluateWith(const Problem& problem, const Dag& dag, const std::vector<int>& choice,
+                        double p_static_w);
+
+double SecondsSince(std::chrono::steady_clock::time_point start);
+
+// Compressed adjacency: the neighbours of v are [start[v], start[v+1]).
+struct Adjacency {
+  std::vector<int> start;
+  std::vector<int> node;
+  std::vector<double> lag;
+};
+
+class Engine {
+ public:
+  Engine(const Problem& problem, const Options& options, Dag dag)
+      : problem_(problem), options_(options), dag_(std::move(dag)) {}
+
+  Result Run();
+
+ // The parts (declared here, defined in the part files) are public: the tests of each part
+  // call them through this internal header; the state stays private (EngineProbe: tests).
+  // ---- model
+  const Spec& SpecOf(int v) const { return specs_[static_cast<std::size_t>(class_[v])]; }
+  void BuildModel();
+
+  // ---- convex trace (activity-on-arc graph; event 2v = start of node v, 2v+1 = its end)
+  // An arc's capacity interval (up_, lo_): kept for every activity arc by SetCapacity after
+  // each move (flat arrays: the max-flow's BFS reads them for every arc it scans).
+  void SetCapacity(int v);
+  // The passes run over the DAG's nodes (activity-on-node: event 2v+1 has the one in-arc v,
+  // event 2v the one out-arc v), not over the events.
+  double ForwardPass() { return MakespanAfter(0.0, &scratch_base_, &scratch_rate_); }
+  void BackwardPass(double makespan);  // latest_ and critical_ (needs earliest_)
+  // Augments the flow to a maximum on the critical sub-DAG; false when it is unbounded (a
+  // critical path cannot be shortened). Leaves side_ = the source side of a minimum cut.
+  bool MaxFlow();
+  void Scan(int u);  // the BFS step of MaxFlow: marks and queues what u reaches in the residual
+  // Options::check_incremental_cuts: true when side_ is exactly what a fresh BFS from the
+  // source reaches in the residual critical sub-DAG (the criteria of Scan).
+  bool SideMatchesFreshBfs() const;
+  // The longest path after moving `delta` along the cut: fills earliest_ and returns the
+  // makespan, with the base length and net rate of one longest path.
+  double MakespanAfter(double delta, double* base, double* rate);
+  void ApplyMove(double delta);
+
+  // ---- realization (real time, front indices per node)
+  double RealMakespan(const std::vector<int>& front_choice) const;
+  double Energy(const std::vector<int>& front_choice) const;
+  void Repair(std::vector<int>& choice, double deadline) const;
+  bool FillForward(std::vector<int>& choice, double deadline, const std::vector<double>* cap) const;
+  bool FillBackward(std::vector<int>& choice, double deadline,
+                    const std::vector<double>* cap) const;
+  // Returns the passes it ran (each visits every node).
+  int Refine(std::vector<int>& choice, double deadline, const std::vector<double>* cap) const;
+  void Exchange(std::vector<int>& choice, double deadline) const;
+  // Chains: the maximal paths of same-stage edges (a stage's instructions in order); empty when
+  // some node has two same-stage predecessors or successors.
+  void BuildChains();
+  // Start times of every node for `choice`: earliest (as soon as possible) or latest (as late as
+  // `deadline` allows).
+  void Schedule(const std::vector<int>& choice, double deadline, bool latest,
+                std::vector<double>& start) const;
+  // Re-optimizes the options of one chain exactly (Pareto dynamic program over (finish time,
+  // energy)) with every other node's start fixed at `start`; true when the chain's energy fell.
+  bool OptimizeChain(const std::vector<int>& chain, std::vector<int>& choice,
+                     const std::vector<double>& start, double deadline) const;
+  // OptimizeChain on every chain, against the earliest and then the latest schedule, until no
+  // chain improves (at most `rounds` sweeps).
+  void ChainSearch(std::vector<int>& choice, double deadline, int rounds) const;
+  void RecordPoint(double deadline, int64_t k, double offset);
+  // The least-energy plan with time <= deadline by dynamic programming over a topological
+  // order (branch and bound): a state is the finish times of the placed instructions that still
+  // have unplaced successors, the makespan so far and the effective energy; dominated states
+  // and states whose completion bound reaches `choice`'s energy are dropped. Replaces `choice`
+  // when a cheaper plan exists; false (choice kept, not proven) when the state comparisons
+  // exceed `budget`.
+  // With `beam` > 0 the same search keeps at most `beam` states per step (those with the best
+  // completion bound): a heuristic that may improve `choice` and never proves (returns false).
+  // With `free_nodes` (per node, nonzero = free) the nodes not free keep their option in
+  // `choice` (a neighbourhood of the plan, searched exactly; their start times still float).
+  bool ExactAt(int64_t budget, double deadline, std::vector<int>& choice, std::size_t beam,
+               const std::vector<char>* free_nodes = nullptr) const;
+  // Large-neighbourhood search: ExactAt on every pair of stages and on sliding windows of the
+  // topological order, every other node fixed at its option, until no neighbourhood improves
+  // (at most `rounds` sweeps); true when the plan changed.
+  bool NeighborhoodSearch(std::vector<int>& choice, double deadline, int rounds) const;
+
+ private:
+  friend struct EngineProbe;  // tests only (tests/pipeline/*_test.cc)
+
+  const Problem& problem_;
+  const Options& options_;
+  Dag dag_;
+  int n_ = 0;
+  std::vector<Spec> specs_;
+  std::vector<int> class_;    // per node: index into specs_
+  bool small_ = false;        // few node-options: exact search at every deadline
+  int64_t node_options_ = 0;  // sum over nodes of their real front's size
+  double gpus_total_ = 0.0;
+  double pg_ = 0.0;        // static power of all GPUs, W
+  double time_tol_ = 0.0;  // times closer than this are equal
+  double flow_tol_ = 0.0;  // residual capacities below this are zero
+  Adjacency preds_;
+  Adjacency succs_;
+  std::vector<std::vector<int>> chains_;
+  std::vector<int> chain_prev_;  // per node: its same-stage predecessor, or -1
+  std::vector<int> chain_next_;  // per node: its same-stage successor, or -1
+
+  int num_events_ = 0;
+  int source_ = 0;
+  int sink_ = 0;
+  std::vector<int> arc_from_;
+  std::vector<int> arc_to_;
+  std::vector<int> arc_act_;
+  std::vector<int> out_start_;
+  std::vector<int> out_arcs_;
+  std::vector<int> out_to_;  // arc_to_ of out_arcs_[i], beside it (the BFS's inner loop)
+  std::vector<int> in_start_;
+  std::vector<int> in_arcs_;
+  std::vector<int> in_from_;     // arc_from_ of in_arcs_[i]
+  std::vector<double> up_;       // per arc: upper capacity (cost per second of shortening)
+  std::vector<double> lo_;       // per arc: lower bound (saving per second of lengthening)
+  std::vector<int> pred_arc_;    // parallel to preds_: the arc of each DAG edge
+  std::vector<int> succ_arc_;    // parallel to succs_
+  std::vector<int> source_arc_;  // per node: its arc from the source, or -1
+  std::vector<int> sink_arc_;    // per node: its arc to the sink, or -1
+  std::vector<int> sink_nodes_;  // nodes with an arc to the sink, in node order
+  double scratch_base_ = 0.0;
+  double scratch_rate_ = 0.0;
+  std::vector<int> event_order_;
+  std::vector<double> earliest_;
+  std::vector<double> latest_;
+  std::vector<double> dur_;  // per node: convex duration
+  std::vector<int> pos_;     // per node: 2k = at hull vertex k, 2k+1 = inside segment k
+  std::vector<double> flow_;
+  std::vector<char> critical_;
+  std::vector<char> side_;   // per event: on the source side of the current cut
+  std::vector<int> parent_;  // BFS: arc into the event (+1), negated for a backward arc
+  std::vector<int> queue_;   // the source side of the last cut, in BFS order
+  // Incremental source side: a move changes the capacities of the cut's arcs only (they cross
+  // the cut) and the flow not at all, so the events reached before stay reachable unless an arc
+  // inside the source side leaves the critical sub-DAG (BackwardPass clears the flag) or an
+  // augmentation changes the residual graph; new reach can only come through arcs whose
+  // capacity changed or that joined the critical sub-DAG, whose source-side ends are in rescan_.
+  bool source_side_valid_ = false;
+  std::vector<int> rescan_;
+  // The activity arcs a Scan found critical but without residual capacity (a superset of the
+  // cut's critical arcs while the source side is kept), each once (in_boundary_).
+  std::vector<int> boundary_;
+  std::vector<char> in_boundary_;
+  std::vector<int> shorten_;
+  std::vector<int> lengthen_;
+  std::vector<int8_t> rate_;  // per node: -1 shortened, +1 lengthened, 0 otherwise
+  std::vector<double> path_base_;
+  std::vector<double> path_rate_;
+  double flow_value_ = 0.0;
+
+  std::vector<IterationPoint> raw_;
+  int64_t steps_ = 0;
+  int64_t augmentations_ = 0;
+  int64_t cuts_checked_ = 0;  // Options::check_incremental_cuts
+  int64_t cut_mismatches_ = 0;
+  int64_t critical_arcs_max_ = 0;
+  double realize_wall_s_ = 0.0;
+  double fastest_wall_s_ = 0.0;
+};
+
+// `where` names the unit ("stage 1", "stage 1 chunk 0"), `kind` the list ("backward"); "" when
+// the list is valid, else the error.
+std::string CheckOptions(const std::vector<Option>& list, const std::string& where,
+                         const std::string& kind, const Options& options);
+
+// The first problem in `problem` or `options` (a message); "" when both are valid.
+std::string Validate(const Problem& problem, const Options& options);
+
+}  // namespace kareus::pipeline::internal

@@ -1,0 +1,357 @@
+// SPDX-License-Identifier: Apache-2.0
+// Realization in real options (front indices per node): makespan, energy, repair, slack
+// refinement (FillForward/FillBackward, Refine), one-exchange local search, the chains and the
+// chain search. See solver.cc, parts 2 and 3.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <numeric>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "pipeline/engine.h"
+
+namespace kareus::pipeline::internal {
+
+double Engine::RealMakespan(const std::vector<int>& choice) const {
+  // Nodes in topological order; finish times by the longest path.
+  thread_local std::vector<double> finish;
+  finish.assign(static_cast<std::size_t>(n_), 0.0);
+  double makespan = 0.0;
+  for (int v : dag_.topological_order) {
+    double start = 0.0;
+    for (int i = preds_.start[v]; i < preds_.start[v + 1]; ++i) {
+      start = std::max(start, finish[preds_.node[i]] + preds_.lag[i]);
+    }
+    finish[v] = start + SpecOf(v).time[static_cast<std::size_t>(choice[v])];
+    makespan = std::max(makespan, finish[v]);
+  }
+  return makespan;
+}
+
+double Engine::Energy(const std::vector<int>& choice) const {
+  double effective = 0.0;
+  for (int v = 0; v < n_; ++v) effective += SpecOf(v).eff[static_cast<std::size_t>(choice[v])];
+  return effective + pg_ * RealMakespan(choice);
+}
+
+// Makes `choice` meet `deadline` by moving instructions that finish too late to their fastest
+// option (the all-fastest plan meets any deadline >= the minimum time).
+void Engine::Repair(std::vector<int>& choice, double deadline) const {
+  std::vector<double> finish(n_, 0.0);
+  std::vector<double> latest_start(n_, 0.0);
+  for (int round = 0; round <= n_; ++round) {
+    for (int v : dag_.topological_order) {
+      double start = 0.0;
+      for (int i = preds_.start[v]; i < preds_.start[v + 1]; ++i) {
+        start = std::max(start, finish[preds_.node[i]] + preds_.lag[i]);
+      }
+      finish[v] = start + SpecOf(v).time[static_cast<std::size_t>(choice[v])];
+    }
+    bool late = false;
+    for (auto it = dag_.topological_order.rbegin(); it != dag_.topological_order.rend(); ++it) {
+      const int v = *it;
+      double lf = deadline;
+      for (int i = succs_.start[v]; i < succs_.start[v + 1]; ++i) {
+        lf = std::min(lf, latest_start[succs_.node[i]] - succs_.lag[i]);
+      }
+      if (finish[v] > lf + time_tol_ && choice[v] != 0) {
+        choice[v] = 0;
+        late = true;
+      }
+      latest_start[v] = lf - SpecOf(v).time[static_cast<std::size_t>(choice[v])];
+    }
+    if (!late) return;
+  }
+}
+
+// Forward pass in topological order with latest finishes from the current durations (a node's
+// successors are unchanged when it is visited): each node takes the cheapest option that fits
+// its window (and `cap`, when given). True when anything changed.
+bool Engine::FillForward(std::vector<int>& choice, double deadline,
+                         const std::vector<double>* cap) const {
+  thread_local std::vector<double> latest_finish;
+  thread_local std::vector<double> finish;
+  latest_finish.assign(static_cast<std::size_t>(n_), 0.0);
+  finish.assign(static_cast<std::size_t>(n_), 0.0);
+  for (auto it = dag_.topological_order.rbegin(); it != dag_.topological_order.rend(); ++it) {
+    const int v = *it;
+    double lf = deadline;
+    for (int i = succs_.start[v]; i < succs_.start[v + 1]; ++i) {
+      const int w = succs_.node[i];
+      lf = std::min(lf, latest_finish[w] - SpecOf(w).time[static_cast<std::size_t>(choice[w])] -
+                            succs_.lag[i]);
+    }
+    latest_finish[v] = lf;
+  }
+  bool changed = false;
+  for (int v : dag_.topological_order) {
+    double es = 0.0;
+    for (int i = preds_.start[v]; i < preds_.start[v + 1]; ++i) {
+      es = std::max(es, finish[preds_.node[i]] + preds_.lag[i]);
+    }
+    double window = latest_finish[v] - es;
+    if (cap != nullptr) window = std::min(window, (*cap)[v]);
+    const Spec& spec = SpecOf(v);
+    const int j = spec.Fit(window + time_tol_);
+    if (j > choice[v] && spec.time[static_cast<std::size_t>(j)] <= window + time_tol_) {
+      choice[v] = j;
+      changed = true;
+    }
+    finish[v] = es + spec.time[static_cast<std::size_t>(choice[v])];
+  }
+  return changed;
+}
+
+// The mirror image: reverse topological order with earliest starts from the current durations.
+bool Engine::FillBackward(std::vector<int>& choice, double deadline,
+                          const std::vector<double>* cap) const {
+  thread_local std::vector<double> earliest_start;
+  thread_local std::vector<double> latest_start;
+  earliest_start.assign(static_cast<std::size_t>(n_), 0.0);
+  latest_start.assign(static_cast<std::size_t>(n_), 0.0);
+  for (int v : dag_.topological_order) {
+    double es = 0.0;
+    for (int i = preds_.start[v]; i < preds_.start[v + 1]; ++i) {
+      const int p = preds_.node[i];
+      es = std::max(es, earliest_start[p] + SpecOf(p).time[static_cast<std::size_t>(choice[p])] +
+                            preds_.lag[i]);
+    }
+    earliest_start[v] = es;
+  }
+  bool changed = false;
+  for (auto it = dag_.topological_order.rbegin(); it != dag_.topological_order.rend(); ++it) {
+    const int v = *it;
+    double lf = deadline;
+    for (int i = succs_.start[v]; i < succs_.start[v + 1]; ++i) {
+      lf = std::min(lf, latest_start[succs_.node[i]] - succs_.lag[i]);
+    }
+    double window = lf - earliest_start[v];
+    if (cap != nullptr) window = std::min(window, (*cap)[v]);
+    const Spec& spec = SpecOf(v);
+    const int j = spec.Fit(window + time_tol_);
+    if (j > choice[v] && spec.time[static_cast<std::size_t>(j)] <= window + time_tol_) {
+      choice[v] = j;
+      changed = true;
+    }
+    latest_start[v] = lf - spec.time[static_cast<std::size_t>(choice[v])];
+  }
+  return changed;
+}
+
+// Slack refinement within `deadline`: first each instruction may only move up to the slower end
+// of its convex segment (`cap`: spreads the slack the way the convex optimum does), then
+// freely, forward and backward until nothing changes.
+int Engine::Refine(std::vector<int>& choice, double deadline,
+                   const std::vector<double>* cap) const {
+  int passes = 0;
+  if (cap != nullptr) {
+    FillForward(choice, deadline, cap);
+    FillBackward(choice, deadline, cap);
+    passes += 2;
+  }
+  // A pass that changes nothing leaves a plan where no instruction's float fits a slower option:
+  // the other direction would change nothing either.
+  for (int round = 0; round < 8; ++round) {
+    ++passes;
+    if (!FillForward(choice, deadline, nullptr)) break;
+    ++passes;
+    if (!FillBackward(choice, deadline, nullptr)) break;
+  }
+  return passes;
+}
+
+// One-exchange local search: make one instruction faster (each faster front entry), let Refine
+// hand the freed slack to the others, keep the result when the energy drops; until no exchange
+// helps or kExchangeBudget node visits are spent (each trial visits every node a few times:
+// on large pipelines the search stops early, a bounded cost instead of O(n^2 options)).
+void Engine::Exchange(std::vector<int>& choice, double deadline) const {
+  double best = Energy(choice);
+  std::vector<int> trial;
+  int64_t work = 0;
+  for (int round = 0; round < 4; ++round) {
+    bool improved = false;
+    for (int v : dag_.topological_order) {
+      for (int j = 0; j < choice[v]; ++j) {
+        if (work > kExchangeBudget) return;
+        trial = choice;
+        trial[v] = j;
+        work += static_cast<int64_t>(n_) * (Refine(trial, deadline, nullptr) + 2);
+        const double energy = Energy(trial);
+        if (energy < best * (1 - 1e-12)) {
+          best = energy;
+          choice.swap(trial);
+          improved = true;
+          break;
+        }
+      }
+    }
+    if (!improved) break;
+  }
+}
+
+void Engine::BuildChains() {
+  chain_prev_.assign(static_cast<std::size_t>(n_), -1);
+  chain_next_.assign(static_cast<std::size_t>(n_), -1);
+  const auto is_sync = [&](int v) {
+    return dag_.nodes[static_cast<std::size_t>(v)].node == schedule::NodeKind::kGradientSync;
+  };
+  for (const DagEdge& e : dag_.edges) {
+    // The compute stream only: a gradient sync runs beside its stage's instructions (and an
+    // overlapped one branches off the chain), so it stays out of every chain.
+    if (e.cross_stage || is_sync(e.from) || is_sync(e.to)) continue;
+    if (chain_next_[e.from] >= 0 || chain_prev_[e.to] >= 0) {
+      chain_prev_.assign(static_cast<std::size_t>(n_), -1);
+      chain_next_.assign(static_cast<std::size_t>(n_), -1);
+      return;
+    }
+    chain_next_[e.from] = e.to;
+    chain_prev_[e.to] = e.from;
+  }
+  for (int v = 0; v < n_; ++v) {
+    if (chain_prev_[v] >= 0 || chain_next_[v] < 0) continue;
+    std::vector<int> chain;
+    for (int w = v; w >= 0; w = chain_next_[w]) chain.push_back(w);
+    chains_.push_back(std::move(chain));
+  }
+}
+
+void Engine::Schedule(const std::vector<int>& choice, double deadline, bool latest,
+                      std::vector<double>& start) const {
+  start.assign(static_cast<std::size_t>(n_), 0.0);
+  if (!latest) {
+    for (int v : dag_.topological_order) {
+      double es = 0.0;
+      for (int i = preds_.start[v]; i < preds_.start[v + 1]; ++i) {
+        const int p = preds_.node[i];
+        es = std::max(
+            es, start[p] + SpecOf(p).time[static_cast<std::size_t>(choice[p])] + preds_.lag[i]);
+      }
+      start[v] = es;
+    }
+    return;
+  }
+  for (auto it = dag_.topological_order.rbegin(); it != dag_.topological_order.rend(); ++it) {
+    const int v = *it;
+    double lf = deadline;
+    for (int i = succs_.start[v]; i < succs_.start[v + 1]; ++i) {
+      lf = std::min(lf, start[succs_.node[i]] - succs_.lag[i]);
+    }
+    start[v] = lf - SpecOf(v).time[static_cast<std::size_t>(choice[v])];
+  }
+}
+
+bool Engine::OptimizeChain(const std::vector<int>& chain, std::vector<int>& choice,
+                           const std::vector<double>& start, double deadline) const {
+  const std::size_t length = chain.size();
+  // Windows from the fixed neighbours: release (earliest start) and deadline (latest finish),
+  // the latter tightened by the chain's own successors at their fastest.
+  std::vector<double> release(length, 0.0);
+  std::vector<double> due(length, deadline);
+  double current = 0.0;
+  for (std::size_t i = 0; i < length; ++i) {
+    const int v = chain[i];
+    current += SpecOf(v).eff[static_cast<std::size_t>(choice[v])];
+    for (int j = preds_.start[v]; j < preds_.start[v + 1]; ++j) {
+      const int p = preds_.node[j];
+      if (p == chain_prev_[v]) continue;
+      release[i] =
+          std::max(release[i],
+                   start[p] + SpecOf(p).time[static_cast<std::size_t>(choice[p])] + preds_.lag[j]);
+    }
+    for (int j = succs_.start[v]; j < succs_.start[v + 1]; ++j) {
+      const int w = succs_.node[j];
+      if (w == chain_next_[v]) continue;
+      due[i] = std::min(due[i], start[w] - succs_.lag[j]);
+    }
+  }
+  for (std::size_t i = length - 1; i-- > 0;) {
+    due[i] = std::min(due[i], due[i + 1] - SpecOf(chain[i + 1]).time.front());
+  }
+  struct State {
+    double finish;
+    double energy;
+    int parent;
+    int option;
+  };
+  thread_local std::vector<std::vector<State>> layers;
+  thread_local std::vector<State> candidates;
+  layers.resize(length + 1);
+  layers[0].assign(1, {0.0, 0.0, -1, -1});
+  constexpr std::size_t kMaxStates = 2048;
+  for (std::size_t i = 0; i < length; ++i) {
+    const Spec& spec = SpecOf(chain[i]);
+    const std::vector<State>& from = layers[i];
+    candidates.clear();
+    for (std::size_t k = 0; k < from.size(); ++k) {
+      // States finishing before the release all start at the release: only the cheapest
+      // (the last of them) matters.
+      if (k + 1 < from.size() && from[k + 1].finish <= release[i]) continue;
+      const double begin = std::max(from[k].finish, release[i]);
+      for (std::size_t j = 0; j < spec.time.size(); ++j) {
+        const double finish = begin + spec.time[j];
+        if (finish > due[i] + time_tol_) break;
+        candidates.push_back(
+            {finish, from[k].energy + spec.eff[j], static_cast<int>(k), static_cast<int>(j)});
+      }
+    }
+    if (candidates.empty()) return false;  // the current choice is feasible; numerical trouble
+    std::sort(candidates.begin(), candidates.end(), [](const State& a, const State& b) {
+      return a.finish != b.finish ? a.finish < b.finish : a.energy < b.energy;
+    });
+    std::vector<State>& to = layers[i + 1];
+    to.clear();
+    for (const State& c : candidates) {
+      if (to.empty() || c.energy < to.back().energy - 1e-12 * std::abs(c.energy)) to.push_back(c);
+    }
+    if (to.size() > kMaxStates) {
+      // Keep an evenly spread subset (always the fastest and the cheapest).
+      std::vector<State> kept;
+      for (std::size_t q = 0; q < kMaxStates; ++q)
+        kept.push_back(to[q * (to.size() - 1) / (kMaxStates - 1)]);
+      to.swap(kept);
+    }
+  }
+  const State& best = layers[length].back();
+  if (!(best.energy < current - 1e-9 * std::max(1.0, std::abs(current)))) return false;
+  int k = static_cast<int>(layers[length].size()) - 1;
+  for (std::size_t i = length; i-- > 0;) {
+    const State& state = layers[i + 1][static_cast<std::size_t>(k)];
+    choice[chain[i]] = state.option;
+    k = state.parent;
+  }
+  return true;
+}
+
+void Engine::ChainSearch(std::vector<int>& choice, double deadline, int rounds) const {
+  if (chains_.empty()) return;
+  std::vector<double> start;
+  std::vector<int> trial;
+  double energy = Energy(choice);
+  for (int round = 0; round < rounds; ++round) {
+    bool improved = false;
+    for (bool latest : {false, true}) {
+      for (const std::vector<int>& chain : chains_) {
+        Schedule(choice, deadline, latest, start);
+        trial = choice;
+        if (!OptimizeChain(chain, trial, start, deadline)) continue;
+        Refine(trial, deadline, nullptr);
+        // The chain's effective energy fell, but the iteration may have grown (static energy):
+        // kept only when the total falls.
+        const double trial_energy = Energy(trial);
+        if (trial_energy < energy * (1 - 1e-12)) {
+          energy = trial_energy;
+          choice.swap(trial);
+          improved = true;
+        }
+      }
+    }
+    if (!improved) break;
+  }
+}
+
+}  // namespace kareus::pipeline::internal
