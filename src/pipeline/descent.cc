@@ -13,8 +13,8 @@
 #include <utility>
 #include <vector>
 
-#include "pipeline/engine.h"
 #include "kareus/pareto/pareto.h"
+#include "pipeline/engine.h"
 
 namespace kareus::pipeline::internal {
 

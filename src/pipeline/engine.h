@@ -104,6 +104,24 @@ struct Adjacency {
   std::vector<double> lag;
 };
 
+// A state of OptimizeChain's dynamic program: the chain's prefix finishing at `finish`.
+struct ChainState {
+  double finish;
+  double energy;
+  int parent;  // index in the previous layer
+  int option;  // front index of the prefix's last instruction
+};
+
+// Reusable buffers of the realization's const methods (one engine per solve, one thread): owned
+// by the engine, named per use (FillForward and FillBackward never run nested, so they share).
+struct Scratch {
+  std::vector<double> real_finish;    // RealMakespan
+  std::vector<double> fill_latest;    // FillForward: latest finishes; FillBackward: latest starts
+  std::vector<double> fill_earliest;  // FillForward: finishes; FillBackward: earliest starts
+  std::vector<std::vector<ChainState>> chain_layers;  // OptimizeChain
+  std::vector<ChainState> chain_candidates;           // OptimizeChain
+};
+
 class Engine {
  public:
   Engine(const Problem& problem, const Options& options, Dag dag)
@@ -111,7 +129,7 @@ class Engine {
 
   Result Run();
 
- // The parts (declared here, defined in the part files) are public: the tests of each part
+  // The parts (declared here, defined in the part files) are public: the tests of each part
   // call them through this internal header; the state stays private (EngineProbe: tests).
   // ---- model
   const Spec& SpecOf(int v) const { return specs_[static_cast<std::size_t>(class_[v])]; }
@@ -219,6 +237,9 @@ class Engine {
   std::vector<int> source_arc_;  // per node: its arc from the source, or -1
   std::vector<int> sink_arc_;    // per node: its arc to the sink, or -1
   std::vector<int> sink_nodes_;  // nodes with an arc to the sink, in node order
+  // The realization's buffers: mutable because the const search methods reuse them between
+  // calls (they carry nothing from one call to the next).
+  mutable Scratch scratch_;
   double scratch_base_ = 0.0;
   double scratch_rate_ = 0.0;
   std::vector<int> event_order_;

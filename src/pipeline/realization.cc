@@ -19,7 +19,7 @@ namespace kareus::pipeline::internal {
 
 double Engine::RealMakespan(const std::vector<int>& choice) const {
   // Nodes in topological order; finish times by the longest path.
-  thread_local std::vector<double> finish;
+  std::vector<double>& finish = scratch_.real_finish;
   finish.assign(static_cast<std::size_t>(n_), 0.0);
   double makespan = 0.0;
   for (int v : dag_.topological_order) {
@@ -74,8 +74,8 @@ void Engine::Repair(std::vector<int>& choice, double deadline) const {
 // its window (and `cap`, when given). True when anything changed.
 bool Engine::FillForward(std::vector<int>& choice, double deadline,
                          const std::vector<double>* cap) const {
-  thread_local std::vector<double> latest_finish;
-  thread_local std::vector<double> finish;
+  std::vector<double>& latest_finish = scratch_.fill_latest;
+  std::vector<double>& finish = scratch_.fill_earliest;
   latest_finish.assign(static_cast<std::size_t>(n_), 0.0);
   finish.assign(static_cast<std::size_t>(n_), 0.0);
   for (auto it = dag_.topological_order.rbegin(); it != dag_.topological_order.rend(); ++it) {
@@ -110,8 +110,8 @@ bool Engine::FillForward(std::vector<int>& choice, double deadline,
 // The mirror image: reverse topological order with earliest starts from the current durations.
 bool Engine::FillBackward(std::vector<int>& choice, double deadline,
                           const std::vector<double>* cap) const {
-  thread_local std::vector<double> earliest_start;
-  thread_local std::vector<double> latest_start;
+  std::vector<double>& earliest_start = scratch_.fill_earliest;
+  std::vector<double>& latest_start = scratch_.fill_latest;
   earliest_start.assign(static_cast<std::size_t>(n_), 0.0);
   latest_start.assign(static_cast<std::size_t>(n_), 0.0);
   for (int v : dag_.topological_order) {
@@ -272,14 +272,9 @@ bool Engine::OptimizeChain(const std::vector<int>& chain, std::vector<int>& choi
   for (std::size_t i = length - 1; i-- > 0;) {
     due[i] = std::min(due[i], due[i + 1] - SpecOf(chain[i + 1]).time.front());
   }
-  struct State {
-    double finish;
-    double energy;
-    int parent;
-    int option;
-  };
-  thread_local std::vector<std::vector<State>> layers;
-  thread_local std::vector<State> candidates;
+  using State = ChainState;
+  std::vector<std::vector<State>>& layers = scratch_.chain_layers;
+  std::vector<State>& candidates = scratch_.chain_candidates;
   layers.resize(length + 1);
   layers[0].assign(1, {0.0, 0.0, -1, -1});
   constexpr std::size_t kMaxStates = 2048;
