@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Input validation: the problem (Validate), its option lists (CheckOptions) and the options
+// Input validation: the problem (FindInputError), its option lists (CheckOptions) and the options
 // (Options::Validate).
 #include <algorithm>
 #include <chrono>
@@ -39,7 +39,7 @@ std::string CheckOptions(const std::vector<Option>& list, const std::string& whe
   return "";
 }
 
-std::string Validate(const Problem& problem, const Options& options) {
+std::string FindInputError(const Problem& problem, const Options& options) {
   if (const auto error = options.Validate()) return error->Message();
   const int stages = problem.num_stages;
   if (stages < 1) return "num_stages must be >= 1";

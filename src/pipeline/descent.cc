@@ -155,163 +155,126 @@ void Engine::RecordPoint(double deadline, int64_t k, double offset) {
   realize_wall_s_ += SecondsSince(started);
 }
 
-Result Engine::Run() {
-  const auto started = std::chrono::steady_clock::now();
-  Result result;
-  Summary& summary = result.summary;
-  BuildModel();
-  BuildChains();
-  for (int v = 0; v < n_; ++v) node_options_ += static_cast<int64_t>(SpecOf(v).time.size());
-  small_ = node_options_ <= kSmallOptions;
-  std::vector<int> fastest(static_cast<std::size_t>(n_), 0);
-  std::vector<int> cheapest(static_cast<std::size_t>(n_));
-  for (int v = 0; v < n_; ++v) cheapest[v] = static_cast<int>(SpecOf(v).time.size()) - 1;
-  const double t_min = RealMakespan(fastest);
-  const double t_max = RealMakespan(cheapest);
-  summary.min_time_s = t_min;
-  summary.max_time_s = t_max;
-  const double unit = options_.unit_time_s;
-  const bool one_deadline = options_.deadline_s > 0.0;
-  if (one_deadline && options_.deadline_s < t_min - time_tol_) {
-    summary.status = Status::kDeadlineInfeasible;
-    summary.message = "deadline " + std::to_string(options_.deadline_s) +
-                      " s is below the minimum iteration time " + std::to_string(t_min) + " s";
-    result.dag = std::move(dag_);
-    return result;
+void Engine::RealizePassed(Descent& d, double delta) {
+  while (d.one_deadline ? !d.deadline_done : d.k_next >= 0) {
+    const double deadline = d.k_next < 0
+                                ? options_.deadline_s
+                                : d.t_min + static_cast<double>(d.k_next) * options_.unit_time_s;
+    if (deadline < d.makespan - delta - time_tol_) break;
+    RecordPoint(deadline, d.k_next, std::clamp(d.makespan - deadline, 0.0, delta));
+    if (d.one_deadline)
+      d.deadline_done = true;
+    else
+      --d.k_next;
   }
+}
 
-  double makespan = ForwardPass();
-  const double start_s = makespan;  // the progress callback's starting point
-  BackwardPass(makespan);
-  // Deadlines are realized as the descent passes them, slowest first (the first one is at or
-  // above the cheapest plan's time).
-  int64_t k_next =
-      one_deadline ? -1 : static_cast<int64_t>(std::ceil((makespan - t_min) / unit - 1e-9));
-  auto deadline_of = [&](int64_t k) {
-    return k < 0 ? options_.deadline_s : t_min + static_cast<double>(k) * unit;
-  };
-  bool deadline_done = false;  // deadline_s mode: its deadline is realized
-  // Realizes the deadlines reached `delta` into the current move.
-  auto realize_passed = [&](double delta) {
-    while (one_deadline ? !deadline_done : k_next >= 0) {
-      const double deadline = deadline_of(k_next);
-      if (deadline < makespan - delta - time_tol_) break;
-      RecordPoint(deadline, k_next, std::clamp(makespan - deadline, 0.0, delta));
-      if (one_deadline)
-        deadline_done = true;
-      else
-        --k_next;
+double Engine::SelectCut() {
+  shorten_.clear();
+  lengthen_.clear();
+  double delta = kInf;
+  // Every critical activity arc across the cut was stopped by its residual capacity in some
+  // Scan, so it is in boundary_; entries now inside the source side or off the critical
+  // sub-DAG are dropped here.
+  std::size_t kept = 0;
+  for (int a : boundary_) {
+    const bool from_side = side_[arc_from_[a]] != 0;
+    const bool to_side = side_[arc_to_[a]] != 0;
+    if (!critical_[a] || from_side == to_side) {
+      in_boundary_[a] = 0;
+      continue;
     }
-  };
-  realize_passed(0.0);
-  // T*: where shortening starts to cost more effective energy than it saves static energy
-  // (the cut's value reaches the static power of all GPUs). Below T* the relaxation's total
-  // energy falls with time; a deadline above T* is bounded by the relaxation at T*.
-  bool t_star_seen = false;
-  double t_star = 0.0;
-  double t_star_energy = kInf;
-  Status status = Status::kReachedMinimumTime;
-  std::string message;
-  // deadline_s mode stops once its deadline is realized and T* is known (a deadline above T*
-  // also gets the plan at T*, and the cheaper of the two is kept).
-  auto done = [&] { return one_deadline ? deadline_done && t_star_seen : k_next < 0; };
-  while (!done()) {
-    const bool finite = MaxFlow();
-    if (!t_star_seen && (!finite || flow_value_ >= pg_)) {
-      t_star_seen = true;
-      t_star = makespan;
-      t_star_energy = pg_ * makespan;
-      for (int v = 0; v < n_; ++v) t_star_energy += SpecOf(v).Cost(dur_[v]);
-      if (one_deadline && deadline_done) {
-        RecordPoint(makespan, -1, 0.0);
-        break;
-      }
+    boundary_[kept++] = a;
+    const int v = arc_act_[a];
+    if (from_side) {  // source side to sink side: shortened
+      const int p = pos_[v];
+      const int target = p % 2 == 1 ? p / 2 : p / 2 - 1;
+      shorten_.push_back(v);
+      rate_[v] = -1;
+      delta = std::min(delta, dur_[v] - SpecOf(v).hull_time[static_cast<std::size_t>(target)]);
+    } else if (lo_[a] > 0.0) {  // backwards with a saving: lengthened
+      lengthen_.push_back(v);
+      rate_[v] = 1;
+      delta =
+          std::min(delta, SpecOf(v).hull_time[static_cast<std::size_t>(pos_[v] / 2 + 1)] - dur_[v]);
     }
-    if (!finite) break;
-    if (options_.max_steps > 0 && steps_ >= options_.max_steps) {
-      status = Status::kStepLimit;
-      break;
-    }
-    // The cut (the source side is what the BFS reached), and how far to move along it.
-    shorten_.clear();
-    lengthen_.clear();
-    double delta = kInf;
-    // Every critical activity arc across the cut was stopped by its residual capacity in some
-    // Scan, so it is in boundary_; entries now inside the source side or off the critical
-    // sub-DAG are dropped here.
-    std::size_t kept = 0;
-    for (int a : boundary_) {
-      const bool from_side = side_[arc_from_[a]] != 0;
-      const bool to_side = side_[arc_to_[a]] != 0;
-      if (!critical_[a] || from_side == to_side) {
-        in_boundary_[a] = 0;
-        continue;
-      }
-      boundary_[kept++] = a;
-      const int v = arc_act_[a];
-      if (from_side) {  // source side to sink side: shortened
-        const int p = pos_[v];
-        const int target = p % 2 == 1 ? p / 2 : p / 2 - 1;
-        shorten_.push_back(v);
-        rate_[v] = -1;
-        delta = std::min(delta, dur_[v] - SpecOf(v).hull_time[static_cast<std::size_t>(target)]);
-      } else if (lo_[a] > 0.0) {  // backwards with a saving: lengthened
-        lengthen_.push_back(v);
-        rate_[v] = 1;
-        delta = std::min(delta,
-                         SpecOf(v).hull_time[static_cast<std::size_t>(pos_[v] / 2 + 1)] - dur_[v]);
-      }
-    }
-    boundary_.resize(kept);
-    if (shorten_.empty() || !(delta > 0.0)) {
-      status = Status::kStalled;
-      message = "the minimum cut shortens nothing above the fastest iteration time";
-      break;
-    }
-    ++steps_;
-    // ... and no path off the critical sub-DAG overtakes (each path's length is linear in the
-    // move: Newton steps on the longest path reach the exact breakpoint). The last pass leaves
-    // earliest_ at the moved durations.
-    double base = 0.0;
-    double rate = 0.0;
-    double reached = 0.0;
-    for (int iteration = 0;; ++iteration) {
-      reached = MakespanAfter(delta, &base, &rate);
-      if (reached <= makespan - delta + time_tol_ || iteration > 2 * n_) break;
-      delta = (makespan - base) / (1.0 + rate);
-    }
-    if (options_.progress) {
-      options_.progress({.step = steps_,
-                         .time_now_s = reached,
-                         .time_fastest_s = t_min,
-                         .time_slowest_s = start_s});
-    }
-    realize_passed(delta);
-    if (!one_deadline && k_next < 0) break;
-    ApplyMove(delta);
-    for (int v : shorten_) rate_[v] = 0;
-    for (int v : lengthen_) rate_[v] = 0;
-    if (std::abs(reached - (makespan - delta)) > 1e3 * time_tol_) {
-      status = Status::kStalled;
-      message = "a move did not shorten the iteration as computed";
-      break;
-    }
-    makespan = reached;
-    BackwardPass(makespan);
   }
-  if (status != Status::kStepLimit) {
-    // The descent reached the fastest schedule (or stalled: the remaining deadlines get the
-    // current durations, repaired): the remaining deadlines.
-    realize_passed(kInf);
+  boundary_.resize(kept);
+  return delta;
+}
+
+double Engine::ClampMove(double makespan, double& delta) {
+  // No path off the critical sub-DAG may overtake (each path's length is linear in the move:
+  // Newton steps on the longest path reach the exact breakpoint). The last pass leaves
+  // earliest_ at the moved durations.
+  double base = 0.0;
+  double rate = 0.0;
+  double reached = 0.0;
+  for (int iteration = 0;; ++iteration) {
+    reached = MakespanAfter(delta, &base, &rate);
+    if (reached <= makespan - delta + time_tol_ || iteration > 2 * n_) break;
+    delta = (makespan - base) / (1.0 + rate);
   }
-  if (t_star_seen) {
+  return reached;
+}
+
+bool Engine::DescentStep(Descent& d) {
+  const bool finite = MaxFlow();
+  if (!d.t_star_seen && (!finite || flow_value_ >= pg_)) {
+    d.t_star_seen = true;
+    d.t_star = d.makespan;
+    d.t_star_energy = pg_ * d.makespan;
+    for (int v = 0; v < n_; ++v) d.t_star_energy += SpecOf(v).Cost(dur_[v]);
+    if (d.one_deadline && d.deadline_done) {
+      RecordPoint(d.makespan, -1, 0.0);
+      return false;
+    }
+  }
+  if (!finite) return false;
+  if (options_.max_steps > 0 && steps_ >= options_.max_steps) {
+    d.status = Status::kStepLimit;
+    return false;
+  }
+  // The cut (the source side is what the BFS reached), and how far to move along it ...
+  double delta = SelectCut();
+  if (shorten_.empty() || !(delta > 0.0)) {
+    d.status = Status::kStalled;
+    d.message = "the minimum cut shortens nothing above the fastest iteration time";
+    return false;
+  }
+  ++steps_;
+  // ... no further than where another path becomes critical.
+  const double reached = ClampMove(d.makespan, delta);
+  if (options_.progress) {
+    options_.progress({.step = steps_,
+                       .time_now_s = reached,
+                       .time_fastest_s = d.t_min,
+                       .time_slowest_s = d.start_s});
+  }
+  RealizePassed(d, delta);
+  if (!d.one_deadline && d.k_next < 0) return false;
+  ApplyMove(delta);
+  for (int v : shorten_) rate_[v] = 0;
+  for (int v : lengthen_) rate_[v] = 0;
+  if (std::abs(reached - (d.makespan - delta)) > 1e3 * time_tol_) {
+    d.status = Status::kStalled;
+    d.message = "a move did not shorten the iteration as computed";
+    return false;
+  }
+  d.makespan = reached;
+  BackwardPass(d.makespan);
+  return true;
+}
+
+void Engine::FinishPoints(const Descent& d) {
+  if (d.t_star_seen) {
     // Deadlines above T*: the relaxation's least energy there is its energy at T*.
     for (IterationPoint& point : raw_) {
-      if (point.deadline_s > t_star)
-        point.model_energy_j = std::min(point.model_energy_j, t_star_energy);
+      if (point.deadline_s > d.t_star)
+        point.model_energy_j = std::min(point.model_energy_j, d.t_star_energy);
     }
   }
-  if (one_deadline && raw_.size() > 1) {
+  if (d.one_deadline && raw_.size() > 1) {
     const auto best = std::min_element(raw_.begin(), raw_.end(), [](const auto& a, const auto& b) {
       return a.cost.energy_j < b.cost.energy_j;
     });
@@ -320,8 +283,13 @@ Result Engine::Run() {
     kept.back().deadline_s = options_.deadline_s;
     raw_.swap(kept);
   }
-  summary.status = status;
-  summary.message = message;
+}
+
+void Engine::FillResult(const Descent& d, std::chrono::steady_clock::time_point started,
+                        Result& result) {
+  Summary& summary = result.summary;
+  summary.status = d.status;
+  summary.message = d.message;
   summary.steps = steps_;
   summary.augmentations = augmentations_;
   summary.incremental_cut_mismatches = cut_mismatches_;
@@ -347,6 +315,53 @@ Result Engine::Run() {
     summary.points_dominated = static_cast<int64_t>(raw_.size() - front.size());
   }
   result.dag = std::move(dag_);
+}
+
+Result Engine::Run() {
+  const auto started = std::chrono::steady_clock::now();
+  Result result;
+  BuildModel();
+  BuildChains();
+  for (int v = 0; v < n_; ++v) node_options_ += static_cast<int64_t>(SpecOf(v).time.size());
+  small_ = node_options_ <= kSmallOptions;
+  std::vector<int> fastest(static_cast<std::size_t>(n_), 0);
+  std::vector<int> cheapest(static_cast<std::size_t>(n_));
+  for (int v = 0; v < n_; ++v) cheapest[v] = static_cast<int>(SpecOf(v).time.size()) - 1;
+  Descent d;
+  d.t_min = RealMakespan(fastest);
+  result.summary.min_time_s = d.t_min;
+  result.summary.max_time_s = RealMakespan(cheapest);
+  d.one_deadline = options_.deadline_s > 0.0;
+  if (d.one_deadline && options_.deadline_s < d.t_min - time_tol_) {
+    result.summary.status = Status::kDeadlineInfeasible;
+    result.summary.message = "deadline " + std::to_string(options_.deadline_s) +
+                             " s is below the minimum iteration time " + std::to_string(d.t_min) +
+                             " s";
+    result.dag = std::move(dag_);
+    return result;
+  }
+  d.makespan = ForwardPass();
+  d.start_s = d.makespan;
+  BackwardPass(d.makespan);
+  // Deadlines are realized as the descent passes them, slowest first (the first one is at or
+  // above the cheapest plan's time).
+  d.k_next =
+      d.one_deadline
+          ? -1
+          : static_cast<int64_t>(std::ceil((d.makespan - d.t_min) / options_.unit_time_s - 1e-9));
+  RealizePassed(d, 0.0);
+  // deadline_s mode stops once its deadline is realized and T* is known (a deadline above T*
+  // also gets the plan at T*, and the cheaper of the two is kept).
+  while (d.one_deadline ? !(d.deadline_done && d.t_star_seen) : d.k_next >= 0) {
+    if (!DescentStep(d)) break;
+  }
+  if (d.status != Status::kStepLimit) {
+    // The descent reached the fastest schedule (or stalled: the remaining deadlines get the
+    // current durations, repaired): the remaining deadlines.
+    RealizePassed(d, kInf);
+  }
+  FinishPoints(d);
+  FillResult(d, started, result);
   return result;
 }
 

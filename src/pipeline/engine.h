@@ -9,7 +9,7 @@
 //   realization.cc  real options: makespan, energy, repair, slack refinement, chains, chain
 //                   search, one-exchange local search
 //   exact_search.cc the exact dynamic program / beam (ExactAt) and the neighbourhood search
-//   checks.cc       input validation (Validate, CheckOptions, Options::Validate)
+//   checks.cc       input validation (FindInputError, CheckOptions, Options::Validate)
 //   solver.cc       the public entry points (Solve, Evaluate, OptionsOf, ToString)
 // See solver.cc for the method.
 #pragma once
@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kareus/pipeline/solver.h"
@@ -122,6 +123,74 @@ struct Scratch {
   std::vector<ChainState> chain_candidates;           // OptimizeChain
 };
 
+// The convex descent's state between its steps (Engine::Run).
+struct Descent {
+  bool one_deadline = false;   // Options::deadline_s > 0: one deadline, not a frontier
+  double t_min = 0.0;          // the fastest plan's real time
+  double start_s = 0.0;        // the descent's starting makespan (the progress callback's)
+  double makespan = 0.0;       // the convex durations' current makespan
+  int64_t k_next = -1;         // the next deadline to realize (t_min + k unit); -1 when none
+  bool deadline_done = false;  // deadline_s mode: its deadline is realized
+  // T*: where shortening starts to cost more effective energy than it saves static energy (the
+  // cut's value reaches the static power of all GPUs). Below T* the relaxation's total energy
+  // falls with time; a deadline above T* is bounded by the relaxation at T*.
+  bool t_star_seen = false;
+  double t_star = 0.0;
+  double t_star_energy = kInf;
+  Status status = Status::kReachedMinimumTime;
+  std::string message;
+};
+
+// ExactAt's search, prepared once per call: the order in which nodes are placed, the fastest
+// heads and tails, and the completion bounds.
+struct ExactSearch {
+  static constexpr std::size_t kCells = 2049;  // the chain knapsack's duration grid
+  double deadline = 0.0;
+  std::vector<std::size_t> first;  // per node: its first allowed front index
+  std::vector<std::size_t> end;    // per node: one past its last allowed front index
+  std::vector<double> head;        // per node: earliest start, every node at its fastest
+  std::vector<double> tail;        // per node: longest path after it, at fastest
+  std::vector<int> order;          // placement order (by head, topological)
+  std::vector<int> last_use;       // per node: its last successor's position in order, or -1
+  std::vector<int> chain_of;       // per node: its chain, or -1
+  std::vector<int> index_in_chain;
+  // Per chain, per suffix start, per grid cell: least effective energy of the suffix within
+  // that many cells.
+  std::vector<std::vector<std::vector<double>>> table;
+  std::vector<double> loose_after;  // per position: the unchained nodes' bound after it
+  double grid = 0.0;                // seconds per cell
+};
+
+// One layer of ExactAt's dynamic program: the states after placing the first k nodes of the
+// order.
+struct ExactLayer {
+  std::vector<int> open;       // instructions whose finish a state records
+  std::vector<double> finish;  // states x open
+  std::vector<double> makespan;
+  std::vector<double> energy;
+  std::vector<int> parent;
+  std::vector<int> option;  // front index of the placed instruction
+};
+
+// What placing node order[k] needs from the layer before it.
+struct ExactStep {
+  std::vector<int> source;                         // per slot of to.open: slot in from.open, -1: v
+  std::vector<std::pair<int, double>> pred_slots;  // (slot in from.open, lag)
+  // Per chain with an unplaced suffix: where its last placed finish comes from (-2: none placed
+  // yet; -1: the placed node itself; else a slot of from.open).
+  std::vector<std::pair<std::size_t, int>> chain_sources;
+};
+
+// A state the next layer may keep.
+struct ExactCandidate {
+  double energy;
+  int parent;
+  int option;
+  double makespan;
+  double finish;  // of the placed instruction
+  double low;     // lower bound of every completion's total energy
+};
+
 class Engine {
  public:
   Engine(const Problem& problem, const Options& options, Dag dag)
@@ -133,7 +202,12 @@ class Engine {
   // call them through this internal header; the state stays private (EngineProbe: tests).
   // ---- model
   const Spec& SpecOf(int v) const { return specs_[static_cast<std::size_t>(class_[v])]; }
+  // BuildSpecs, BuildAdjacency, BuildArcNetwork and InitTraceState, in that order.
   void BuildModel();
+  void BuildSpecs();       // node classes, specs and the tolerances
+  void BuildAdjacency();   // preds_/succs_ (activity-on-node, with lags) and their arcs
+  void BuildArcNetwork();  // the activity-on-arc graph and its compressed adjacency
+  void InitTraceState();   // capacities and the convex trace's per-event/arc/node state
 
   // ---- convex trace (activity-on-arc graph; event 2v = start of node v, 2v+1 = its end)
   // An arc's capacity interval (up_, lo_): kept for every activity arc by SetCapacity after
@@ -155,7 +229,40 @@ class Engine {
   double MakespanAfter(double delta, double* base, double* rate);
   void ApplyMove(double delta);
 
+  // ---- descent (Run's steps)
+  // Realizes the deadlines reached `delta` into the current move.
+  void RealizePassed(Descent& d, double delta);
+  // The current cut's nodes (shorten_, lengthen_, rate_) and the largest move along it before
+  // some node reaches a hull vertex.
+  double SelectCut();
+  // Shrinks `delta` until no path off the critical sub-DAG overtakes; the makespan reached.
+  double ClampMove(double makespan, double& delta);
+  // One cut and move; false when the descent ends (d.status says why).
+  bool DescentStep(Descent& d);
+  void FinishPoints(const Descent& d);  // T*'s bound and deadline_s mode's one point
+  void FillResult(const Descent& d, std::chrono::steady_clock::time_point started, Result& result);
+
   // ---- realization (real time, front indices per node)
+  // The earliest start of v: the latest of its predecessors' finishes (finish_of(p)) plus the
+  // edges' lags.
+  template <typename FinishOf>
+  double EarliestStart(int v, FinishOf finish_of) const {
+    double start = 0.0;
+    for (int i = preds_.start[v]; i < preds_.start[v + 1]; ++i) {
+      start = std::max(start, finish_of(preds_.node[i]) + preds_.lag[i]);
+    }
+    return start;
+  }
+  // The latest finish of v within `deadline`: the earliest of its successors' latest starts
+  // (latest_start_of(w)) less the edges' lags.
+  template <typename LatestStartOf>
+  double LatestFinish(int v, double deadline, LatestStartOf latest_start_of) const {
+    double finish = deadline;
+    for (int i = succs_.start[v]; i < succs_.start[v + 1]; ++i) {
+      finish = std::min(finish, latest_start_of(succs_.node[i]) - succs_.lag[i]);
+    }
+    return finish;
+  }
   double RealMakespan(const std::vector<int>& front_choice) const;
   double Energy(const std::vector<int>& front_choice) const;
   void Repair(std::vector<int>& choice, double deadline) const;
@@ -192,6 +299,20 @@ class Engine {
   // `choice` (a neighbourhood of the plan, searched exactly; their start times still float).
   bool ExactAt(int64_t budget, double deadline, std::vector<int>& choice, std::size_t beam,
                const std::vector<char>* free_nodes = nullptr) const;
+  // ExactAt's steps: the search's preparation, its completion bounds, and per layer the open
+  // set, the candidates and the undominated states kept (false: past the budget).
+  ExactSearch PrepareExact(double deadline, const std::vector<int>& choice,
+                           const std::vector<char>* free_nodes) const;
+  void BuildCompletionBounds(ExactSearch& x) const;
+  double ChainBound(const ExactSearch& x, std::size_t c, int next, double free_from) const;
+  ExactStep PrepareStep(const ExactSearch& x, int k, const ExactLayer& from, ExactLayer& to,
+                        std::vector<int>& next) const;
+  void CollectCandidates(const ExactSearch& x, int k, const ExactLayer& from, const ExactStep& step,
+                         const std::vector<int>& next, double incumbent,
+                         std::vector<ExactCandidate>& candidates) const;
+  bool KeepUndominated(const ExactLayer& from, const ExactStep& step,
+                       std::vector<ExactCandidate>& candidates, std::size_t beam, int64_t budget,
+                       int64_t& work, ExactLayer& to) const;
   // Large-neighbourhood search: ExactAt on every pair of stages and on sliding windows of the
   // topological order, every other node fixed at its option, until no neighbourhood improves
   // (at most `rounds` sweeps); true when the plan changed.
@@ -286,6 +407,6 @@ std::string CheckOptions(const std::vector<Option>& list, const std::string& whe
                          const std::string& kind, const Options& options);
 
 // The first problem in `problem` or `options` (a message); "" when both are valid.
-std::string Validate(const Problem& problem, const Options& options);
+std::string FindInputError(const Problem& problem, const Options& options);
 
 }  // namespace kareus::pipeline::internal

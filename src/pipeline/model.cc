@@ -95,6 +95,13 @@ double SecondsSince(std::chrono::steady_clock::time_point start) {
 }
 
 void Engine::BuildModel() {
+  BuildSpecs();
+  BuildAdjacency();
+  BuildArcNetwork();
+  InitTraceState();
+}
+
+void Engine::BuildSpecs() {
   n_ = static_cast<int>(dag_.nodes.size());
   const int num_stages = problem_.num_stages;
   const schedule::NodeClasses classes = ClassesOf(problem_);
@@ -130,6 +137,9 @@ void Engine::BuildModel() {
     if (!spec.slope.empty()) slope_max = std::max(slope_max, spec.slope.front());
   }
   flow_tol_ = 1e-12 * std::max(1.0, slope_max) * std::max(1, n_);
+}
+
+void Engine::BuildAdjacency() {
   // AON adjacency with lags (real-time passes).
   // (The arc of DAG edge e is n + e: the activity arcs come first, then the edges' arcs.)
   std::vector<std::vector<std::tuple<int, double, int>>> preds(n_);
@@ -153,6 +163,9 @@ void Engine::BuildModel() {
       adjacency->start.push_back(static_cast<int>(adjacency->node.size()));
     }
   }
+}
+
+void Engine::BuildArcNetwork() {
   // Activity-on-arc graph.
   num_events_ = 2 * n_ + 2;
   source_ = 2 * n_;
@@ -169,11 +182,11 @@ void Engine::BuildModel() {
   source_arc_.assign(n_, -1);
   sink_arc_.assign(n_, -1);
   for (int v = 0; v < n_; ++v) {
-    if (preds[v].empty()) {
+    if (preds_.start[v] == preds_.start[v + 1]) {
       source_arc_[v] = static_cast<int>(arc_from_.size());
       add_arc(source_, 2 * v, -1);
     }
-    if (succs[v].empty()) {
+    if (succs_.start[v] == succs_.start[v + 1]) {
       sink_arc_[v] = static_cast<int>(arc_from_.size());
       sink_nodes_.push_back(v);
       add_arc(2 * v + 1, sink_, -1);
@@ -206,6 +219,10 @@ void Engine::BuildModel() {
     out_to_[i] = arc_to_[out_arcs_[i]];
     in_from_[i] = arc_from_[in_arcs_[i]];
   }
+}
+
+void Engine::InitTraceState() {
+  const auto m = arc_from_.size();
   up_.assign(m, kInf);
   lo_.assign(m, 0.0);
   event_order_.push_back(source_);

@@ -23,10 +23,7 @@ double Engine::RealMakespan(const std::vector<int>& choice) const {
   finish.assign(static_cast<std::size_t>(n_), 0.0);
   double makespan = 0.0;
   for (int v : dag_.topological_order) {
-    double start = 0.0;
-    for (int i = preds_.start[v]; i < preds_.start[v + 1]; ++i) {
-      start = std::max(start, finish[preds_.node[i]] + preds_.lag[i]);
-    }
+    const double start = EarliestStart(v, [&](int p) { return finish[p]; });
     finish[v] = start + SpecOf(v).time[static_cast<std::size_t>(choice[v])];
     makespan = std::max(makespan, finish[v]);
   }
@@ -46,19 +43,13 @@ void Engine::Repair(std::vector<int>& choice, double deadline) const {
   std::vector<double> latest_start(n_, 0.0);
   for (int round = 0; round <= n_; ++round) {
     for (int v : dag_.topological_order) {
-      double start = 0.0;
-      for (int i = preds_.start[v]; i < preds_.start[v + 1]; ++i) {
-        start = std::max(start, finish[preds_.node[i]] + preds_.lag[i]);
-      }
+      const double start = EarliestStart(v, [&](int p) { return finish[p]; });
       finish[v] = start + SpecOf(v).time[static_cast<std::size_t>(choice[v])];
     }
     bool late = false;
     for (auto it = dag_.topological_order.rbegin(); it != dag_.topological_order.rend(); ++it) {
       const int v = *it;
-      double lf = deadline;
-      for (int i = succs_.start[v]; i < succs_.start[v + 1]; ++i) {
-        lf = std::min(lf, latest_start[succs_.node[i]] - succs_.lag[i]);
-      }
+      const double lf = LatestFinish(v, deadline, [&](int w) { return latest_start[w]; });
       if (finish[v] > lf + time_tol_ && choice[v] != 0) {
         choice[v] = 0;
         late = true;
@@ -80,20 +71,13 @@ bool Engine::FillForward(std::vector<int>& choice, double deadline,
   finish.assign(static_cast<std::size_t>(n_), 0.0);
   for (auto it = dag_.topological_order.rbegin(); it != dag_.topological_order.rend(); ++it) {
     const int v = *it;
-    double lf = deadline;
-    for (int i = succs_.start[v]; i < succs_.start[v + 1]; ++i) {
-      const int w = succs_.node[i];
-      lf = std::min(lf, latest_finish[w] - SpecOf(w).time[static_cast<std::size_t>(choice[w])] -
-                            succs_.lag[i]);
-    }
-    latest_finish[v] = lf;
+    latest_finish[v] = LatestFinish(v, deadline, [&](int w) {
+      return latest_finish[w] - SpecOf(w).time[static_cast<std::size_t>(choice[w])];
+    });
   }
   bool changed = false;
   for (int v : dag_.topological_order) {
-    double es = 0.0;
-    for (int i = preds_.start[v]; i < preds_.start[v + 1]; ++i) {
-      es = std::max(es, finish[preds_.node[i]] + preds_.lag[i]);
-    }
+    const double es = EarliestStart(v, [&](int p) { return finish[p]; });
     double window = latest_finish[v] - es;
     if (cap != nullptr) window = std::min(window, (*cap)[v]);
     const Spec& spec = SpecOf(v);
@@ -115,21 +99,14 @@ bool Engine::FillBackward(std::vector<int>& choice, double deadline,
   earliest_start.assign(static_cast<std::size_t>(n_), 0.0);
   latest_start.assign(static_cast<std::size_t>(n_), 0.0);
   for (int v : dag_.topological_order) {
-    double es = 0.0;
-    for (int i = preds_.start[v]; i < preds_.start[v + 1]; ++i) {
-      const int p = preds_.node[i];
-      es = std::max(es, earliest_start[p] + SpecOf(p).time[static_cast<std::size_t>(choice[p])] +
-                            preds_.lag[i]);
-    }
-    earliest_start[v] = es;
+    earliest_start[v] = EarliestStart(v, [&](int p) {
+      return earliest_start[p] + SpecOf(p).time[static_cast<std::size_t>(choice[p])];
+    });
   }
   bool changed = false;
   for (auto it = dag_.topological_order.rbegin(); it != dag_.topological_order.rend(); ++it) {
     const int v = *it;
-    double lf = deadline;
-    for (int i = succs_.start[v]; i < succs_.start[v + 1]; ++i) {
-      lf = std::min(lf, latest_start[succs_.node[i]] - succs_.lag[i]);
-    }
+    const double lf = LatestFinish(v, deadline, [&](int w) { return latest_start[w]; });
     double window = lf - earliest_start[v];
     if (cap != nullptr) window = std::min(window, (*cap)[v]);
     const Spec& spec = SpecOf(v);
@@ -225,22 +202,14 @@ void Engine::Schedule(const std::vector<int>& choice, double deadline, bool late
   start.assign(static_cast<std::size_t>(n_), 0.0);
   if (!latest) {
     for (int v : dag_.topological_order) {
-      double es = 0.0;
-      for (int i = preds_.start[v]; i < preds_.start[v + 1]; ++i) {
-        const int p = preds_.node[i];
-        es = std::max(
-            es, start[p] + SpecOf(p).time[static_cast<std::size_t>(choice[p])] + preds_.lag[i]);
-      }
-      start[v] = es;
+      start[v] = EarliestStart(
+          v, [&](int p) { return start[p] + SpecOf(p).time[static_cast<std::size_t>(choice[p])]; });
     }
     return;
   }
   for (auto it = dag_.topological_order.rbegin(); it != dag_.topological_order.rend(); ++it) {
     const int v = *it;
-    double lf = deadline;
-    for (int i = succs_.start[v]; i < succs_.start[v + 1]; ++i) {
-      lf = std::min(lf, start[succs_.node[i]] - succs_.lag[i]);
-    }
+    const double lf = LatestFinish(v, deadline, [&](int w) { return start[w]; });
     start[v] = lf - SpecOf(v).time[static_cast<std::size_t>(choice[v])];
   }
 }

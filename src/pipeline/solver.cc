@@ -74,7 +74,7 @@ Evaluation Evaluate(const Problem& problem, const schedule::Dag& dag,
 }
 
 Result Solve(const Problem& problem, const Options& options) {
-  if (const std::string error = internal::Validate(problem, options); !error.empty()) {
+  if (const std::string error = internal::FindInputError(problem, options); !error.empty()) {
     Result result;
     result.summary.status = Status::kInvalidInput;
     result.summary.message = error;

@@ -1,0 +1,158 @@
+// SPDX-License-Identifier: Apache-2.0
+// The realization part (src/pipeline/realization.cc): real makespan and energy, repair, slack
+// filling, local search and the chains.
+#include <algorithm>
+#include <random>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "pipeline/parts/engine_probe.h"
+
+namespace kareus::pipeline::parts_test {
+namespace {
+
+// Per DAG node: the option behind front index choice[v].
+std::vector<int> Options(Engine& engine, const std::vector<int>& choice) {
+  std::vector<int> options(choice.size());
+  for (std::size_t v = 0; v < choice.size(); ++v) {
+    options[v] = engine.SpecOf(static_cast<int>(v)).option[static_cast<std::size_t>(choice[v])];
+  }
+  return options;
+}
+
+std::vector<int> Random(Engine& engine, std::mt19937_64& rng) {
+  std::vector<int> choice(EngineProbe::Nodes(engine));
+  for (std::size_t v = 0; v < choice.size(); ++v) {
+    const auto size = engine.SpecOf(static_cast<int>(v)).time.size();
+    choice[v] = std::uniform_int_distribution<int>(0, static_cast<int>(size) - 1)(rng);
+  }
+  return choice;
+}
+
+class RealizationTest : public ::testing::Test {
+ protected:
+  RealizationTest() : harness_(WithTransfers()), engine_(harness_.Built()) {}
+  static Problem WithTransfers() {
+    Problem problem = LadderProblem(3, 4, 4);
+    problem.p2p_time_s = 0.0015;
+    problem.gpus_per_stage = {1, 2, 1};
+    return problem;
+  }
+  double Fastest() {
+    return engine_.RealMakespan(std::vector<int>(EngineProbe::Nodes(engine_), 0));
+  }
+  double Energy(const std::vector<int>& choice) { return engine_.Energy(choice); }
+
+  Harness harness_;
+  Engine& engine_;
+  std::mt19937_64 rng_{7};
+};
+
+TEST_F(RealizationTest, MakespanAndEnergyAgreeWithThePublicEvaluation) {
+  for (int trial = 0; trial < 20; ++trial) {
+    const std::vector<int> choice = Random(engine_, rng_);
+    const Evaluation cost = internal::EvaluateWith(harness_.problem(), EngineProbe::DagOf(engine_),
+                                                   Options(engine_, choice), 80.0);
+    EXPECT_NEAR(engine_.RealMakespan(choice), cost.time_s, 1e-12);
+    EXPECT_NEAR(Energy(choice), cost.energy_j, 1e-9 * cost.energy_j);
+  }
+}
+
+TEST_F(RealizationTest, EarliestStartAndLatestFinishFollowTheEdgesAndTheirLags) {
+  const internal::Adjacency& preds = EngineProbe::Preds(engine_);
+  const internal::Adjacency& succs = EngineProbe::Succs(engine_);
+  for (int v = 0; v < EngineProbe::Nodes(engine_); ++v) {
+    double start = 0.0;
+    for (int i = preds.start[v]; i < preds.start[v + 1]; ++i) {
+      start = std::max(start, 10.0 * preds.node[i] + preds.lag[i]);
+    }
+    EXPECT_EQ(engine_.EarliestStart(v, [](int p) { return 10.0 * p; }), start);
+    double finish = 100.0;
+    for (int i = succs.start[v]; i < succs.start[v + 1]; ++i) {
+      finish = std::min(finish, 1.0 * succs.node[i] - succs.lag[i]);
+    }
+    EXPECT_EQ(engine_.LatestFinish(v, 100.0, [](int w) { return 1.0 * w; }), finish);
+  }
+}
+
+TEST_F(RealizationTest, RepairMeetsAnyDeadlineAboveTheFastest) {
+  const double t_min = Fastest();
+  for (int trial = 0; trial < 20; ++trial) {
+    std::vector<int> choice = Random(engine_, rng_);
+    const double deadline = t_min * (1.0 + 0.02 * trial);
+    engine_.Repair(choice, deadline);
+    EXPECT_LE(engine_.RealMakespan(choice), deadline + 1e-12) << "trial " << trial;
+  }
+}
+
+TEST_F(RealizationTest, SlackFillingKeepsTheDeadlineAndNeverCostsEnergy) {
+  const double t_min = Fastest();
+  for (int trial = 0; trial < 20; ++trial) {
+    const double deadline = t_min * (1.0 + 0.03 * trial);
+    std::vector<int> choice(EngineProbe::Nodes(engine_), 0);
+    const double before = Energy(choice);
+    const int passes = engine_.Refine(choice, deadline, nullptr);
+    EXPECT_GE(passes, 1);
+    EXPECT_LE(engine_.RealMakespan(choice), deadline + 1e-12);
+    EXPECT_LE(Energy(choice), before);
+    if (trial > 0) {
+      EXPECT_LT(Energy(choice), before) << "slack to fill at trial " << trial;
+    }
+    // Refine leaves no single node that could take a slower option in its float.
+    EXPECT_FALSE(engine_.FillForward(choice, deadline, nullptr));
+    EXPECT_FALSE(engine_.FillBackward(choice, deadline, nullptr));
+    // The local searches never lose energy nor the deadline either.
+    const double refined = Energy(choice);
+    engine_.Exchange(choice, deadline);
+    engine_.ChainSearch(choice, deadline, 4);
+    EXPECT_LE(Energy(choice), refined * (1 + 1e-12));
+    EXPECT_LE(engine_.RealMakespan(choice), deadline + 1e-12);
+  }
+}
+
+TEST_F(RealizationTest, AtTheSlowestDeadlineSlackFillingReachesTheCheapestPlan) {
+  std::vector<int> cheapest(EngineProbe::Nodes(engine_));
+  for (int v = 0; v < EngineProbe::Nodes(engine_); ++v) {
+    cheapest[v] = static_cast<int>(engine_.SpecOf(v).time.size()) - 1;
+  }
+  std::vector<int> choice(EngineProbe::Nodes(engine_), 0);
+  engine_.Refine(choice, engine_.RealMakespan(cheapest), nullptr);
+  EXPECT_EQ(choice, cheapest);
+}
+
+TEST_F(RealizationTest, ScheduleGivesTheEarliestAndLatestStarts) {
+  const std::vector<int> choice = Random(engine_, rng_);
+  const double makespan = engine_.RealMakespan(choice);
+  std::vector<double> earliest;
+  std::vector<double> latest;
+  engine_.Schedule(choice, makespan, false, earliest);
+  engine_.Schedule(choice, makespan, true, latest);
+  bool some_float = false;
+  for (int v = 0; v < EngineProbe::Nodes(engine_); ++v) {
+    EXPECT_LE(earliest[v], latest[v] + 1e-12) << "node " << v;
+    some_float = some_float || latest[v] > earliest[v] + 1e-6;
+  }
+  EXPECT_TRUE(some_float);
+}
+
+TEST(ChainsTest, OneChainPerStageHoldingTheStagesInstructionsInOrder) {
+  Harness h(LadderProblem(3, 4));
+  Engine& engine = h.Built();
+  const auto& chains = EngineProbe::Chains(engine);
+  ASSERT_EQ(chains.size(), 3u);
+  const schedule::Dag& dag = EngineProbe::DagOf(engine);
+  for (const std::vector<int>& chain : chains) {
+    ASSERT_EQ(chain.size(), 2u * 4u);
+    for (int v : chain) EXPECT_EQ(dag.nodes[v].stage, dag.nodes[chain.front()].stage);
+    for (std::size_t i = 0; i + 1 < chain.size(); ++i) {
+      const bool edge = std::any_of(dag.edges.begin(), dag.edges.end(), [&](const auto& e) {
+        return e.from == chain[i] && e.to == chain[i + 1] && !e.cross_stage;
+      });
+      EXPECT_TRUE(edge) << "chain step " << i;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kareus::pipeline::parts_test
