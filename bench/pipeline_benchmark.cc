@@ -4,10 +4,10 @@
 // stages slightly imbalanced, 1 ms quanta, 85 W static power (A100).
 //
 // Each case also runs the solver as it was before issue 17's speed work
-// (pipeline_reference_solver.cc, SolveReference) on the same problem in the same process, and
-// reports both medians (wall and this thread's CPU time) and their ratio: `speedup_cpu` =
-// reference CPU time / current CPU time. The peak resident memory is read right after the
-// current solver's runs (before the reference runs; cases run smallest first).
+// (pipeline_reference_solver.cc, pipeline_reference::Solve) on the same problem in the same
+// process, and reports both medians (wall and this thread's CPU time) and their ratio:
+// `speedup_cpu` = reference CPU time / current CPU time. The peak resident memory is read right
+// after the current solver's runs (before the reference runs; cases run smallest first).
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -19,12 +19,33 @@
 #include <benchmark/benchmark.h>
 
 #include "kareus/pipeline/solver.h"
+#include "pipeline_reference_solver.h"
 
 namespace kareus::pipeline {
-
-Result SolveReference(const Problem& problem, const Options& options);  // the baseline
-
 namespace {
+
+// The problem in the frozen reference's own types (pipeline_reference_solver.h).
+pipeline_reference::Problem ToReference(const Problem& problem) {
+  const auto lists = [](const std::vector<std::vector<Option>>& from) {
+    std::vector<std::vector<pipeline_reference::Option>> to;
+    for (const auto& list : from) {
+      auto& copy = to.emplace_back();
+      for (const Option& o : list) copy.push_back({.time_s = o.time_s, .energy_j = o.energy_j});
+    }
+    return to;
+  };
+  return {.schedule = problem.schedule,
+          .num_stages = problem.num_stages,
+          .num_microbatches = problem.num_microbatches,
+          .num_chunks = problem.num_chunks,
+          .forward_options = lists(problem.forward_options),
+          .backward_options = lists(problem.backward_options),
+          .gradient_sync = problem.gradient_sync,
+          .last_backward_options = lists(problem.last_backward_options),
+          .gradient_sync_options = lists(problem.gradient_sync_options),
+          .gpus_per_stage = problem.gpus_per_stage,
+          .p2p_time_s = problem.p2p_time_s};
+}
 
 std::vector<Option> ClockOptions(double t_max_clock_s, double dynamic_w) {
   std::vector<Option> options;
@@ -61,8 +82,8 @@ double Median(std::vector<double> v) {
 }
 
 // Times `solve` `runs` times: medians of wall and CPU seconds; the last result in `*out`.
-template <typename F>
-void TimeRuns(F solve, int runs, double* wall_s, double* cpu_s, Result* out) {
+template <typename F, typename R>
+void TimeRuns(F solve, int runs, double* wall_s, double* cpu_s, R* out) {
   std::vector<double> wall;
   std::vector<double> cpu;
   for (int i = 0; i < runs; ++i) {
@@ -104,9 +125,12 @@ void Run(benchmark::State& state, const Problem& problem, int reference_runs) {
   state.counters["fastest_ms"] = 1e3 * result.summary.fastest_point_wall_s;
   double reference_wall_s = 0.0;
   double reference_cpu_s = 0.0;
-  Result reference;
-  TimeRuns([&] { return SolveReference(problem, options); }, reference_runs, &reference_wall_s,
-           &reference_cpu_s, &reference);
+  pipeline_reference::Result reference;
+  const pipeline_reference::Problem reference_problem = ToReference(problem);
+  const pipeline_reference::Options reference_options{.unit_time_s = options.unit_time_s,
+                                                      .p_static_w = options.p_static_w};
+  TimeRuns([&] { return pipeline_reference::Solve(reference_problem, reference_options); },
+           reference_runs, &reference_wall_s, &reference_cpu_s, &reference);
   state.counters["ref_cpu_ms"] = 1e3 * reference_cpu_s;
   state.counters["ref_points"] = static_cast<double>(reference.points.size());
   state.counters["speedup_cpu"] = reference_cpu_s / cpu_s;

@@ -2,8 +2,10 @@
 // The pipeline solver as it was before issue 17's speed work (src/pipeline/solver.cc at commit
 // 3570b10, the public functions left out), kept unchanged as the benchmark's same-run baseline:
 // pipeline_benchmark runs it on the same problems and prints the ratio of the two times.
-// Not part of the library; do not fix or improve it (it is the reference).
-#include "kareus/pipeline/solver.h"
+// Not part of the library; do not fix or improve it (it is the reference). Its types are its own
+// frozen copies (pipeline_reference_solver.h), so changes to kareus/pipeline/solver.h leave it
+// as it is.
+#include "pipeline_reference_solver.h"
 
 #include <algorithm>
 #include <cmath>
@@ -16,8 +18,7 @@
 #include "kareus/common/error.h"
 #include "kareus/pareto/pareto.h"
 
-namespace kareus::pipeline {
-namespace reference {
+namespace kareus::pipeline_reference {
 namespace {
 
 using schedule::Dag;
@@ -1477,10 +1478,25 @@ std::string Validate(const Problem& problem, const Options& options) {
 }
 
 }  // namespace
-}  // namespace reference
 
-Result SolveReference(const Problem& problem, const Options& options) {
-  if (const std::string error = reference::Validate(problem, options); !error.empty()) {
+std::optional<OptionError> Options::Validate() const {
+  if (!(unit_time_s > 0.0) || !std::isfinite(unit_time_s)) {
+    return OptionError{"unit_time_s", Describe(unit_time_s), "must be a finite number > 0"};
+  }
+  if (!(p_static_w >= 0.0) || !std::isfinite(p_static_w)) {
+    return OptionError{"p_static_w", Describe(p_static_w), "must be a finite number >= 0"};
+  }
+  if (max_steps < 0)
+    return OptionError{"max_steps", Describe(max_steps), "must be >= 0 (0: no limit)"};
+  if (!(deadline_s >= 0.0) || !std::isfinite(deadline_s)) {
+    return OptionError{"deadline_s", Describe(deadline_s),
+                       "must be a finite number >= 0 (0: the whole frontier)"};
+  }
+  return std::nullopt;
+}
+
+Result Solve(const Problem& problem, const Options& options) {
+  if (const std::string error = Validate(problem, options); !error.empty()) {
     Result result;
     result.summary.status = Status::kInvalidInput;
     result.summary.message = error;
@@ -1489,8 +1505,8 @@ Result SolveReference(const Problem& problem, const Options& options) {
   schedule::Dag dag =
       schedule::BuildDag(problem.schedule, problem.num_stages, problem.num_microbatches,
                          problem.num_chunks, problem.gradient_sync);
-  reference::Engine engine(problem, options, std::move(dag));
+  Engine engine(problem, options, std::move(dag));
   return engine.Run();
 }
 
-}  // namespace kareus::pipeline
+}  // namespace kareus::pipeline_reference
