@@ -53,92 +53,125 @@ std::unique_ptr<MeasurementStore> MeasurementStore::Open(const std::filesystem::
   }
 }
 
-std::unique_ptr<MeasurementStore> MeasurementStore::OpenChecked(const std::filesystem::path& path,
-                                                                const StoreIdentity& identity,
-                                                                const StoreOptions& options,
-                                                                bool* created,
-                                                                std::vector<std::string>* changes) {
-  using internal::Fail;
+namespace internal {
+namespace {
+
+// Refuses a file that cannot be opened as `options` asks and creates the folder of a new store;
+// returns why the store is opened read-only ("": read-write).
+std::string CheckAccess(const std::filesystem::path& path, const StoreOptions& options,
+                        bool exists) {
   using Access = StoreOptions::Access;
-  using DamagedRows = StoreOptions::DamagedRows;
   std::error_code ec;
-  const bool exists = std::filesystem::exists(path, ec);
   if (exists && !std::filesystem::is_regular_file(path, ec)) Fail(path, "not a regular file");
   std::string read_only;  // why the store is opened read-only; empty: read-write
   if (options.access == Access::kReadOnly) {
     if (!exists) Fail(path, "no such store");
     read_only = "opened read-only";
   } else if (exists) {
-    const std::string why = internal::WhyNotWritable(path);
+    const std::string why = WhyNotWritable(path);
     if (!why.empty() && options.access == Access::kReadWrite) {
       Fail(path, "read-only: " + why + "; this run needs to write to it");
     }
     if (!why.empty()) read_only = why;
   }
-  const bool writable = read_only.empty();
   const bool empty_file = exists && std::filesystem::file_size(path, ec) == 0;
-  if (!writable && empty_file)
+  if (!read_only.empty() && empty_file)
     Fail(path, "an empty file that cannot be written (" + read_only + ")");
   if (!exists && path.has_parent_path()) {
     std::filesystem::create_directories(path.parent_path(), ec);
   }
+  return read_only;
+}
 
-  auto handle = std::make_unique<Handle>();
-  std::string journal_ignored;  // a read-only store's WAL that cannot be read
+// Opens the SQLite connection to the store at `path` (`*db`, closed by its owner even when this
+// fails); `*journal_ignored` names a read-only store's WAL that cannot be read.
+void Connect(const std::filesystem::path& path, bool exists, bool writable, sqlite3** db,
+             std::string* journal_ignored, bool* created) {
   // An existing file is opened without SQLITE_OPEN_CREATE and nothing is written to it until
   // it has been recognized as a store of this identity. A read-only store is opened so that
   // SQLite writes nothing at all, not even its -wal and -shm files.
+  std::error_code ec;
   int rc;
   if (writable) {
-    rc = sqlite3_open_v2(path.c_str(), &handle->db,
+    rc = sqlite3_open_v2(path.c_str(), db,
                          SQLITE_OPEN_READWRITE | (exists ? 0 : SQLITE_OPEN_CREATE), nullptr);
   } else {
     // Immutable (no locks, no -shm) unless a WAL and its index are there to be read; a WAL
     // without its index cannot be read without writing one, and is said to be ignored. A
     // process that starts writing the store later is not seen (a store this process cannot
     // write is, in practice, one nobody writes: a read-only mount, another user's finished run).
-    const internal::Files files = internal::Files::Of(path);
+    const Files files = Files::Of(path);
     const bool immutable = !(files.wal && files.shm);
     if (immutable && files.wal && std::filesystem::file_size(path.string() + "-wal", ec) > 0) {
-      journal_ignored = path.string() + "-wal";
+      *journal_ignored = path.string() + "-wal";
     }
-    rc = sqlite3_open_v2(internal::ReadOnlyUri(path, immutable).c_str(), &handle->db,
+    rc = sqlite3_open_v2(ReadOnlyUri(path, immutable).c_str(), db,
                          SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, nullptr);
   }
   *created = !exists && std::filesystem::exists(path, ec);
   if (rc != SQLITE_OK) {
-    Fail(path, std::string("cannot open: ") +
-                   (handle->db ? sqlite3_errmsg(handle->db) : "out of memory"));
+    Fail(path, std::string("cannot open: ") + (*db ? sqlite3_errmsg(*db) : "out of memory"));
   }
   // Another process may be creating, validating or writing the same store: wait for it.
-  sqlite3_busy_timeout(handle->db, 60000);
+  sqlite3_busy_timeout(*db, 60000);
+}
 
-  internal::Opening opening(handle->db, path, changes);
-  const StoreIdentity* expected = options.check_identity ? &identity : nullptr;
+// Recognizes the store (with `expected`, as that identity) or, in an empty or new file, creates
+// it; returns whose it is.
+StoreIdentity RecognizeOrCreate(Opening* opening, const std::filesystem::path& path,
+                                const StoreIdentity& identity, const StoreIdentity* expected,
+                                bool exists, const std::string& read_only) {
   StoreIdentity stored = identity;
-  std::map<std::string, std::string> tables = opening.ReadTables();
-  if (!opening.schema_empty()) {
-    stored = opening.Validate(tables, expected);  // nothing is written before it is recognized
-  } else if (!writable) {
+  std::map<std::string, std::string> tables = opening->ReadTables();
+  if (!opening->schema_empty()) {
+    stored = opening->Validate(tables, expected);  // nothing is written before it is recognized
+  } else if (!read_only.empty()) {
     Fail(path, "holds no measurement store (" + read_only + ")");
   } else {
     // A file with bytes but no schema (another process is creating the store, or a damaged
     // file): checked before the first write, so a damaged one is refused untouched (the store
     // fuzzer's find: a corrupt page 1 with no tables had its header switched to WAL first).
-    if (exists) opening.IntegrityCheck();
+    if (exists) opening->IntegrityCheck();
     // An empty or new file is ours. WAL first (a journal-mode change cannot happen inside a
     // transaction), then create under a write lock, looking again inside it: when two
     // processes start on one new store, the second finds the first one's schema and checks it.
-    opening.EnableWal();
-    opening.Exec("BEGIN IMMEDIATE;", "cannot lock the new store");
-    tables = opening.ReadTables();
-    if (!opening.schema_empty()) {
-      opening.Exec("ROLLBACK;", "cannot unlock the store");
-      stored = opening.Validate(tables, expected);
+    opening->EnableWal();
+    opening->Exec("BEGIN IMMEDIATE;", "cannot lock the new store");
+    tables = opening->ReadTables();
+    if (!opening->schema_empty()) {
+      opening->Exec("ROLLBACK;", "cannot unlock the store");
+      stored = opening->Validate(tables, expected);
     } else {
-      opening.Create(identity);
+      opening->Create(identity);
     }
   }
+  return stored;
+}
+
+}  // namespace
+}  // namespace internal
+
+std::unique_ptr<MeasurementStore> MeasurementStore::OpenChecked(const std::filesystem::path& path,
+                                                                const StoreIdentity& identity,
+                                                                const StoreOptions& options,
+                                                                bool* created,
+                                                                std::vector<std::string>* changes) {
+  using internal::Fail;
+  using DamagedRows = StoreOptions::DamagedRows;
+  std::error_code ec;
+  const bool exists = std::filesystem::exists(path, ec);
+  // Why the store is opened read-only; empty: read-write.
+  const std::string read_only = internal::CheckAccess(path, options, exists);
+  const bool writable = read_only.empty();
+
+  auto handle = std::make_unique<Handle>();
+  std::string journal_ignored;  // a read-only store's WAL that cannot be read
+  internal::Connect(path, exists, writable, &handle->db, &journal_ignored, created);
+
+  internal::Opening opening(handle->db, path, changes);
+  const StoreIdentity* expected = options.check_identity ? &identity : nullptr;
+  StoreIdentity stored =
+      internal::RecognizeOrCreate(&opening, path, identity, expected, exists, read_only);
   DamagedRows policy = options.damaged;
   if (!writable && policy == DamagedRows::kSetAside) policy = DamagedRows::kSkip;
   // Every row is read and checked before anything is written to an existing store: a store
