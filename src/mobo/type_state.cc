@@ -155,59 +155,110 @@ TypeState::TypeState(const Plan& plan, const ProfileOptions& options,
   result_.has_prior = !knowledge_.prior.empty();
 }
 
+const char* ToString(TypePhase phase) {
+  switch (phase) {
+    case TypePhase::kStart:
+      return "start";
+    case TypePhase::kSecondStage:
+      return "second_stage";
+    case TypePhase::kRecheck:
+      return "recheck";
+    case TypePhase::kAcquire:
+      return "acquire";
+    case TypePhase::kComplete:
+      return "complete";
+  }
+  return "";
+}
+
 std::optional<MeasurementBatch> TypeState::NextBatch(int type_index) {
   KAREUS_CHECK(pending_ == 0) << plan_.type->name << ": the previous batch is still being measured";
-  while (!complete_) {
-    std::vector<int64_t> indices;
-    std::vector<std::string> reasons;
-    if (!started_) {
-      started_ = true;
-      Rng rng(DeriveSeed(seed_, HashString("initial-design")));
-      if (!plan_.type->tunable) {
-        indices.resize(plan_.space.Size());
-        std::iota(indices.begin(), indices.end(), 0);
-      } else {
-        indices = Initial(rng);
-        result_.initial_design = static_cast<int>(indices.size());
-      }
-      reasons.assign(indices.size(), plan_.type->tunable ? "initial" : "exhaustive");
-      if (plan_.type->tunable) {
-        surrogate_ = MakeSurrogate(
-            options_.surrogate,
-            SurrogateOptionsFor(options_, backend_, DeriveSeed(seed_, HashString("surrogate"))));
-      }
-    } else if (second_stage_) {
-      second_stage_ = false;
-      indices = SecondStage();
-      recheck_ = result_.prior_design == PriorDesignOutcome::kPrior && !indices.empty();
-      if (indices.empty()) continue;
-      reasons.assign(indices.size(), "initial");
-      ++batch_;
-    } else if (recheck_) {
-      recheck_ = false;
-      indices = Recheck();
-      if (indices.empty()) continue;
-      reasons.assign(indices.size(), "initial");
-      ++batch_;
-    } else if (!PickBatch(&indices, &reasons)) {
-      Finalize();
-      break;
-    }
-    for (int64_t index : indices) measured_[index] = true;
-    if (Evaluate(indices, reasons)) {
-      MeasurementBatch batch{.type = type_index, .number = batch_, .knobs = {}, .units = {}};
-      for (std::size_t i : missing_) batch.knobs.push_back(result_.evaluations[i].knobs);
-      const std::size_t unit = options_.unit_size > 0 ? static_cast<std::size_t>(options_.unit_size)
-                                                      : batch.knobs.size();
-      for (std::size_t b = 0; b < batch.knobs.size(); b += unit) {
-        batch.units.push_back({b, std::min(batch.knobs.size(), b + unit)});
-      }
-      units_issued_ += static_cast<int64_t>(batch.units.size());
-      return batch;
-    }
+  while (phase_ != TypePhase::kComplete) {
+    const std::optional<Picks> picks = Step();
+    if (!picks) continue;  // nothing picked in that phase: the next one
+    for (int64_t index : picks->indices) measured_[index] = true;
+    if (Evaluate(picks->indices, picks->reasons)) return IssueBatch(type_index);
     BatchComplete();  // everything came from the store
   }
   return std::nullopt;
+}
+
+std::optional<TypeState::Picks> TypeState::Step() {
+  switch (phase_) {
+    case TypePhase::kStart:
+      return StartStep();
+    case TypePhase::kSecondStage:
+      return SecondStageStep();
+    case TypePhase::kRecheck:
+      return RecheckStep();
+    case TypePhase::kAcquire:
+      return AcquireStep();
+    case TypePhase::kComplete:
+      break;
+  }
+  return std::nullopt;
+}
+
+std::optional<TypeState::Picks> TypeState::StartStep() {
+  Picks picks;
+  Rng rng(DeriveSeed(seed_, HashString("initial-design")));
+  if (!plan_.type->tunable) {
+    picks.indices.resize(plan_.space.Size());
+    std::iota(picks.indices.begin(), picks.indices.end(), 0);
+  } else {
+    picks.indices = Initial(rng);
+    result_.initial_design = static_cast<int>(picks.indices.size());
+  }
+  picks.reasons.assign(picks.indices.size(), plan_.type->tunable ? "initial" : "exhaustive");
+  if (plan_.type->tunable) {
+    surrogate_ = MakeSurrogate(
+        options_.surrogate,
+        SurrogateOptionsFor(options_, backend_, DeriveSeed(seed_, HashString("surrogate"))));
+  }
+  phase_ = StagedDesign() ? TypePhase::kSecondStage : TypePhase::kAcquire;
+  return picks;
+}
+
+std::optional<TypeState::Picks> TypeState::SecondStageStep() {
+  std::vector<int64_t> indices = SecondStage();
+  phase_ = result_.prior_design == PriorDesignOutcome::kPrior && !indices.empty()
+               ? TypePhase::kRecheck
+               : TypePhase::kAcquire;
+  return DesignStage(std::move(indices));
+}
+
+std::optional<TypeState::Picks> TypeState::RecheckStep() {
+  std::vector<int64_t> indices = Recheck();
+  phase_ = TypePhase::kAcquire;
+  return DesignStage(std::move(indices));
+}
+
+std::optional<TypeState::Picks> TypeState::AcquireStep() {
+  Picks picks;
+  if (PickBatch(&picks.indices, &picks.reasons)) return picks;
+  Finalize();
+  phase_ = TypePhase::kComplete;
+  return std::nullopt;
+}
+
+std::optional<TypeState::Picks> TypeState::DesignStage(std::vector<int64_t> indices) {
+  if (indices.empty()) return std::nullopt;
+  Picks picks{.indices = std::move(indices), .reasons = {}};
+  picks.reasons.assign(picks.indices.size(), "initial");
+  ++batch_;
+  return picks;
+}
+
+MeasurementBatch TypeState::IssueBatch(int type_index) {
+  MeasurementBatch batch{.type = type_index, .number = batch_, .knobs = {}, .units = {}};
+  for (std::size_t i : missing_) batch.knobs.push_back(result_.evaluations[i].knobs);
+  const std::size_t unit =
+      options_.unit_size > 0 ? static_cast<std::size_t>(options_.unit_size) : batch.knobs.size();
+  for (std::size_t b = 0; b < batch.knobs.size(); b += unit) {
+    batch.units.push_back({b, std::min(batch.knobs.size(), b + unit)});
+  }
+  units_issued_ += static_cast<int64_t>(batch.units.size());
+  return batch;
 }
 
 void TypeState::Record(std::size_t index, const measure::Sample& sample, Progress& progress,
@@ -240,13 +291,16 @@ void TypeState::ShowProgress(Progress& progress, const std::string& label,
   progress.Update(line);
 }
 
+bool TypeState::StagedDesign() const {
+  return plan_.type->tunable && !knowledge_.prior.empty() && options_.initial_design == 0 &&
+         plan_.no_prior_initial > kCheckDesign;
+}
+
 std::vector<int64_t> TypeState::Initial(Rng& rng) {
   std::vector<int64_t> initial;
-  if (!knowledge_.prior.empty() && options_.initial_design == 0 &&
-      plan_.no_prior_initial > kCheckDesign) {
+  if (StagedDesign()) {
     no_prior_design_ = InitialDesign(plan_.space, plan_.no_prior_initial, rng);
     initial.assign(no_prior_design_.begin(), no_prior_design_.begin() + kCheckDesign);
-    second_stage_ = true;
     return initial;
   }
   if (static_cast<int>(initial.size()) < plan_.initial) {
@@ -543,7 +597,6 @@ double TypeState::MeasuredHypervolume() const {
 }
 
 void TypeState::Finalize() {
-  complete_ = true;
   surrogate_.reset();
   // Measured in this run: every sample taken plus each unit's overhead, summed in evaluation
   // order from the samples' own costs, so it does not depend on who measured or when.

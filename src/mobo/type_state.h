@@ -39,6 +39,22 @@ struct Plan {
 Plan PlanType(const workload::PartitionType& type, const hw::GpuSpec& gpu,
               const ProfileOptions& options);
 
+// The phases of one type's profiling (TypeState::NextBatch), each the step the next call
+// takes: the initial design (a fixed type: every clock, then kAcquire, which completes it at
+// once); with a prior's staged design (TypeState::Initial) its second stage (SecondStage) and,
+// when that followed the prior and picked points, the re-check of the design (Recheck); then
+// surrogate fits and acquisition batches until nothing is picked (budget spent, space
+// exhausted, or not tunable), when the final surrogate and the frontiers are built. A design
+// stage that picks nothing goes on to the next phase within the same call.
+//   kStart       -> kSecondStage (staged design) | kAcquire
+//   kSecondStage -> kRecheck (PriorDesignOutcome::kPrior, points picked) | kAcquire
+//   kRecheck     -> kAcquire
+//   kAcquire     -> kAcquire (a batch picked) | kComplete
+//   kComplete    terminal: NextBatch returns nullopt
+enum class TypePhase { kStart, kSecondStage, kRecheck, kAcquire, kComplete };
+// "start", "second_stage", "recheck", "acquire", "complete".
+const char* ToString(TypePhase phase);
+
 // One partition type's profiling as explicit steps (WorkloadProfiler): the initial design,
 // then per batch a surrogate fit and a pick, each batch's missing configurations measured by
 // whoever the caller chooses, then the denoised frontiers. Every decision depends only on the
@@ -51,7 +67,9 @@ class TypeState {
 
   const TypeKnowledge& knowledge() const { return knowledge_; }
 
-  bool complete() const { return complete_; }
+  // The step the next NextBatch call takes (kComplete once the type is profiled).
+  TypePhase phase() const { return phase_; }
+  bool complete() const { return phase_ == TypePhase::kComplete; }
   bool in_flight() const { return !missing_.empty() && pending_ > 0; }
   const PartitionResult& result() const { return result_; }
   PartitionResult& result() { return result_; }
@@ -66,6 +84,32 @@ class TypeState {
   void ShowProgress(Progress& progress, const std::string& label, double per_eval_s) const;
 
  private:
+  // A step's configurations (space indices) and why each was picked.
+  struct Picks {
+    std::vector<int64_t> indices;
+    std::vector<std::string> reasons;
+  };
+
+  // One step of NextBatch: the phase's function, which sets the next phase. nullopt when the
+  // phase picked nothing (a design stage with nothing left, or kAcquire completing the type).
+  std::optional<Picks> Step();
+  // kStart: the initial design (Initial), or every configuration of a fixed type; the surrogate.
+  std::optional<Picks> StartStep();
+  // kSecondStage: SecondStage's points; the re-check follows when they are the prior's design.
+  std::optional<Picks> SecondStageStep();
+  // kRecheck: Recheck's points (the rest of the no-prior design when the prior is refuted).
+  std::optional<Picks> RecheckStep();
+  // kAcquire: PickBatch's batch, or when nothing is picked Finalize and kComplete.
+  std::optional<Picks> AcquireStep();
+  // A design stage's points as the next batch ("initial"), nullopt when there are none.
+  std::optional<Picks> DesignStage(std::vector<int64_t> indices);
+  // The batch in flight's configurations to measure (missing_), cut into units.
+  MeasurementBatch IssueBatch(int type_index);
+
+  // Whether the tunable type's initial design is a prior's staged one: a prior, no --initial,
+  // and a no-prior design larger than the first stage (kCheckDesign points).
+  bool StagedDesign() const;
+
   // The tunable type's initial design: with a prior and no --initial the first stage of a
   // prior's design (the first kCheckDesign points of the Latin hypercube the no-prior design
   // measures; SecondStage follows), else Latin-hypercube points (topped up when the space has
@@ -158,18 +202,15 @@ class TypeState {
   bool calibrated_ = false;
   PartitionResult result_;
   std::unique_ptr<Surrogate> surrogate_;
-  std::vector<bool> measured_;        // picked (space index), measured or in flight
-  std::vector<std::size_t> missing_;  // evaluations of the batch in flight to be measured
-  std::vector<bool> recorded_;        // per missing_ entry
-  std::size_t pending_ = 0;           // samples of the batch in flight not yet recorded
-  int batch_ = 0;                     // number of the current batch (0: initial design)
-  int64_t units_issued_ = 0;          // backend batches handed out in this run
-  bool started_ = false;
-  bool second_stage_ = false;             // a prior's design has its second stage to come
-  bool recheck_ = false;                  // ... and then its re-check (Recheck)
+  std::vector<bool> measured_;            // picked (space index), measured or in flight
+  std::vector<std::size_t> missing_;      // evaluations of the batch in flight to be measured
+  std::vector<bool> recorded_;            // per missing_ entry
+  std::size_t pending_ = 0;               // samples of the batch in flight not yet recorded
+  int batch_ = 0;                         // number of the current batch (0: initial design)
+  int64_t units_issued_ = 0;              // backend batches handed out in this run
+  TypePhase phase_ = TypePhase::kStart;   // the step the next NextBatch call takes
   std::vector<int64_t> no_prior_design_;  // with a prior's design: the no-prior one
   int batch_size_ = 0;                    // the plan's, or the no-prior one after a fallback
-  bool complete_ = false;
 };
 
 }  // namespace kareus::mobo::internal
