@@ -2,12 +2,17 @@
 #include "kareus/emulator/validate.h"
 
 #include <algorithm>
+#include <cctype>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <limits>
 #include <map>
+#include <optional>
 #include <sstream>
+#include <string_view>
 
+#include "kareus/common/csv.h"
 #include "kareus/common/error.h"
 #include "kareus/common/io.h"
 #include "kareus/common/json.h"
@@ -21,8 +26,8 @@ namespace {
 
 using schedule::Direction;
 
-// A small CSV reader for the measured files: a header row naming the columns, then rows of
-// comma-separated fields (no quoting in these files).
+// The measured files: a header row naming the columns, then rows of comma-separated fields, as
+// many as the header's (no quoting, no trimming in these files).
 struct Csv {
   std::vector<std::string> header;
   std::vector<std::vector<std::string>> rows;
@@ -36,49 +41,43 @@ struct Csv {
   }
 };
 
-std::vector<std::string> SplitLine(const std::string& line) {
-  std::vector<std::string> out;
-  std::string cell;
-  std::istringstream in(line);
-  while (std::getline(in, cell, ',')) out.push_back(cell);
-  if (!line.empty() && line.back() == ',') out.emplace_back();
-  return out;
-}
-
 Csv ReadCsv(const std::filesystem::path& path) {
-  std::istringstream in(ReadTextFile(path));
+  // "PATH:LINE: 3 fields, the header has 5" for a row of another length.
+  std::vector<CsvRow> rows =
+      ParseCsvOrThrow(ReadTextFile(path), path.string(), {.fixed_field_count = true});
   Csv csv;
-  std::string line;
-  int number = 0;
-  while (std::getline(in, line)) {
-    ++number;
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (line.empty()) continue;
-    std::vector<std::string> cells = SplitLine(line);
+  for (CsvRow& row : rows) {
     if (csv.header.empty()) {
-      csv.header = std::move(cells);
-      continue;
+      csv.header = std::move(row.fields);
+    } else {
+      csv.rows.push_back(std::move(row.fields));
     }
-    if (cells.size() != csv.header.size()) {
-      throw InputError(path.string() + ":" + std::to_string(number) + ": " +
-                       std::to_string(cells.size()) + " fields, the header has " +
-                       std::to_string(csv.header.size()));
-    }
-    csv.rows.push_back(std::move(cells));
   }
   if (csv.rows.empty()) throw InputError(path.string() + ": no data rows");
   return csv;
 }
 
+// A number as std::stod reads it (these files were read so): ParseCsvNumber's, after leading
+// spaces and a '+' sign, or a hexadecimal float ("0x1.8p3"); finite and within a double's range.
 double ParseNumber(const std::string& text, const std::string& where) {
-  try {
-    size_t used = 0;
-    const double value = std::stod(text, &used);
-    if (used != text.size() || !std::isfinite(value)) throw std::invalid_argument(text);
-    return value;
-  } catch (const std::exception&) {
-    throw InputError(where + " = '" + text + "': not a number");
+  std::string_view rest = text;
+  while (!rest.empty() && std::isspace(static_cast<unsigned char>(rest.front()))) {
+    rest.remove_prefix(1);
   }
+  const bool negative = !rest.empty() && rest.front() == '-';
+  if (!rest.empty() && (rest.front() == '+' || rest.front() == '-')) rest.remove_prefix(1);
+  std::optional<double> value;
+  if ((rest.starts_with("0x") || rest.starts_with("0X")) && !rest.substr(2).starts_with("+") &&
+      !rest.substr(2).starts_with("-")) {
+    double hex = 0.0;
+    const char* end = rest.data() + rest.size();
+    const auto [ptr, ec] = std::from_chars(rest.data() + 2, end, hex, std::chars_format::hex);
+    if (ec == std::errc() && ptr == end && std::isfinite(hex)) value = hex;
+  } else if (!rest.starts_with("+") && !rest.starts_with("-")) {
+    if (const CsvNumber number = ParseCsvNumber(rest); number.ok()) value = number.value;
+  }
+  if (!value) throw InputError(where + " = '" + text + "': not a number");
+  return negative ? -*value : *value;
 }
 
 double Percent(double value) { return 100.0 * value; }

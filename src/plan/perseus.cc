@@ -9,10 +9,10 @@
 #include <cstdio>
 #include <functional>
 #include <regex>
-#include <sstream>
 
 #include <fmt/format.h>
 
+#include "kareus/common/csv.h"
 #include "kareus/common/error.h"
 #include "kareus/common/io.h"
 #include "kareus/common/progress.h"
@@ -36,31 +36,13 @@ constexpr double kMinUnitTimeS = 1e-6;
 constexpr double kMaxUnitTimeS = 3600.0;
 constexpr std::size_t kMaxRowsPerInstruction = 100000;  // per stage and direction
 
-std::string Trim(std::string text) {
-  const auto not_space = [](unsigned char c) { return !std::isspace(c); };
-  text.erase(text.begin(), std::find_if(text.begin(), text.end(), not_space));
-  text.erase(std::find_if(text.rbegin(), text.rend(), not_space).base(), text.end());
-  return text;
-}
-
-std::vector<std::string> SplitCsv(const std::string& line) {
-  std::vector<std::string> fields;
-  std::string field;
-  std::istringstream in(line);
-  while (std::getline(in, field, ',')) fields.push_back(Trim(field));
-  if (!line.empty() && line.back() == ',') fields.emplace_back();
-  return fields;
-}
-
 double ParseNumber(const std::string& text, const std::string& field) {
-  double value = 0.0;
-  const char* end = text.data() + text.size();
-  const auto [ptr, ec] = std::from_chars(text.data(), end, value);
-  if (text.empty() || ec != std::errc() || ptr != end) {
+  const CsvNumber number = ParseCsvNumber(text);
+  if (number.status == CsvNumber::Status::kNotANumber) {
     ThrowInput(field, "\"" + text + "\"", "must be a number");
   }
-  if (!std::isfinite(value)) ThrowInput(field, text, "must be finite");
-  return value;
+  if (number.status == CsvNumber::Status::kNotFinite) ThrowInput(field, text, "must be finite");
+  return number.value;
 }
 
 }  // namespace
@@ -77,42 +59,41 @@ std::vector<StageOptions> PerseusProfileFromText(std::string_view csv_text, cons
   if (num_stages < 1 || num_stages > kMaxStages) {
     ThrowInput("stages", Describe(num_stages), fmt::format("must be in [1, {}]", kMaxStages));
   }
-  if (!IsValidUtf8(csv_text)) {
-    ThrowInput(file, "(bytes that are not UTF-8)", "a Perseus profile is UTF-8 text");
+  // Fields trimmed, rows of spaces skipped, every row as long as the header (the first row).
+  CsvReader reader(csv_text, {.trim = true, .require_utf8 = true, .fixed_field_count = true});
+  const auto fail = [&](const CsvError& error) {
+    if (error.kind == CsvError::Kind::kNotUtf8) {
+      ThrowInput(file, "(bytes that are not UTF-8)", "a Perseus profile is UTF-8 text");
+    }
+    if (error.kind == CsvError::Kind::kFieldCount) {
+      ThrowInput(file + ":" + std::to_string(error.line) + " row",
+                 "\"" + std::string(CsvTrimmed(error.raw)) + "\"",
+                 "expected " + std::to_string(error.expected) + " comma-separated fields, got " +
+                     std::to_string(error.fields));
+    }
+    throw InputError(error.Message(file));
+  };
+  CsvRow row;
+  if (!reader.Next(&row)) {
+    if (reader.error()) fail(*reader.error());
+    ThrowInput(file, "(empty)", "a Perseus profile needs a header line");
   }
-  const std::string text(csv_text);
-  std::istringstream in(text);
-  std::string line;
-  int line_number = 0;
-  std::vector<std::string> header;
-  while (header.empty() && std::getline(in, line)) {
-    ++line_number;
-    if (!Trim(line).empty()) header = SplitCsv(Trim(line));
-  }
-  if (header.empty()) ThrowInput(file, "(empty)", "a Perseus profile needs a header line");
+  const std::vector<std::string> header = row.fields;
   const std::vector<std::string> required{"stage", "instruction", "frequency", "time", "energy"};
   std::vector<std::size_t> column;
   for (const std::string& name : required) {
     const auto it = std::find(header.begin(), header.end(), name);
     if (it == header.end()) {
       ThrowInput(
-          file + ":" + std::to_string(line_number) + " header", Trim(line),
+          file + ":" + std::to_string(row.line) + " header", std::string(CsvTrimmed(row.raw)),
           "must name the columns stage,instruction,frequency,time,energy (missing " + name + ")");
     }
     column.push_back(static_cast<std::size_t>(it - header.begin()));
   }
   std::vector<StageOptions> stages(num_stages);
-  while (std::getline(in, line)) {
-    ++line_number;
-    const std::string trimmed = Trim(line);
-    if (trimmed.empty()) continue;
-    const std::string where = file + ":" + std::to_string(line_number);
-    const std::vector<std::string> fields = SplitCsv(trimmed);
-    if (fields.size() != header.size()) {
-      ThrowInput(where + " row", "\"" + trimmed + "\"",
-                 "expected " + std::to_string(header.size()) + " comma-separated fields, got " +
-                     std::to_string(fields.size()));
-    }
+  while (reader.Next(&row)) {
+    const std::string where = file + ":" + std::to_string(row.line);
+    const std::vector<std::string>& fields = row.fields;
     const double stage_value = ParseNumber(fields[column[0]], where + " stage");
     if (stage_value != std::floor(stage_value) || stage_value < 0 || stage_value >= num_stages) {
       ThrowInput(where + " stage", fields[column[0]],
@@ -148,6 +129,7 @@ std::vector<StageOptions> PerseusProfileFromText(std::string_view csv_text, cons
                        .freq_mhz = static_cast<int>(freq),
                        .mode = ExecutionMode::kSequential});
   }
+  if (reader.error()) fail(*reader.error());
   for (int s = 0; s < num_stages; ++s) {
     for (const char* kind : {"forward", "backward"}) {
       const auto& list = std::string(kind) == "forward" ? stages[s].forward : stages[s].backward;

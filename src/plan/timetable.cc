@@ -4,7 +4,6 @@
 #include "kareus/plan/timetable.h"
 
 #include <algorithm>
-#include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <ctime>
@@ -13,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include "kareus/common/csv.h"
 #include "kareus/common/io.h"
 
 namespace kareus::plan {
@@ -66,75 +66,23 @@ std::string Lower(std::string_view text) {
 }
 
 std::optional<double> ParseNumber(std::string_view text) {
-  text = Trimmed(text);
-  if (text.empty()) return std::nullopt;
-  double value = 0.0;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec != std::errc() || end != text.data() + text.size() || !std::isfinite(value)) {
-    return std::nullopt;
-  }
-  return value;
+  const CsvNumber number = ParseCsvNumber(Trimmed(text));
+  return number.ok() ? std::optional<double>(number.value) : std::nullopt;
 }
 
 // One CSV record per line (RFC 4180 fields: quoted fields may hold commas and doubled quotes;
-// a quoted newline is not supported, as no signal export writes one). Blank lines and lines
-// starting with '#' (a file's note of its origin) are skipped; each row keeps its line number.
-struct CsvRow {
-  int line = 0;
-  std::vector<std::string> fields;
-};
-
+// a quoted newline is not supported, as no signal export writes one). A byte order mark, blank
+// lines and lines starting with '#' (a file's note of its origin) are skipped; each row keeps its
+// line number.
 std::vector<CsvRow> ReadCsvRows(std::string_view text, const std::string& field,
                                 const std::string& source) {
-  std::vector<CsvRow> rows;
-  int line_number = 0;
-  std::size_t pos = 0;
-  if (text.substr(0, 3) == "\xEF\xBB\xBF") pos = 3;  // a UTF-8 byte order mark
-  while (pos <= text.size()) {
-    const std::size_t eol = std::min(text.find('\n', pos), text.size());
-    const std::string_view line = text.substr(pos, eol - pos);
-    pos = eol + 1;
-    ++line_number;
-    if (Trimmed(line).empty() || Trimmed(line).front() == '#') {  // blank, or a comment
-      if (eol >= text.size()) break;
-      continue;
-    }
-    CsvRow row{.line = line_number, .fields = {}};
-    std::string current;
-    bool quoted = false;
-    bool was_quoted = false;
-    for (std::size_t i = 0; i < line.size(); ++i) {
-      const char c = line[i];
-      if (quoted) {
-        if (c == '"' && i + 1 < line.size() && line[i + 1] == '"') {
-          current += '"';
-          ++i;
-        } else if (c == '"') {
-          quoted = false;
-        } else {
-          current += c;
-        }
-      } else if (c == '"' && Trimmed(current).empty()) {
-        quoted = true;
-        was_quoted = true;
-        current.clear();
-      } else if (c == ',') {
-        row.fields.emplace_back(was_quoted ? current : std::string(Trimmed(current)));
-        current.clear();
-        was_quoted = false;
-      } else {
-        current += c;
-      }
-    }
-    if (quoted) {
-      ThrowInput(field, fmt::format("{} line {}", source, line_number),
-                 "a quoted field is not closed on its line");
-    }
-    row.fields.emplace_back(was_quoted ? current : std::string(Trimmed(current)));
-    rows.push_back(std::move(row));
-    if (eol >= text.size()) break;
+  CsvTable table =
+      ParseCsv(text, {.allow_bom = true, .allow_comments = true, .trim = true, .quotes = true});
+  if (table.error) {  // kUnclosedQuote: the only fault these options leave
+    ThrowInput(field, fmt::format("{} line {}", source, table.error->line),
+               "a quoted field is not closed on its line");
   }
-  return rows;
+  return std::move(table.rows);
 }
 
 bool NamesATime(const std::string& header) {

@@ -344,6 +344,17 @@ TEST(TimetableTest, ReadsPlainAndGridExportSignals) {
   EXPECT_EQ(lca.value, (std::vector<double>{350, 330}));
 }
 
+TEST(TimetableTest, ReadsWindowsExportsWithByteOrderMarkAndCrLf) {
+  // A spreadsheet's CSV: byte order mark, CRLF line ends, every field quoted. The column is
+  // named as its header says, without the line end.
+  const Signal signal = ParseSignalCsv(
+      "\xEF\xBB\xBF\"time\",\"price\"\r\n\"2026-03-02T00:00:00Z\",\"1.5\"\r\n"
+      "\"2026-03-02T01:00:00Z\",\"2\"\r\n",
+      "win.csv", "--signal", "price");
+  EXPECT_EQ(signal.column, "price");
+  EXPECT_EQ(signal.value, (std::vector<double>{1.5, 2}));
+}
+
 TEST(TimetableTest, BadSignalsNameTheLineAndTheRule) {
   const auto message = [](const std::string& text, const std::string& column = "") {
     try {
