@@ -21,7 +21,7 @@ void AddValidateCommand(CLI::App& app) {
                   "Folder holding datasets.yaml (default: the installed data/validation)");
   cmd->add_flag("--json", *json, "Print JSON (format kareus.validation/1)");
   cmd->callback([data_dir, json]() {
-    const emulator::ValidationReport report = emulator::Validate({.data_dir = *data_dir});
+    const emulator::ValidationReport report = emulator::ReplayDatasets({.data_dir = *data_dir});
     if (*json) {
       std::fputs(DumpJson(emulator::ToJson(report)).c_str(), stdout);
     } else {

@@ -2,8 +2,11 @@
 #include "kareus/emulator/emulator.h"
 
 #include <algorithm>
+#include <optional>
 #include <sstream>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "emulator/engine.h"
 #include "kareus/common/error.h"
@@ -182,7 +185,7 @@ InstructionKnobs DefaultInstructionKnobs(const workload::WorkloadModel& model, i
   if (mode == ExecutionMode::kSequential) return knobs;
   for (const workload::PartitionType& type : model.partition_types) {
     if (!type.tunable) continue;
-    knobs.partitions[type.name] = measure::CommKnobs{
+    knobs.partitions[type.name] = knobs::CommKnobs{
         .sms = model.workload.gpu.interconnect.library_default_sms,
         .slot = type.launch_slots.empty() ? std::string() : type.launch_slots.front()};
   }
@@ -272,9 +275,43 @@ SimResult SimulateInstruction(const workload::WorkloadModel& model, int stage, i
   return acc.Finish(physics.static_w);
 }
 
+namespace {
+
+// The first entry of `values` that breaks `valid` or repeats an earlier one.
+template <typename T, typename Valid>
+std::optional<OptionError> CheckList(const std::string& field, const std::vector<T>& values,
+                                     Valid valid, const std::string& rule) {
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    const std::string name = field + "[" + std::to_string(i) + "]";
+    if (!valid(values[i])) return OptionError{name, Describe(values[i]), rule};
+    if (std::find(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(i), values[i]) !=
+        values.begin() + static_cast<std::ptrdiff_t>(i)) {
+      return OptionError{name, Describe(values[i]), "is listed twice"};
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<OptionError> SweepOptions::Validate() const {
+  if (auto error = CheckList(
+          "freqs_mhz", freqs_mhz, [](int f) { return f > 0; }, "must be a clock > 0 MHz")) {
+    return error;
+  }
+  if (auto error = CheckList(
+          "sms", sms, [](int s) { return s >= 0; }, "must be an SM count >= 0")) {
+    return error;
+  }
+  return CheckList(
+      "slots", slots, [](const std::string& s) { return !s.empty(); },
+      "must name a launch slot (not empty)");
+}
+
 std::vector<SweepPoint> SweepPartition(const hw::GpuSpec& gpu,
                                        const workload::PartitionType& partition,
                                        const SweepOptions& options) {
+  ThrowIfInvalid(options.Validate());
   const std::vector<int> freqs =
       options.freqs_mhz.empty() ? gpu.clock.ProfileGrid() : options.freqs_mhz;
   const std::vector<int>& sms_list = options.sms.empty() ? partition.sm_choices : options.sms;

@@ -37,6 +37,20 @@ TEST(Partition, TooFewAndTooManyCommSmsBothCostEnergy) {
   }
 }
 
+TEST(Partition, SweepOptionsNameTheFirstBadEntry) {
+  EXPECT_FALSE(SweepOptions{}.Validate().has_value());
+  EXPECT_FALSE((SweepOptions{.freqs_mhz = {1410, 1110}, .sms = {0, 8}, .slots = {"a"}})
+                   .Validate()
+                   .has_value());
+  const auto field = [](const SweepOptions& o) { return o.Validate().value().Message(); };
+  EXPECT_EQ(field({.freqs_mhz = {1410, 0}}), "freqs_mhz[1] = 0: must be a clock > 0 MHz");
+  EXPECT_EQ(field({.sms = {8, -1}}), "sms[1] = -1: must be an SM count >= 0");
+  EXPECT_EQ(field({.sms = {8, 16, 8}}), "sms[2] = 8: is listed twice");
+  EXPECT_EQ(field({.slots = {""}}), "slots[0] = : must name a launch slot (not empty)");
+  const workload::PartitionType& type = FindPartitionType(LlamaTp8(), "fwd_attn");
+  EXPECT_THROW(SweepPartition(A100(), type, {.freqs_mhz = {1410, 1410}}), InputError);
+}
+
 // Figure 3 (b) vs (f): the energy-optimal schedule at 1,100 MHz differs from the one at
 // 1,410 MHz. On the published 30 MHz grid the nearest clock is 1110 MHz.
 TEST(Partition, EnergyOptimalScheduleDependsOnTheClock) {

@@ -20,7 +20,7 @@ namespace {
 
 const ValidationReport& Report() {
   static const ValidationReport report =
-      Validate({.data_dir = testing::SourceDir() / "data" / "validation"});
+      ReplayDatasets({.data_dir = testing::SourceDir() / "data" / "validation"});
   return report;
 }
 
@@ -247,7 +247,7 @@ TEST(Validation, DeviceCheckOnAnotherWorkloadIsRefused) {
       << "datasets:\n  - name: x\n    kind: device_check\n    file: h200-device/check.json\n"
          "    source: test\n    workload: workloads/w.yaml\n";
   try {
-    Validate({.data_dir = dir});
+    ReplayDatasets({.data_dir = dir});
     ADD_FAILURE() << "no error";
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("signature"), std::string::npos) << e.what();

@@ -14,7 +14,7 @@
 #include "kareus/common/error.h"
 #include "kareus/common/json.h"
 #include "kareus/hw/gpu_spec.h"
-#include "kareus/measure/types.h"
+#include "kareus/knobs/knobs.h"
 #include "kareus/schedule/schedule.h"
 #include "kareus/workload/ops.h"
 #include "kareus/workload/workload.h"
@@ -28,9 +28,9 @@ namespace kareus::emulator {
 //   (data/validation), launch gaps, one continuous simulation per instruction.
 inline constexpr int kPhysicsVersion = 2;
 
-// The emulator speaks the backend-neutral knob types of measure/ (kareus/measure/types.h).
-using measure::InstructionKnobs;
-using measure::PartitionKnobs;
+// The emulator speaks the backend-neutral knob types (kareus/knobs/knobs.h).
+using knobs::InstructionKnobs;
+using knobs::PartitionKnobs;
 using schedule::ExecutionMode;
 
 // Noise-free result of one simulated execution, per GPU.
@@ -126,6 +126,11 @@ struct SweepOptions {
   std::vector<int> freqs_mhz = {};      // clocks to sweep; empty: the GPU's profile grid
   std::vector<int> sms = {};            // comm SM counts; empty: the partition's sm_choices
   std::vector<std::string> slots = {};  // launch slots; empty: the partition's launch_slots
+
+  // The first invalid entry (a clock <= 0, an SM count < 0, an empty slot name, or a value
+  // listed twice), its value and the rule; nullopt when valid. Whether the values exist on the
+  // GPU and the partition is checked by SweepPartition.
+  std::optional<OptionError> Validate() const;
 };
 
 // Every (clock, SMs, slot) of the grid, noise-free, clocks outer, then SMs, then slots (the

@@ -18,7 +18,7 @@
 
 namespace kareus::emulator {
 
-struct ValidateOptions {
+struct ReplayOptions {
   std::filesystem::path data_dir;  // holds datasets.yaml; empty: DataDir()/validation
 };
 
@@ -110,7 +110,7 @@ struct ValidationReport {
 
 // Replays every dataset listed in <data_dir>/datasets.yaml. InputError names the file and the
 // field for a malformed manifest, CSV or workload.
-ValidationReport Validate(const ValidateOptions& options = {});
+ValidationReport ReplayDatasets(const ReplayOptions& options = {});
 
 // The `kareus validate --json` document (format kareus.validation/1).
 Json ToJson(const ValidationReport& report);
