@@ -32,6 +32,28 @@ namespace internal {
 
 }  // namespace internal
 
+std::optional<OptionError> StoreOptions::Validate() const {
+  switch (access) {
+    case Access::kAuto:
+    case Access::kReadWrite:
+    case Access::kReadOnly:
+      break;
+    default:
+      return OptionError{"access", Describe(static_cast<int>(access)),
+                         "must be one of auto (0), read-write (1), read-only (2)"};
+  }
+  switch (damaged) {
+    case DamagedRows::kSetAside:
+    case DamagedRows::kFail:
+    case DamagedRows::kSkip:
+      break;
+    default:
+      return OptionError{"damaged", Describe(static_cast<int>(damaged)),
+                         "must be one of set-aside (0), fail (1), skip (2)"};
+  }
+  return std::nullopt;
+}
+
 MeasurementStore::MeasurementStore(std::filesystem::path path, StoreIdentity identity,
                                    std::unique_ptr<Handle> handle)
     : path_(std::move(path)), identity_(std::move(identity)), handle_(std::move(handle)) {}
@@ -41,6 +63,7 @@ MeasurementStore::~MeasurementStore() = default;
 std::unique_ptr<MeasurementStore> MeasurementStore::Open(const std::filesystem::path& path,
                                                          const StoreIdentity& identity,
                                                          const StoreOptions& options) {
+  ThrowIfInvalid(options.Validate());
   const internal::Files before = internal::Files::Of(path);
   bool created = false;              // set by OpenChecked when it creates the file
   std::vector<std::string> changes;  // what OpenChecked committed to an existing store

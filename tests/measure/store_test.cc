@@ -97,6 +97,21 @@ TEST_F(StoreTest, RoundTripAndReopen) {
                    3e-3);
 }
 
+TEST_F(StoreTest, OptionsOutsideTheirEnumsAreRefusedBeforeAnyFileIsMade) {
+  EXPECT_FALSE(StoreOptions{}.Validate().has_value());
+  StoreOptions options;
+  options.access = static_cast<StoreOptions::Access>(7);
+  ASSERT_TRUE(options.Validate().has_value());
+  EXPECT_EQ(options.Validate()->field, "access");
+  options = StoreOptions{};
+  options.damaged = static_cast<StoreOptions::DamagedRows>(-1);
+  EXPECT_EQ(options.Validate()->Message(),
+            "damaged = -1: must be one of set-aside (0), fail (1), skip (2)");
+  const fs::path path = dir_ / "store.db";
+  EXPECT_THROW(MeasurementStore::Open(path, identity_, options), InputError);
+  EXPECT_FALSE(fs::exists(path));
+}
+
 TEST_F(StoreTest, UsesWalJournalAndSchemaVersion) {
   const fs::path path = dir_ / "store.db";
   MeasurementStore::Open(path, identity_);

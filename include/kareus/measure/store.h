@@ -25,6 +25,7 @@
 #include <utility>
 #include <vector>
 
+#include "kareus/common/error.h"
 #include "kareus/measure/backend.h"
 
 namespace kareus::measure {
@@ -63,6 +64,10 @@ struct StoreOptions {
   bool check_identity = true;
   // Where warnings (rows set aside or skipped) go; default: stderr, "kareus: warning: ...".
   std::function<void(const std::string&)> warn = {};
+
+  // The first field that holds no value of its enum (e.g. one cast from an integer), with the
+  // rule; nullopt when valid. Open checks it first.
+  std::optional<OptionError> Validate() const;
 };
 
 class MeasurementStore {
