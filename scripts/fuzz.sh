@@ -5,7 +5,7 @@
 # from its seed corpus (examples/, tests/ and fuzz/corpus/). Fails on any crash, sanitizer
 # report, timeout (10 s per input) or memory blow-up (2 GiB); the input that did it is saved
 # under $build/fuzz-work/artifacts/ and belongs in fuzz/regressions/<fuzzer>/ once fixed.
-#   scripts/fuzz.sh [SECONDS] [workload|profile_csv|plan|store|signal ...]
+#   scripts/fuzz.sh [SECONDS] [workload|profile_csv|plan|store|signal|csv ...]
 # Env: KAREUS_FUZZ_BUILD_DIR (default build-fuzz), KAREUS_FUZZ_JOBS (harnesses side by side;
 # default: the number of cores).
 set -euo pipefail
@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 seconds=${1:-60}
 shift || true
 fuzzers=("$@")
-[ ${#fuzzers[@]} -eq 0 ] && fuzzers=(workload profile_csv plan store signal)
+[ ${#fuzzers[@]} -eq 0 ] && fuzzers=(workload profile_csv plan store signal csv)
 build=${KAREUS_FUZZ_BUILD_DIR:-build-fuzz}
 
 source scripts/lib/sanitizer_build.sh
@@ -32,6 +32,7 @@ seed() {  # seed NAME DIR: copy the seed corpus of NAME into DIR
     workload) cp examples/*.yaml examples/paper/*.yaml "$dir"/ ;;
     plan) cp tests/runtime/data/*.json "$dir"/ ;;
     signal) cp examples/signals/*.csv "$dir"/ ;;
+    csv) cp examples/signals/*.csv tests/pipeline/data/*.csv data/validation/*.csv "$dir"/ ;;
     store)
       sqlite3 "$dir/store.sqlite" <fuzz/corpus/store/store.sql >/dev/null
       sqlite3 "$dir/store-wal.sqlite" <fuzz/corpus/store/store.sql >/dev/null
