@@ -163,7 +163,22 @@ std::vector<int> Representatives(const workload::WorkloadModel& model) {
 
 }  // namespace
 
+// The phases of one method's run: its options measured (and composed), the plans solved on
+// them, then evaluated.
 MethodResult MethodRun::Run() {
+  measure::Backend& backend = Prepare();
+  BuildOptions(backend);
+  Solve();
+  const auto start = Clock::now();
+  Evaluate();
+  DropDominatedPoints();
+  result_.phase_wall_s[Phase::kEvaluate] = Seconds(start);
+  return std::move(result_);
+}
+
+// What the phases start from: the problem without options, the backend the method measures
+// through, whether it nanobatches (a note where it cannot) and the clocks it plans with.
+measure::Backend& MethodRun::Prepare() {
   result_.method = method_;
   result_.problem = EmptyProblem(method_, model_);
   measure::Backend& backend = MeasuringBackend();
@@ -178,7 +193,12 @@ MethodResult MethodRun::Run() {
   clocks_ = method_.clock == ClockControl::kDefault
                 ? std::vector<int>{model_.workload.gpu.clock.default_mhz}
                 : PlanningClocks(model_, options_);
+  return backend;
+}
 
+// The profile and compose phases: the partition frontiers, every instruction's options
+// (composed, or swept), then the gradient sync's.
+void MethodRun::BuildOptions(measure::Backend& backend) {
   auto start = Clock::now();
   std::vector<TypeSamples> samples = MeasurePartitions(backend);
   result_.phase_wall_s[Phase::kProfile] = Seconds(start);
@@ -197,33 +217,31 @@ MethodResult MethodRun::Run() {
     GradientSyncOptions(backend);
     result_.phase_wall_s[Phase::kProfile] += Seconds(start);
   }
+}
 
-  start = Clock::now();
+// The solve phase: the solver's frontier on the options. No plan is an error; refused options
+// are an input error naming the workload's fields that set their times.
+void MethodRun::Solve() {
+  const auto start = Clock::now();
   result_.solved = plan::SolvePlans(result_.problem, {.unit_time_s = options_.unit_time_s,
                                                       .p_static_w = backend_.StaticPowerW()});
   result_.phase_wall_s[Phase::kSolve] = Seconds(start);
   const pipeline::Result& solved = result_.solved.solve;
-  if (solved.points.empty()) {
-    if (solved.summary.status == pipeline::Status::kInvalidInput) {
-      // The options' times follow from the workload: name the fields that set them.
-      const workload::Workload& w = model_.workload;
-      throw InputError(
-          w.name + ": " + method_.name + ": the solver refused the instruction options (" +
-          solved.summary.message + "); their times follow from the workload's sequence_length (" +
-          std::to_string(w.sequence_length) + "), microbatch_size (" +
-          std::to_string(w.microbatch_size) + "), model.layers (" + std::to_string(w.model.layers) +
-          ") and parallelism (tp " + std::to_string(w.parallelism.tp) + ", cp " +
-          std::to_string(w.parallelism.cp) + ", pp " + std::to_string(w.parallelism.pp) +
-          "): make the instructions shorter or raise --unit-time");
-    }
-    throw Error(method_.name + ": the solver returned no plan (" +
-                pipeline::ToString(solved.summary.status) + ": " + solved.summary.message + ")");
+  if (!solved.points.empty()) return;
+  if (solved.summary.status == pipeline::Status::kInvalidInput) {
+    // The options' times follow from the workload: name the fields that set them.
+    const workload::Workload& w = model_.workload;
+    throw InputError(
+        w.name + ": " + method_.name + ": the solver refused the instruction options (" +
+        solved.summary.message + "); their times follow from the workload's sequence_length (" +
+        std::to_string(w.sequence_length) + "), microbatch_size (" +
+        std::to_string(w.microbatch_size) + "), model.layers (" + std::to_string(w.model.layers) +
+        ") and parallelism (tp " + std::to_string(w.parallelism.tp) + ", cp " +
+        std::to_string(w.parallelism.cp) + ", pp " + std::to_string(w.parallelism.pp) +
+        "): make the instructions shorter or raise --unit-time");
   }
-  start = Clock::now();
-  Evaluate();
-  DropDominatedPoints();
-  result_.phase_wall_s[Phase::kEvaluate] = Seconds(start);
-  return std::move(result_);
+  throw Error(method_.name + ": the solver returned no plan (" +
+              pipeline::ToString(solved.summary.status) + ": " + solved.summary.message + ")");
 }
 
 // The clocks a method may pick per instruction: the GPU's profiling grid (published

@@ -30,6 +30,8 @@ std::vector<plan::InstructionOption>& OptionsOf(plan::PlanProblem& problem, int 
 
 // Whole-instruction measurements of one unit in one backend batch (instruction_options.cc).
 struct InstructionSweep;
+// The options some frontier plan uses, per distinct unit or stage (plan_evaluation.cc).
+struct UsedOptions;
 
 // One method's run of the flow (RunWorkload runs one per method): its instruction options
 // measured or composed, the plans solved on them, and the plans evaluated.
@@ -51,7 +53,10 @@ class MethodRun {
                                          const RunOptions& options);
 
  private:
-  // flow.cc
+  // flow.cc: the run's steps, the backend it measures through, its costs
+  measure::Backend& Prepare();
+  void BuildOptions(measure::Backend& backend);
+  void Solve();
   measure::Backend& MeasuringBackend();
   void Charge(CostKind kind, double gpu_seconds, int64_t measurements);
 
@@ -72,6 +77,11 @@ class MethodRun {
 
   // plan_evaluation.cc
   void Evaluate();
+  UsedOptions UsedByFrontier() const;
+  void EvaluateUnitOptions(const UsedOptions& used);
+  void EvaluateStageOptions(const UsedOptions& used);
+  void EvaluateStage(int s, const UsedOptions& used);
+  pipeline::Problem EvaluatedProblem() const;
   void DropDominatedPoints();
   void EvaluateComposition();
 

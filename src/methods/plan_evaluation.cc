@@ -25,6 +25,14 @@ measure::InstructionKnobs ToKnobs(const plan::InstructionOption& option) {
 
 }  // namespace
 
+// The options some frontier plan uses, per distinct unit or stage: what Evaluate evaluates.
+struct UsedOptions {
+  std::vector<int> stage_rep;  // per stage: the stage evaluated for it (the same units)
+  std::vector<std::array<std::set<int>, 2>> units;  // per unit: forward, backward options
+  std::vector<std::set<int>> last;                  // per stage: last backward options
+  std::vector<std::set<int>> sync;                  // per sync node list
+};
+
 // Every option some frontier plan uses is evaluated once (per distinct unit or stage, one
 // batch per kind); the DAG then gives each plan's iteration time and energy. A last backward
 // that reduces its buckets after it is the backward's run plus the buckets' run. Not
@@ -32,16 +40,33 @@ measure::InstructionKnobs ToKnobs(const plan::InstructionOption& option) {
 void MethodRun::Evaluate() {
   const pipeline::Result& solved = result_.solved.solve;
   const plan::PlanProblem& problem = result_.problem;
-  const std::size_t units = model_.stages.size();
-  const int stages = model_.num_stages;
-  const int per_stage = problem.SyncNodesPerStage();
-  result_.option_evaluations.assign(units, {});
+  result_.option_evaluations.assign(model_.stages.size(), {});
   result_.last_backward_evaluations.assign(problem.last_backward.size(), {});
   result_.sync_evaluations.assign(problem.sync_nodes.size(), {});
   if (!evaluator_.Evaluates()) {
     for (const auto& point : solved.points) result_.evaluated.push_back(point.cost);
     return;
   }
+  const UsedOptions used = UsedByFrontier();
+  const double before = evaluator_.GpuSeconds();
+  EvaluateUnitOptions(used);
+  EvaluateStageOptions(used);
+  const pipeline::Problem truth = EvaluatedProblem();
+  for (const auto& point : solved.points) {
+    // A GPU that waits (pipeline bubbles, P2P receives) draws the board's idle power.
+    result_.evaluated.push_back(
+        pipeline::Evaluate(truth, solved.dag, point.choice, backend_.IdlePowerW()));
+  }
+  EvaluateComposition();
+  result_.evaluation_gpu_seconds = evaluator_.GpuSeconds() - before;
+}
+
+// The options the frontier's plans choose, each under the unit or stage evaluated for its own.
+UsedOptions MethodRun::UsedByFrontier() const {
+  const pipeline::Result& solved = result_.solved.solve;
+  const plan::PlanProblem& problem = result_.problem;
+  const int stages = model_.num_stages;
+  const int per_stage = problem.SyncNodesPerStage();
   const schedule::Dag& dag = solved.dag;
   // Stages with the same units are evaluated once: stage_rep[s].
   std::vector<int> stage_rep(static_cast<std::size_t>(stages));
@@ -53,7 +78,7 @@ void MethodRun::Evaluate() {
       stage_rep[s] = first.try_emplace(key, s).first->second;
     }
   }
-  std::vector<std::array<std::set<int>, 2>> used(units);
+  std::vector<std::array<std::set<int>, 2>> used(model_.stages.size());
   std::vector<std::set<int>> used_last(problem.last_backward.size());
   std::vector<std::set<int>> used_sync(problem.sync_nodes.size());
   const schedule::NodeClasses classes = problem.Classes();
@@ -75,14 +100,24 @@ void MethodRun::Evaluate() {
       }
     }
   }
-  const double before = evaluator_.GpuSeconds();
+  return {.stage_rep = std::move(stage_rep),
+          .units = std::move(used),
+          .last = std::move(used_last),
+          .sync = std::move(used_sync)};
+}
+
+// The used forward and backward options, one batch per distinct unit, copied to the units
+// measured with it.
+void MethodRun::EvaluateUnitOptions(const UsedOptions& used) {
+  const plan::PlanProblem& problem = result_.problem;
+  const std::size_t units = model_.stages.size();
   for (std::size_t u = 0; u < units; ++u) {
     if (reps_[u] != static_cast<int>(u)) continue;
     const auto& unit = model_.stages[u];
     std::vector<measure::InstructionRequest> batch;
     for (int kind = 0; kind < 2; ++kind) {
       const auto& list = kind == 0 ? problem.stages[u].forward : problem.stages[u].backward;
-      for (int option : used[u][kind]) {
+      for (int option : used.units[u][kind]) {
         batch.push_back({.stage = unit.stage,
                          .direction = kind == 0 ? Direction::kForward : Direction::kBackward,
                          .knobs = ToKnobs(list[static_cast<std::size_t>(option)]),
@@ -92,78 +127,98 @@ void MethodRun::Evaluate() {
     const std::vector<measure::Sample> samples = evaluator_.EvaluateInstructions(model_, batch);
     std::size_t i = 0;
     for (int kind = 0; kind < 2; ++kind) {
-      for (int option : used[u][kind]) result_.option_evaluations[u][kind][option] = samples[i++];
+      for (int option : used.units[u][kind])
+        result_.option_evaluations[u][kind][option] = samples[i++];
     }
   }
   for (std::size_t u = 0; u < units; ++u)
     result_.option_evaluations[u] = result_.option_evaluations[reps_[u]];
+}
+
+// The used last backward and sync node options of every distinct stage, copied to the stages
+// with the same units.
+void MethodRun::EvaluateStageOptions(const UsedOptions& used) {
+  const int stages = model_.num_stages;
+  const int per_stage = result_.problem.SyncNodesPerStage();
   for (int s = 0; s < stages; ++s) {
-    if (stage_rep[s] != s) continue;
-    std::vector<measure::InstructionRequest> instructions;
-    std::vector<measure::GradientSyncRequest> syncs;
-    // (last backward option, instruction index, sync index)
-    std::vector<std::tuple<int, int, int>> lasts;
-    for (int option : s < static_cast<int>(used_last.size()) ? used_last[s] : std::set<int>{}) {
-      const plan::InstructionOption& o = problem.last_backward[s][static_cast<std::size_t>(option)];
-      int instruction = -1, sync = -1;
-      const bool overlap = o.gradient_sync && o.gradient_sync->overlapped;
-      if (!overlap) {
-        instruction = static_cast<int>(instructions.size());
-        instructions.push_back(
-            {.stage = s, .direction = Direction::kBackward, .knobs = ToKnobs(o), .chunk = 0});
-      }
-      if (o.gradient_sync) {
-        sync = static_cast<int>(syncs.size());
-        syncs.push_back({.stage = s,
-                         .work = overlap ? measure::GradientSyncWork::kOverlapped
-                                         : measure::GradientSyncWork::kLastBuckets,
-                         .freq_mhz = o.freq_mhz,
-                         .sms = o.gradient_sync->sms});
-      }
-      lasts.push_back({option, instruction, sync});
-    }
-    std::vector<std::pair<int, int>> nodes;  // (sync node list index, option)
-    for (int c = 0; c < per_stage; ++c) {
-      for (int option : used_sync[s * per_stage + c]) {
-        const plan::InstructionOption& o =
-            problem.sync_nodes[s * per_stage + c][static_cast<std::size_t>(option)];
-        syncs.push_back({.stage = s,
-                         .chunk = c,
-                         .work = measure::GradientSyncWork::kSyncNode,
-                         .freq_mhz = o.freq_mhz,
-                         .sms = o.gradient_sync ? o.gradient_sync->sms : 1});
-        nodes.push_back({s * per_stage + c, option});
-      }
-    }
-    const std::vector<measure::Sample> ran = evaluator_.EvaluateInstructions(model_, instructions);
-    const std::vector<measure::Sample> synced =
-        syncs.empty() ? std::vector<measure::Sample>{}
-                      : evaluator_.EvaluateGradientSync(model_, syncs);
-    for (const auto& [option, instruction, sync] : lasts) {
-      measure::Sample sample = instruction >= 0 ? ran[instruction] : synced[sync];
-      if (instruction >= 0 && sync >= 0) {
-        sample.time_s += synced[sync].time_s;
-        sample.energy_j += synced[sync].energy_j;
-        sample.static_energy_j += synced[sync].static_energy_j;
-        sample.dynamic_energy_j += synced[sync].dynamic_energy_j;
-      }
-      result_.last_backward_evaluations[s][option] = sample;
-    }
-    const std::size_t first_node = syncs.size() - nodes.size();
-    for (std::size_t k = 0; k < nodes.size(); ++k) {
-      result_.sync_evaluations[nodes[k].first][nodes[k].second] = synced[first_node + k];
-    }
+    if (used.stage_rep[s] == s) EvaluateStage(s, used);
   }
   for (int s = 0; s < stages; ++s) {
     if (!result_.last_backward_evaluations.empty()) {
-      result_.last_backward_evaluations[s] = result_.last_backward_evaluations[stage_rep[s]];
+      result_.last_backward_evaluations[s] = result_.last_backward_evaluations[used.stage_rep[s]];
     }
     for (int c = 0; c < per_stage; ++c) {
       result_.sync_evaluations[s * per_stage + c] =
-          result_.sync_evaluations[stage_rep[s] * per_stage + c];
+          result_.sync_evaluations[used.stage_rep[s] * per_stage + c];
     }
   }
-  // The solver's problem with every used option replaced by its evaluation.
+}
+
+// One distinct stage: its used last backwards (instructions, their buckets' reduction, or
+// both) and sync nodes, one batch of instructions and one of gradient syncs.
+void MethodRun::EvaluateStage(int s, const UsedOptions& used) {
+  const plan::PlanProblem& problem = result_.problem;
+  const int per_stage = problem.SyncNodesPerStage();
+  std::vector<measure::InstructionRequest> instructions;
+  std::vector<measure::GradientSyncRequest> syncs;
+  // (last backward option, instruction index, sync index)
+  std::vector<std::tuple<int, int, int>> lasts;
+  for (int option : s < static_cast<int>(used.last.size()) ? used.last[s] : std::set<int>{}) {
+    const plan::InstructionOption& o = problem.last_backward[s][static_cast<std::size_t>(option)];
+    int instruction = -1, sync = -1;
+    const bool overlap = o.gradient_sync && o.gradient_sync->overlapped;
+    if (!overlap) {
+      instruction = static_cast<int>(instructions.size());
+      instructions.push_back(
+          {.stage = s, .direction = Direction::kBackward, .knobs = ToKnobs(o), .chunk = 0});
+    }
+    if (o.gradient_sync) {
+      sync = static_cast<int>(syncs.size());
+      syncs.push_back({.stage = s,
+                       .work = overlap ? measure::GradientSyncWork::kOverlapped
+                                       : measure::GradientSyncWork::kLastBuckets,
+                       .freq_mhz = o.freq_mhz,
+                       .sms = o.gradient_sync->sms});
+    }
+    lasts.push_back({option, instruction, sync});
+  }
+  std::vector<std::pair<int, int>> nodes;  // (sync node list index, option)
+  for (int c = 0; c < per_stage; ++c) {
+    for (int option : used.sync[s * per_stage + c]) {
+      const plan::InstructionOption& o =
+          problem.sync_nodes[s * per_stage + c][static_cast<std::size_t>(option)];
+      syncs.push_back({.stage = s,
+                       .chunk = c,
+                       .work = measure::GradientSyncWork::kSyncNode,
+                       .freq_mhz = o.freq_mhz,
+                       .sms = o.gradient_sync ? o.gradient_sync->sms : 1});
+      nodes.push_back({s * per_stage + c, option});
+    }
+  }
+  const std::vector<measure::Sample> ran = evaluator_.EvaluateInstructions(model_, instructions);
+  const std::vector<measure::Sample> synced = syncs.empty()
+                                                  ? std::vector<measure::Sample>{}
+                                                  : evaluator_.EvaluateGradientSync(model_, syncs);
+  for (const auto& [option, instruction, sync] : lasts) {
+    measure::Sample sample = instruction >= 0 ? ran[instruction] : synced[sync];
+    if (instruction >= 0 && sync >= 0) {
+      sample.time_s += synced[sync].time_s;
+      sample.energy_j += synced[sync].energy_j;
+      sample.static_energy_j += synced[sync].static_energy_j;
+      sample.dynamic_energy_j += synced[sync].dynamic_energy_j;
+    }
+    result_.last_backward_evaluations[s][option] = sample;
+  }
+  const std::size_t first_node = syncs.size() - nodes.size();
+  for (std::size_t k = 0; k < nodes.size(); ++k) {
+    result_.sync_evaluations[nodes[k].first][nodes[k].second] = synced[first_node + k];
+  }
+}
+
+// The solver's problem with every used option replaced by its evaluation.
+pipeline::Problem MethodRun::EvaluatedProblem() const {
+  const plan::PlanProblem& problem = result_.problem;
+  const int stages = model_.num_stages;
   pipeline::Problem truth{.schedule = problem.schedule,
                           .num_stages = stages,
                           .num_microbatches = problem.num_microbatches,
@@ -179,7 +234,7 @@ void MethodRun::Evaluate() {
     return list;
   };
   for (int st = 0; st < stages; ++st) truth.gpus_per_stage.push_back(problem.StageGpus(st));
-  for (std::size_t u = 0; u < units; ++u) {
+  for (std::size_t u = 0; u < model_.stages.size(); ++u) {
     truth.forward_options.push_back(
         fill(problem.stages[u].forward.size(), result_.option_evaluations[u][0]));
     truth.backward_options.push_back(
@@ -193,13 +248,7 @@ void MethodRun::Evaluate() {
     truth.gradient_sync_options.push_back(
         fill(problem.sync_nodes[i].size(), result_.sync_evaluations[i]));
   }
-  for (const auto& point : solved.points) {
-    // A GPU that waits (pipeline bubbles, P2P receives) draws the board's idle power.
-    result_.evaluated.push_back(
-        pipeline::Evaluate(truth, dag, point.choice, backend_.IdlePowerW()));
-  }
-  EvaluateComposition();
-  result_.evaluation_gpu_seconds = evaluator_.GpuSeconds() - before;
+  return truth;
 }
 
 // The solver's frontier is Pareto-optimal on its predictions; evaluated, a plan can turn out
