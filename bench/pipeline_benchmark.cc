@@ -26,11 +26,11 @@ namespace {
 
 // The problem in the frozen reference's own types (pipeline_reference_solver.h).
 pipeline_reference::Problem ToReference(const Problem& problem) {
-  const auto lists = [](const std::vector<std::vector<Option>>& from) {
+  const auto lists = [](const std::vector<std::vector<Alternative>>& from) {
     std::vector<std::vector<pipeline_reference::Option>> to;
     for (const auto& list : from) {
       auto& copy = to.emplace_back();
-      for (const Option& o : list) copy.push_back({.time_s = o.time_s, .energy_j = o.energy_j});
+      for (const Alternative& o : list) copy.push_back({.time_s = o.time_s, .energy_j = o.energy_j});
     }
     return to;
   };
@@ -47,8 +47,8 @@ pipeline_reference::Problem ToReference(const Problem& problem) {
           .p2p_time_s = problem.p2p_time_s};
 }
 
-std::vector<Option> ClockOptions(double t_max_clock_s, double dynamic_w) {
-  std::vector<Option> options;
+std::vector<Alternative> ClockOptions(double t_max_clock_s, double dynamic_w) {
+  std::vector<Alternative> options;
   for (int f = 1410; f >= 840; f -= 30) {
     const double r = f / 1410.0;
     const double time_s = t_max_clock_s / std::pow(r, 0.9);

@@ -82,7 +82,7 @@ void AddProfileCommand(CLI::App& app) {
     if (session->distributed()) {
       planner = std::make_unique<distributed::Planner>(*session, make_spec, planner_options);
     }
-    const mobo::ProfileSummary summary =
+    const mobo::ProfileResult summary =
         planner ? planner->Profile(0, model, options, *backend, context)
                 : mobo::ProfileWorkload(model, options, *backend, context);
     if (planner) ReportRanks(*planner, args->distributed, args->quiet);

@@ -285,7 +285,7 @@ mobo::PartitionResult GetPartitionResult(Reader& r) {
 
 }  // namespace
 
-void Put(Writer& w, const mobo::ProfileSummary& s) {
+void Put(Writer& w, const mobo::ProfileResult& s) {
   w.Str(s.gpu);
   w.Str(s.workload_signature);
   w.Str(s.backend);
@@ -305,8 +305,8 @@ void Put(Writer& w, const mobo::ProfileSummary& s) {
   w.I64(s.measurements_reused);
 }
 
-mobo::ProfileSummary GetProfileSummary(Reader& r) {
-  mobo::ProfileSummary s;
+mobo::ProfileResult GetProfileSummary(Reader& r) {
+  mobo::ProfileResult s;
   s.gpu = r.Str();
   s.workload_signature = r.Str();
   s.backend = r.Str();

@@ -57,7 +57,7 @@ measure::PartitionKnobs GetKnobs(Reader& r);
 
 // Every field of a profile, so that a rank finishing a workload sees exactly what the
 // planner saw.
-void Put(Writer& w, const mobo::ProfileSummary& summary);
-mobo::ProfileSummary GetProfileSummary(Reader& r);
+void Put(Writer& w, const mobo::ProfileResult& summary);
+mobo::ProfileResult GetProfileSummary(Reader& r);
 
 }  // namespace kareus::distributed::internal

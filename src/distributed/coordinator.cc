@@ -119,7 +119,7 @@ void Coordinator::AddProfile(mobo::WorkloadProfiler* profiler, int index,
   }
 }
 
-void Coordinator::AddJob(int index, std::optional<mobo::ProfileSummary> profile,
+void Coordinator::AddJob(int index, std::optional<mobo::ProfileResult> profile,
                          std::function<void(FinishedWorkload)> on_done) {
   Item item;
   item.job_index = index;

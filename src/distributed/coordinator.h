@@ -37,7 +37,7 @@ class Coordinator {
   void AddProfile(mobo::WorkloadProfiler* profiler, int index, const measure::Backend& backend,
                   std::function<void()> on_complete);
   // Finishes workload `index` on an executor; `on_done` receives its files and row.
-  void AddJob(int index, std::optional<mobo::ProfileSummary> profile,
+  void AddJob(int index, std::optional<mobo::ProfileResult> profile,
               std::function<void(FinishedWorkload)> on_done);
   // Runs until every profile and job added (also from callbacks) is done. A failed unit or job
   // is an EnvironmentError naming the rank.
@@ -68,7 +68,7 @@ class Coordinator {
     std::size_t begin = 0;
     std::vector<measure::PartitionKnobs> knobs;
     int job_index = 0;
-    std::optional<mobo::ProfileSummary> profile;
+    std::optional<mobo::ProfileResult> profile;
     std::function<void(FinishedWorkload)> on_done;
     double estimate_gpu_s = 0.0;
   };

@@ -163,7 +163,7 @@ class Executor {
     Reader r(body);
     const int64_t job = r.I64();
     const int index = CheckedWorkload(r.Int());
-    std::optional<mobo::ProfileSummary> profile;
+    std::optional<mobo::ProfileResult> profile;
     if (r.Bool()) profile = GetProfileSummary(r);
     r.ExpectDone();
     context_ = "finishing workload " + spec_->models[index].workload.name + ": ";

@@ -173,7 +173,7 @@ int Planner::executors() const { return state_->coordinator->executors(); }
 
 RankReport Planner::Report() const { return state_->coordinator->Report(); }
 
-mobo::ProfileSummary Planner::Profile(int index, const workload::WorkloadModel& model,
+mobo::ProfileResult Planner::Profile(int index, const workload::WorkloadModel& model,
                                       const mobo::ProfileOptions& options,
                                       measure::Backend& backend, const Context& context) {
   const auto& ids = state_->coordinator->identities();
@@ -213,7 +213,7 @@ WorkerSpec EvaluateSpec(const std::vector<std::filesystem::path>& workloads,
   spec.make_backend = make_backend;
   spec.seed = context.seed;
   spec.finish = [loaded, options, make_backend, context, out](
-                    int index, const std::optional<mobo::ProfileSummary>& profile) {
+                    int index, const std::optional<mobo::ProfileResult>& profile) {
     const workload::Workload& w = loaded.at(index);
     methods::RunOptions per = options;
     per.profile.store = methods::EvaluationStore(options, w, out);

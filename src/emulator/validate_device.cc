@@ -16,6 +16,7 @@
 #include "kareus/common/error.h"
 #include "kareus/common/io.h"
 #include "kareus/common/json.h"
+#include "kareus/common/table.h"
 #include "kareus/emulator/emulator.h"
 #include "kareus/emulator/validate.h"
 #include "kareus/hw/gpu_spec.h"

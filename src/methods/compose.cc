@@ -10,7 +10,7 @@ namespace kareus::methods::internal {
 
 using schedule::Direction;
 
-std::vector<TypeSamples> SamplesFromProfile(const mobo::ProfileSummary& profile) {
+std::vector<TypeSamples> SamplesFromProfile(const mobo::ProfileResult& profile) {
   std::vector<TypeSamples> out;
   for (const auto& p : profile.partitions) {
     TypeSamples t{.type = p.type, .points = {}, .freq_mhz = {}};

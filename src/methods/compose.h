@@ -25,7 +25,7 @@ struct TypeSamples {
   std::vector<int> freq_mhz;  // clock of each point
 };
 
-std::vector<TypeSamples> SamplesFromProfile(const mobo::ProfileSummary& profile);
+std::vector<TypeSamples> SamplesFromProfile(const mobo::ProfileResult& profile);
 // Every configuration of every type at every clock, measured by `backend` (the
 // kareus-oracle diagnostic measures through the noise-free twin), one batch per type, in the
 // order clocks, then SMs, then slots.

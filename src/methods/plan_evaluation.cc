@@ -226,7 +226,7 @@ pipeline::Problem MethodRun::EvaluatedProblem() const {
                           .gradient_sync = problem.gradient_sync,
                           .p2p_time_s = problem.p2p_time_s};
   auto fill = [](std::size_t size, const std::map<int, measure::Sample>& evaluated) {
-    std::vector<pipeline::Option> list(size);
+    std::vector<pipeline::Alternative> list(size);
     for (const auto& [option, sample] : evaluated) {
       list[static_cast<std::size_t>(option)] = {.time_s = sample.time_s,
                                                 .energy_j = sample.energy_j};

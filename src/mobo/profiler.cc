@@ -252,11 +252,11 @@ bool WorkloadProfiler::Complete(int type) const {
   return state_->states[type]->complete();
 }
 
-ProfileSummary WorkloadProfiler::Finish() {
+ProfileResult WorkloadProfiler::Finish() {
   State& s = *state_;
   KAREUS_CHECK(!s.finished) << "WorkloadProfiler::Finish called twice";
   s.finished = true;
-  ProfileSummary summary;
+  ProfileResult summary;
   summary.gpu = s.backend->Gpu().name;
   summary.workload_signature = s.model->workload.Signature();
   summary.backend = s.backend->Description();
@@ -291,7 +291,7 @@ ProfileSummary WorkloadProfiler::Finish() {
   return summary;
 }
 
-ProfileSummary ProfileWorkload(const workload::WorkloadModel& model, const ProfileOptions& options,
+ProfileResult ProfileWorkload(const workload::WorkloadModel& model, const ProfileOptions& options,
                                measure::Backend& backend, const Context& context) {
   WorkloadProfiler profiler(model, options, backend, context);
   for (int t = 0; t < static_cast<int>(profiler.Types().size()); ++t) {
@@ -309,7 +309,7 @@ ProfileSummary ProfileWorkload(const workload::WorkloadModel& model, const Profi
   return profiler.Finish();
 }
 
-Json ProfileSummary::ToJson(bool with_evaluations) const {
+Json ProfileResult::ToJson(bool with_evaluations) const {
   Json doc;
   doc["format"] = "kareus-profile";
   doc["version"] = 1;

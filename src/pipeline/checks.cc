@@ -17,13 +17,13 @@
 namespace kareus::pipeline {
 namespace internal {
 
-std::string CheckOptions(const std::vector<Option>& list, const std::string& where,
+std::string CheckOptions(const std::vector<Alternative>& list, const std::string& where,
                          const std::string& kind, const Options& options) {
   const std::string what = where + " " + kind;
   if (list.empty()) return where + " has no " + kind + " options";
   double t_min = kInf;
   double t_max = 0.0;
-  for (const Option& o : list) {
+  for (const Alternative& o : list) {
     if (!(o.time_s > 0.0) || !std::isfinite(o.time_s) || !std::isfinite(o.energy_j) ||
         o.energy_j < 0.0) {
       return what + " option with time_s = " + std::to_string(o.time_s) +
@@ -107,9 +107,9 @@ std::string FindInputError(const Problem& problem, const Options& options) {
   }
   // Every path is at most the sum of all slowest durations: the frontier's deadlines stay
   // countable. (Per node class: its slowest option times the nodes it has at most.)
-  const auto slowest = [](const std::vector<Option>& list) {
+  const auto slowest = [](const std::vector<Alternative>& list) {
     double t = 0.0;
-    for (const Option& o : list) t = std::max(t, o.time_s);
+    for (const Alternative& o : list) t = std::max(t, o.time_s);
     return t;
   };
   double slowest_sum = problem.p2p_time_s * 2 * units;

@@ -84,12 +84,12 @@ struct Spec {
 
 // `merge_s`: option times closer than this count as equal (the cheaper one is kept, at the
 // faster time, for the convex model only; the real front keeps both).
-Spec BuildSpec(const std::vector<Option>& options, int gpus, double p_static_w, double merge_s);
+Spec BuildSpec(const std::vector<Alternative>& options, int gpus, double p_static_w, double merge_s);
 
 schedule::NodeClasses ClassesOf(const Problem& problem);
 
 // The option list of node class `cls` (schedule::NodeClasses's layout).
-const std::vector<Option>& ClassOptions(const Problem& problem,
+const std::vector<Alternative>& ClassOptions(const Problem& problem,
                                         const schedule::NodeClasses& classes, int cls);
 
 // Time (the longest path, schedule::StartTimes) and energy of `choice`.
@@ -403,7 +403,7 @@ class Engine {
 
 // `where` names the unit ("stage 1", "stage 1 chunk 0"), `kind` the list ("backward"); "" when
 // the list is valid, else the error.
-std::string CheckOptions(const std::vector<Option>& list, const std::string& where,
+std::string CheckOptions(const std::vector<Alternative>& list, const std::string& where,
                          const std::string& kind, const Options& options);
 
 // The first problem in `problem` or `options` (a message); "" when both are valid.

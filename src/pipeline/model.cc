@@ -18,7 +18,7 @@
 
 namespace kareus::pipeline::internal {
 
-Spec BuildSpec(const std::vector<Option>& options, int gpus, double p_static_w, double merge_s) {
+Spec BuildSpec(const std::vector<Alternative>& options, int gpus, double p_static_w, double merge_s) {
   Spec spec;
   std::vector<pareto::Point> points;
   for (std::size_t i = 0; i < options.size(); ++i) {
@@ -58,7 +58,7 @@ schedule::NodeClasses ClassesOf(const Problem& problem) {
   return schedule::NodeClasses(problem.num_stages, problem.num_chunks, problem.gradient_sync);
 }
 
-const std::vector<Option>& ClassOptions(const Problem& problem,
+const std::vector<Alternative>& ClassOptions(const Problem& problem,
                                         const schedule::NodeClasses& classes, int cls) {
   return schedule::NodeClasses::Select(classes.Get(cls), problem.forward_options,
                                        problem.backward_options, problem.last_backward_options,
@@ -78,7 +78,7 @@ Evaluation EvaluateWith(const Problem& problem, const Dag& dag, const std::vecto
   for (std::size_t v = 0; v < dag.nodes.size(); ++v) {
     const Instruction& inst = dag.nodes[v];
     const auto& list = ClassOptions(problem, classes, classes.Of(dag, static_cast<int>(v)));
-    const Option& o = list[static_cast<std::size_t>(choice[v])];
+    const Alternative& o = list[static_cast<std::size_t>(choice[v])];
     durations[v] = o.time_s;
     const int gpus = problem.gpus_per_stage.empty() ? 1 : problem.gpus_per_stage[inst.stage];
     effective += gpus * (o.energy_j - p_static_w * o.time_s);
@@ -111,7 +111,7 @@ void Engine::BuildSpecs() {
   double slowest_sum = 0.0;
   for (int v = 0; v < n_; ++v) {
     double t = 0.0;
-    for (const Option& o : ClassOptions(problem_, classes, class_[v])) t = std::max(t, o.time_s);
+    for (const Alternative& o : ClassOptions(problem_, classes, class_[v])) t = std::max(t, o.time_s);
     slowest_sum += t;
   }
   time_tol_ = 1e-12 * (slowest_sum + problem_.p2p_time_s * 2 * num_stages * problem_.num_chunks);

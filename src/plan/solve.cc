@@ -10,8 +10,8 @@
 namespace kareus::plan {
 namespace {
 
-std::vector<pipeline::Option> ToPipeline(const std::vector<InstructionOption>& options) {
-  std::vector<pipeline::Option> out;
+std::vector<pipeline::Alternative> ToPipeline(const std::vector<InstructionOption>& options) {
+  std::vector<pipeline::Alternative> out;
   out.reserve(options.size());
   for (const InstructionOption& o : options) out.push_back({o.time_s, o.energy_j});
   return out;

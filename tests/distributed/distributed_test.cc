@@ -57,7 +57,7 @@ std::function<WorkerSpec()> Spec(const workload::WorkloadModel& model,
   };
 }
 
-std::string ProfileJson(const mobo::ProfileSummary& s) { return DumpJson(s.ToJson(true)); }
+std::string ProfileJson(const mobo::ProfileResult& s) { return DumpJson(s.ToJson(true)); }
 
 class DistributedTest : public ::testing::Test {
  protected:
@@ -70,15 +70,15 @@ class DistributedTest : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(dir_); }
 
-  mobo::ProfileSummary Single(const mobo::ProfileOptions& options) {
+  mobo::ProfileResult Single(const mobo::ProfileOptions& options) {
     testing::SyntheticBackend backend(7);
     return mobo::ProfileWorkload(model_, options, backend, {.seed = 7, .quiet = true});
   }
-  mobo::ProfileSummary Spread(int executors, const mobo::ProfileOptions& options,
+  mobo::ProfileResult Spread(int executors, const mobo::ProfileOptions& options,
                               RankReport* report = nullptr) {
     Planner planner(executors, Spec(model_));
     testing::SyntheticBackend backend(7);
-    mobo::ProfileSummary s =
+    mobo::ProfileResult s =
         planner.Profile(0, model_, options, backend, {.seed = 7, .quiet = true});
     if (report != nullptr) *report = planner.Report();
     EXPECT_EQ(backend.Measurements(), 0) << "rank 0's metadata backend measured";
@@ -93,7 +93,7 @@ TEST_F(DistributedTest, SameProfileAsOneProcessWithAnyNumberOfExecutors) {
   const std::string single = ProfileJson(Single(SmallOptions()));
   for (int n = 1; n <= 4; ++n) {
     RankReport report;
-    const mobo::ProfileSummary s = Spread(n, SmallOptions(), &report);
+    const mobo::ProfileResult s = Spread(n, SmallOptions(), &report);
     EXPECT_EQ(ProfileJson(s), single) << n << " executors";
     // Every configuration measured exactly once, somewhere; every unit accounted.
     int64_t measurements = 0, units = 0;
@@ -117,10 +117,10 @@ TEST_F(DistributedTest, SameProfileAsOneProcessWithAnyNumberOfExecutors) {
 TEST_F(DistributedTest, UnitsOfABatchSpreadWithTheSameResultAsOneProcess) {
   mobo::ProfileOptions options = SmallOptions();
   options.unit_size = 3;
-  const mobo::ProfileSummary single = Single(options);
+  const mobo::ProfileResult single = Single(options);
   for (int n : {1, 3}) {
     RankReport report;
-    const mobo::ProfileSummary s = Spread(n, options, &report);
+    const mobo::ProfileResult s = Spread(n, options, &report);
     EXPECT_EQ(ProfileJson(s), ProfileJson(single)) << n << " executors";
     int64_t units = 0;
     for (const RankStats& r : report.ranks) units += r.units;
@@ -133,7 +133,7 @@ TEST_F(DistributedTest, UnitsOfABatchSpreadWithTheSameResultAsOneProcess) {
     EXPECT_EQ(units, expected);
   }
   // Smaller units pay more warm-ups (one per unit) but measure the same configurations.
-  const mobo::ProfileSummary whole = Single(SmallOptions());
+  const mobo::ProfileResult whole = Single(SmallOptions());
   ASSERT_EQ(whole.partitions.size(), single.partitions.size());
   const Json small_units = single.ToJson(), whole_batches = whole.ToJson();
   for (std::size_t t = 0; t < whole.partitions.size(); ++t) {
@@ -145,14 +145,14 @@ TEST_F(DistributedTest, UnitsOfABatchSpreadWithTheSameResultAsOneProcess) {
 TEST_F(DistributedTest, RankZeroCommitsEverySampleAndARerunMeasuresNothing) {
   mobo::ProfileOptions options = SmallOptions();
   options.store = dir_ / "store.sqlite";
-  const mobo::ProfileSummary first = Spread(3, options);
+  const mobo::ProfileResult first = Spread(3, options);
   const measure::StoreIdentity identity{.gpu = "SYNTH-GPU",
                                         .workload_signature = model_.workload.Signature(),
                                         .backend = testing::SyntheticBackend(7).Description()};
   EXPECT_EQ(measure::MeasurementStore::Open(options.store, identity)->Count(),
             first.measurements_taken);
   RankReport report;
-  const mobo::ProfileSummary again = Spread(2, options, &report);
+  const mobo::ProfileResult again = Spread(2, options, &report);
   EXPECT_EQ(again.measurements_taken, 0);
   EXPECT_EQ(again.measurements_reused, first.measurements_taken);
   for (const RankStats& r : report.ranks) EXPECT_EQ(r.units, 0);
@@ -192,7 +192,7 @@ TEST_F(DistributedTest, LeastBusyAssignmentIgnoresHowFastExecutorsAnswer) {
   planner_options.assignment = Assignment::kLeastBusy;
   Planner planner(4, Spec(model_, uneven), planner_options);
   testing::SyntheticBackend backend(7);
-  const mobo::ProfileSummary s =
+  const mobo::ProfileResult s =
       planner.Profile(0, model_, options, backend, {.seed = 7, .quiet = true});
   EXPECT_EQ(ProfileJson(s), ProfileJson(Single(options)));
   const RankReport report = planner.Report();
@@ -205,12 +205,12 @@ TEST_F(DistributedTest, LeastBusyAssignmentIgnoresHowFastExecutorsAnswer) {
 TEST_F(DistributedTest, WireFormatKeepsEveryBit) {
   mobo::ProfileOptions options = SmallOptions();
   options.oracle = true;
-  const mobo::ProfileSummary s = Single(options);
+  const mobo::ProfileResult s = Single(options);
   internal::Writer w;
   internal::Put(w, s);
   const std::string bytes = w.Take();
   internal::Reader r(bytes);
-  const mobo::ProfileSummary back = internal::GetProfileSummary(r);
+  const mobo::ProfileResult back = internal::GetProfileSummary(r);
   r.ExpectDone();
   EXPECT_EQ(ProfileJson(back), ProfileJson(s));
   internal::Writer again;
@@ -295,10 +295,10 @@ TEST_F(DistributedTest, AnotherBackendOnRankZeroProfilesLocally) {
   // E.g. a method measuring through the noise-free twin: the ranks' backends do not fit it.
   Planner planner(2, Spec(model_));
   testing::SyntheticBackend twin(7, /*noise_free=*/true);
-  const mobo::ProfileSummary spread =
+  const mobo::ProfileResult spread =
       planner.Profile(0, model_, SmallOptions(), twin, {.seed = 7, .quiet = true});
   testing::SyntheticBackend alone(7, true);
-  const mobo::ProfileSummary local =
+  const mobo::ProfileResult local =
       mobo::ProfileWorkload(model_, SmallOptions(), alone, {.seed = 7, .quiet = true});
   EXPECT_EQ(ProfileJson(spread), ProfileJson(local));
   for (const RankStats& r : planner.Report().ranks) EXPECT_EQ(r.units, 0);

@@ -67,7 +67,7 @@ struct Outcome {
 
 Outcome Profile(const ProfileOptions& options, uint64_t seed) {
   testing::SyntheticBackend backend(seed);
-  const ProfileSummary s =
+  const ProfileResult s =
       ProfileWorkload(SyntheticModel(), options, backend, {.seed = seed, .quiet = true});
   Outcome out;
   for (const PartitionResult& r : s.partitions) {
@@ -300,11 +300,11 @@ TEST(Prior, AutomaticBudgetIsFivePercentWithAPrior) {
   ProfileOptions options;
   options.partitions = {"fwd_attn"};  // 720 configurations
   testing::SyntheticBackend a(1), b(1);
-  const ProfileSummary none =
+  const ProfileResult none =
       ProfileWorkload(SyntheticModel(), options, a, {.seed = 1, .quiet = true});
   options.prior = SyntheticPrior({});
   EXPECT_DOUBLE_EQ(options.BudgetFraction(), 0.05);
-  const ProfileSummary with =
+  const ProfileResult with =
       ProfileWorkload(SyntheticModel(), options, b, {.seed = 1, .quiet = true});
   EXPECT_EQ(none.partitions[0].evaluations.size(), 108u);  // 15 %
   EXPECT_EQ(with.partitions[0].evaluations.size(), 36u);   // 5 %
@@ -337,7 +337,7 @@ TEST(Prior, EveryTypeIsMeasuredAtItsFastestConfigurationAtTheTopClock) {
     }
     const std::unique_ptr<measure::Backend> backend =
         measure::MakeEmulatorBackend(model.workload.gpu, {});
-    const ProfileSummary s = ProfileWorkload(model, options, *backend, {.seed = 1, .quiet = true});
+    const ProfileResult s = ProfileWorkload(model, options, *backend, {.seed = 1, .quiet = true});
     for (const PartitionResult& r : s.partitions) {
       const workload::PartitionType* type = PaperType(r.type);
       ASSERT_NE(type, nullptr);

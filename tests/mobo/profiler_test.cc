@@ -36,7 +36,7 @@ ProfileOptions SmallOptions() {
   return options;
 }
 
-void ExpectSameFrontiers(const ProfileSummary& a, const ProfileSummary& b) {
+void ExpectSameFrontiers(const ProfileResult& a, const ProfileResult& b) {
   ASSERT_EQ(a.partitions.size(), b.partitions.size());
   for (std::size_t t = 0; t < a.partitions.size(); ++t) {
     const PartitionResult& x = a.partitions[t];
@@ -78,8 +78,8 @@ class ProfilerTest : public ::testing::Test {
 
 TEST_F(ProfilerTest, SameSeedSameResultAndInvariants) {
   testing::SyntheticBackend b1(3), b2(3);
-  const ProfileSummary a = ProfileWorkload(model_, SmallOptions(), b1, {.seed = 3, .quiet = true});
-  const ProfileSummary b = ProfileWorkload(model_, SmallOptions(), b2, {.seed = 3, .quiet = true});
+  const ProfileResult a = ProfileWorkload(model_, SmallOptions(), b1, {.seed = 3, .quiet = true});
+  const ProfileResult b = ProfileWorkload(model_, SmallOptions(), b2, {.seed = 3, .quiet = true});
   ExpectSameFrontiers(a, b);
   EXPECT_EQ(DumpJson(a.ToJson(true)), DumpJson(b.ToJson(true)));
 
@@ -111,7 +111,7 @@ TEST_F(ProfilerTest, SameSeedSameResultAndInvariants) {
   EXPECT_EQ(a.measurements_taken, 40 + 40 + 18);
 
   testing::SyntheticBackend other(4);
-  const ProfileSummary c =
+  const ProfileResult c =
       ProfileWorkload(model_, SmallOptions(), other, {.seed = 4, .quiet = true});
   EXPECT_NE(DumpJson(a.ToJson(true)), DumpJson(c.ToJson(true)));
 }
@@ -123,7 +123,7 @@ TEST_F(ProfilerTest, InterleavedTypesAndShuffledSamplesGiveTheSameSummary) {
     ProfileOptions options = SmallOptions();
     options.unit_size = unit_size;
     testing::SyntheticBackend plain(3);
-    const ProfileSummary expected =
+    const ProfileResult expected =
         ProfileWorkload(model_, options, plain, {.seed = 3, .quiet = true});
 
     testing::SyntheticBackend meta(3), measuring(3);
@@ -160,7 +160,7 @@ TEST_F(ProfilerTest, InterleavedTypesAndShuffledSamplesGiveTheSameSummary) {
       std::shuffle(samples.begin(), samples.end(), rng);
       for (const auto& [index, sample] : samples) profiler.Record(t, index, sample);
     }
-    const ProfileSummary interleaved = profiler.Finish();
+    const ProfileResult interleaved = profiler.Finish();
     EXPECT_EQ(DumpJson(interleaved.ToJson(true)), DumpJson(expected.ToJson(true))) << unit_size;
     EXPECT_EQ(meta.Measurements(), 0);
     EXPECT_EQ(measuring.Measurements(), expected.measurements_taken);
@@ -179,7 +179,7 @@ TEST_F(ProfilerTest, OracleComparisonBeatsRandomOnTheSyntheticSpace) {
   ProfileOptions options = SmallOptions();
   options.oracle = true;
   options.partitions = {"bwd_mlp", "fwd_trail"};
-  const ProfileSummary s = ProfileWorkload(model_, options, backend, {.seed = 5, .quiet = true});
+  const ProfileResult s = ProfileWorkload(model_, options, backend, {.seed = 5, .quiet = true});
   ASSERT_EQ(s.partitions.size(), 2u);
   const PartitionResult& r = s.partitions[0];
   ASSERT_TRUE(r.oracle.has_value());
@@ -209,7 +209,7 @@ TEST_F(ProfilerTest, EveryStrategyAndSurrogateRunsWithinBudget) {
       options.surrogate = surrogate;
       options.strategy = strategy;
       options.partitions = {"fwd_attn"};
-      const ProfileSummary s =
+      const ProfileResult s =
           ProfileWorkload(model_, options, backend, {.seed = 1, .quiet = true});
       EXPECT_EQ(s.partitions[0].evaluations.size(), 24u);
       EXPECT_EQ(s.surrogate, ToString(surrogate));
@@ -320,8 +320,8 @@ TEST_F(ProfilerTest, RerunWithTheStoreMeasuresNothing) {
   ProfileOptions options = SmallOptions();
   options.store = store;
   testing::SyntheticBackend first(2), second(2);
-  const ProfileSummary a = ProfileWorkload(model_, options, first, {.seed = 2, .quiet = true});
-  const ProfileSummary b = ProfileWorkload(model_, options, second, {.seed = 2, .quiet = true});
+  const ProfileResult a = ProfileWorkload(model_, options, first, {.seed = 2, .quiet = true});
+  const ProfileResult b = ProfileWorkload(model_, options, second, {.seed = 2, .quiet = true});
   EXPECT_EQ(second.Measurements(), 0);
   EXPECT_EQ(b.measurements_taken, 0);
   EXPECT_EQ(b.measurements_reused, 40 + 40 + 18);
@@ -359,7 +359,7 @@ TEST_F(ProfilerTest, KilledRunResumesWithoutMeasuringTwice) {
   const int64_t committed = measure::MeasurementStore::Open(store, identity)->Count();
   EXPECT_EQ(committed, kKillAt);  // every measurement before the kill was committed
 
-  const ProfileSummary resumed =
+  const ProfileResult resumed =
       ProfileWorkload(model_, options, counting, {.seed = 9, .quiet = true});
   EXPECT_EQ(counting.Measurements(), total - committed);  // nothing measured twice
   EXPECT_EQ(resumed.measurements_reused, committed);
@@ -367,7 +367,7 @@ TEST_F(ProfilerTest, KilledRunResumesWithoutMeasuringTwice) {
 
   testing::SyntheticBackend clean(9);
   ProfileOptions no_store = SmallOptions();
-  const ProfileSummary uninterrupted =
+  const ProfileResult uninterrupted =
       ProfileWorkload(model_, no_store, clean, {.seed = 9, .quiet = true});
   ExpectSameFrontiers(uninterrupted, resumed);
 }

@@ -18,7 +18,7 @@ std::vector<int> Build(glp_prob* lp, const Problem& problem, const schedule::Dag
   auto gpus = [&](int stage) {
     return problem.gpus_per_stage.empty() ? 1 : problem.gpus_per_stage[stage];
   };
-  auto options = [&](int v) -> const std::vector<Option>& {
+  auto options = [&](int v) -> const std::vector<Alternative>& {
     const auto& inst = dag.nodes[v];
     return inst.kind == schedule::Direction::kForward ? problem.forward_options[inst.stage]
                                                       : problem.backward_options[inst.stage];
@@ -96,7 +96,7 @@ std::vector<int> Build(glp_prob* lp, const Problem& problem, const schedule::Dag
 
 MilpAnswer MinEnergyMilp(const Problem& problem, const schedule::Dag& dag, double deadline_s,
                          double p_static_w, const std::map<int, int>& fixed, double time_limit_s) {
-  auto options = [&](int v) -> const std::vector<Option>& {
+  auto options = [&](int v) -> const std::vector<Alternative>& {
     const auto& inst = dag.nodes[v];
     return inst.kind == schedule::Direction::kForward ? problem.forward_options[inst.stage]
                                                       : problem.backward_options[inst.stage];

@@ -34,10 +34,10 @@ constexpr double kGrid = 4096.0;  // option times are multiples of 1/kGrid s
 
 // Options of one instruction type: clocks r in (0.6, 1], time ~ t0 / r^0.9, power =
 // static + dynamic * r^2.5, with a few percent noise so hulls are not always convex.
-std::vector<Option> RandomOptions(std::mt19937_64& rng, double t0, int count) {
+std::vector<Alternative> RandomOptions(std::mt19937_64& rng, double t0, int count) {
   std::uniform_real_distribution<double> ratio(0.6, 1.0);
   std::uniform_real_distribution<double> noise(0.97, 1.03);
-  std::vector<Option> options;
+  std::vector<Alternative> options;
   for (int i = 0; i < count; ++i) {
     const double r = i == 0 ? 1.0 : ratio(rng);
     // Times on a binary grid of 2^-12 s (0.24 ms): sums stay exact, so the exact search can
@@ -71,7 +71,7 @@ Problem RandomProblem(std::mt19937_64& rng) {
   return problem;
 }
 
-const std::vector<Option>& OptionsOf(const Problem& p, const Instruction& inst) {
+const std::vector<Alternative>& OptionsOf(const Problem& p, const Instruction& inst) {
   return inst.kind == schedule::Direction::kForward ? p.forward_options[inst.stage]
                                                     : p.backward_options[inst.stage];
 }
@@ -82,7 +82,7 @@ double LongestPathAllFastest(const Problem& problem, const Dag& dag) {
     const auto& list = OptionsOf(problem, dag.nodes[v]);
     choice[v] = static_cast<int>(
         std::min_element(list.begin(), list.end(),
-                         [](const Option& a, const Option& b) { return a.time_s < b.time_s; }) -
+                         [](const Alternative& a, const Alternative& b) { return a.time_s < b.time_s; }) -
         list.begin());
   }
   return Evaluate(problem, dag, choice, kStaticW).time_s;
@@ -447,7 +447,7 @@ TEST(Solver, NodeClassesTakeTheirOwnOptions) {
                   .num_microbatches = microbatches,
                   .num_chunks = chunks};
   problem.gradient_sync = schedule::GradientSync::kOverlapped;
-  auto one = [](double t) { return std::vector<Option>{{.time_s = t, .energy_j = 200.0 * t}}; };
+  auto one = [](double t) { return std::vector<Alternative>{{.time_s = t, .energy_j = 200.0 * t}}; };
   for (int u = 0; u < stages * chunks; ++u) {
     problem.forward_options.push_back(one(0.010 + 0.001 * u));
     problem.backward_options.push_back(one(0.020 + 0.002 * u));

@@ -146,7 +146,7 @@ std::optional<StageBound> StageLagrangianBound(const Problem& problem, const sch
     const auto& list = OptionsOf(problem, dag, v);
     const int g = gpus(dag.nodes[static_cast<std::size_t>(v)].stage);
     std::vector<pareto::Point> points;
-    for (const Option& o : list)
+    for (const Alternative& o : list)
       points.push_back({.time_s = o.time_s, .energy_j = g * (o.energy_j - p_static_w * o.time_s)});
     for (const pareto::Point& p : pareto::Filter(points)) {
       // Rounded down (a duration on the grid keeps its units; 1e-9 units of floating error).
@@ -156,7 +156,7 @@ std::optional<StageBound> StageLagrangianBound(const Problem& problem, const sch
           {.time_s = p.time_s, .cost_j = p.energy_j, .units = units});
     }
     fastest[static_cast<std::size_t>(v)] =
-        std::min_element(list.begin(), list.end(), [](const Option& a, const Option& b) {
+        std::min_element(list.begin(), list.end(), [](const Alternative& a, const Alternative& b) {
           return a.time_s < b.time_s;
         })->time_s;
   }

@@ -72,7 +72,7 @@ struct WorkerSpec {
   measure::BackendFactory make_backend;
   uint64_t seed = 1;
   // `kareus evaluate` only: everything after workload `index`'s partition profiling.
-  std::function<FinishedWorkload(int index, const std::optional<mobo::ProfileSummary>& profile)>
+  std::function<FinishedWorkload(int index, const std::optional<mobo::ProfileResult>& profile)>
       finish;
 };
 
@@ -120,7 +120,7 @@ class Planner {
   // `backend` (rank 0's, for the GPU, static power, description and the oracle) must identify
   // as the ranks' do; otherwise (e.g. a method measuring through the noise-free twin) the
   // profile runs here, without the store, like one process would compute it.
-  mobo::ProfileSummary Profile(int index, const workload::WorkloadModel& model,
+  mobo::ProfileResult Profile(int index, const workload::WorkloadModel& model,
                                const mobo::ProfileOptions& options, measure::Backend& backend,
                                const Context& context);
 

@@ -49,7 +49,7 @@ struct RunOptions {
   bool quiet = false;  // no progress on the terminal
   // How the profiled methods profile partition types: mobo::ProfileWorkload when empty.
   // kareus/distributed/ sets its own to spread the types over MPI ranks (same result).
-  std::function<mobo::ProfileSummary(const workload::WorkloadModel&, const mobo::ProfileOptions&,
+  std::function<mobo::ProfileResult(const workload::WorkloadModel&, const mobo::ProfileOptions&,
                                      measure::Backend&, const Context&)>
       profiler;
 
@@ -132,7 +132,7 @@ struct MethodResult {
   std::map<CostKind, Cost> profiling_by_kind;
   double evaluation_gpu_seconds = 0.0;          // cost of evaluating the plans
   std::map<Phase, double> phase_wall_s;         // the phases the method ran
-  std::optional<mobo::ProfileSummary> profile;  // partition profiling (profiled methods)
+  std::optional<mobo::ProfileResult> profile;  // partition profiling (profiled methods)
   std::string note;  // e.g. why a method fell back to sequential execution
   std::vector<CompositionSample> composition;  // every composed option (tuned comm), evaluated
 

@@ -180,9 +180,9 @@ struct RunSettings {
   std::string strategy;
   std::string store;
   std::string prior = "none";  // the profiler's prior mean (mobo::PriorModel), or "none"
-  std::string prior_note;      // what the prior is worth here (mobo::ProfileSummary::prior_note)
+  std::string prior_note;      // what the prior is worth here (mobo::ProfileResult::prior_note)
   // The prior's model is the measuring backend's own noise-free model (the emulator without
-  // --prior-perturb): results with it are flattering (mobo::ProfileSummary).
+  // --prior-perturb): results with it are flattering (mobo::ProfileResult).
   bool prior_is_measuring_model = false;
   bool prior_calibrated = false;     // its physical scales fitted per type (mobo::CalibratePrior)
   bool prior_front = false;          // a trusted prior's frontier acquisition (ProfileOptions)

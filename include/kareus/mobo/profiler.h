@@ -201,7 +201,7 @@ inline constexpr const char* kGpuHoursBasis =
     "seconds of measurement (settle + window + cool-down, and each batch's warm-up) x GPUs of "
     "the measured group (a partition: its collective's group; an instruction: TP x CP)";
 
-struct ProfileSummary {
+struct ProfileResult {
   std::string gpu;
   std::string workload_signature;
   std::string backend;  // Backend::Description()
@@ -243,7 +243,7 @@ struct MeasurementBatch {
 // once), and when every sample of the batch is recorded the type may ask for its next batch.
 // A type's decisions depend only on its own seed and its own samples, and the summary is
 // assembled in type order, so any interleaving of types, any split of their units over
-// backends and any arrival order within a batch give the same ProfileSummary.
+// backends and any arrival order within a batch give the same ProfileResult.
 // Not thread-safe: one thread calls it (the coordinator).
 class WorkloadProfiler {
  public:
@@ -266,7 +266,7 @@ class WorkloadProfiler {
   void Record(int type, std::size_t index, const measure::Sample& sample);
   bool Complete(int type) const;
   // The summary, in type order, with the oracle baselines when asked; every type complete.
-  ProfileSummary Finish();
+  ProfileResult Finish();
 
  private:
   struct State;
@@ -277,7 +277,7 @@ class WorkloadProfiler {
 // GPU, a test double), seeded by context.seed. Options and budgets are validated before
 // anything is measured (InputError); a store that cannot be used throws EnvironmentError and
 // is left unchanged. Costs are GPU-seconds: seconds of measurement x GPUs of the group.
-ProfileSummary ProfileWorkload(const workload::WorkloadModel& model, const ProfileOptions& options,
+ProfileResult ProfileWorkload(const workload::WorkloadModel& model, const ProfileOptions& options,
                                measure::Backend& backend, const Context& context);
 
 }  // namespace kareus::mobo

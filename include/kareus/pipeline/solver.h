@@ -29,8 +29,9 @@
 
 namespace kareus::pipeline {
 
-// One execution option of an instruction: its duration and its energy on ONE GPU of the stage.
-struct Option {
+// One way to execute an instruction (an alternative among its options; not an Options struct):
+// its duration and its energy on ONE GPU of the stage.
+struct Alternative {
   double time_s = 0.0;
   double energy_j = 0.0;
 };
@@ -44,21 +45,21 @@ struct Problem {
   int num_stages = 0;
   int num_microbatches = 0;
   int num_chunks = 1;  // model chunks per stage (interleaved 1F1B: >= 2)
-  std::vector<std::vector<Option>> forward_options = {};   // [u] options of every forward
-  std::vector<std::vector<Option>> backward_options = {};  // [u] options of every backward
+  std::vector<std::vector<Alternative>> forward_options = {};   // [u] options of every forward
+  std::vector<std::vector<Alternative>> backward_options = {};  // [u] options of every backward
   schedule::GradientSync gradient_sync = schedule::GradientSync::kNone;
   // kOverlapped: [stage] the stage's last instruction (the last backward of chunk 0), which
   // reduces the buckets it completes during or right after it.
-  std::vector<std::vector<Option>> last_backward_options = {};
+  std::vector<std::vector<Alternative>> last_backward_options = {};
   // [stage * K + c] for the K = Dag::SyncNodesPerStage() sync nodes of each stage (c = 0: the
   // tail after the stage's last instruction; c > 0: chunk c's buckets, kOverlapped).
-  std::vector<std::vector<Option>> gradient_sync_options = {};
+  std::vector<std::vector<Alternative>> gradient_sync_options = {};
   std::vector<int> gpus_per_stage = {};  // GPUs running each stage (TP x CP x DP); empty = 1 each
   double p2p_time_s = 0.0;               // transfer time on every cross-stage edge
 };
 
 // The option list of DAG node `node` (the node classes above).
-const std::vector<Option>& OptionsOf(const Problem& problem, const schedule::Dag& dag, int node);
+const std::vector<Alternative>& OptionsOf(const Problem& problem, const schedule::Dag& dag, int node);
 
 // Where a running solve is: called after every step (a long solve can show progress).
 struct SolveProgress {

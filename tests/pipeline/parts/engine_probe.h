@@ -45,8 +45,8 @@ using internal::EngineProbe;
 
 // Options t_k = base * (1 + 0.25 k), energy falling with time (a convex trade-off): k = 0 is
 // the fastest.
-inline std::vector<Option> Ladder(double base, int count) {
-  std::vector<Option> options;
+inline std::vector<Alternative> Ladder(double base, int count) {
+  std::vector<Alternative> options;
   for (int k = 0; k < count; ++k) {
     const double t = base * (1.0 + 0.25 * k);
     options.push_back({.time_s = t, .energy_j = 300.0 * base * base / t + 80.0 * t});

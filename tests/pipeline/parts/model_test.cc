@@ -16,7 +16,7 @@ using internal::Spec;
 
 TEST(ModelTest, SpecKeepsTheEffectiveEnergyFrontAndItsConvexHull) {
   // (time, energy) on 2 GPUs at 50 W static: effective energy 2 (E - 50 t).
-  const std::vector<Option> options = {
+  const std::vector<Alternative> options = {
       {.time_s = 1.0, .energy_j = 200.0},  // eff 300
       {.time_s = 2.0, .energy_j = 200.0},  // eff 200
       {.time_s = 2.5, .energy_j = 300.0},  // eff 350: dominated
@@ -41,7 +41,7 @@ TEST(ModelTest, SpecKeepsTheEffectiveEnergyFrontAndItsConvexHull) {
 }
 
 TEST(ModelTest, SpecMergesNearEqualTimesInTheModelOnly) {
-  const std::vector<Option> options = {{.time_s = 1.0, .energy_j = 10.0},
+  const std::vector<Alternative> options = {{.time_s = 1.0, .energy_j = 10.0},
                                        {.time_s = 1.0 + 1e-7, .energy_j = 9.0}};
   const Spec merged = BuildSpec(options, 1, 0.0, 1e-6);
   EXPECT_EQ(merged.time.size(), 2u);  // the real front keeps both
@@ -107,8 +107,8 @@ TEST(ModelTest, EvaluateWithChargesStaticPowerForTheWholeIterationOnEveryGpu) {
   problem.gpus_per_stage = {4};
   schedule::Dag dag = schedule::BuildDag(problem.schedule, 1, 1);
   const Evaluation cost = internal::EvaluateWith(problem, dag, {0, 0}, 80.0);
-  const Option& f = problem.forward_options[0][0];
-  const Option& b = problem.backward_options[0][0];
+  const Alternative& f = problem.forward_options[0][0];
+  const Alternative& b = problem.backward_options[0][0];
   EXPECT_DOUBLE_EQ(cost.time_s, f.time_s + b.time_s);
   EXPECT_DOUBLE_EQ(cost.energy_j, 4 * (f.energy_j + b.energy_j));
   EXPECT_DOUBLE_EQ(cost.static_energy_j, 80.0 * cost.time_s * 4);
