@@ -14,16 +14,18 @@
 #include <memory>
 #include <vector>
 
+#include "kareus/device/frequency_controller.h"
+#include "kareus/device/nvml.h"
 #include "kareus/plan/plan_file.h"
 #include "kareus/runtime/energy_monitor.h"
-#include "kareus/runtime/frequency_controller.h"
-#include "kareus/runtime/nvml.h"
 #include "kareus/runtime/plan_executor.h"
 
 namespace kareus::runtime {
 namespace {
 
-std::shared_ptr<Nvml> OpenFake() { return Nvml::Open({.library_path = KAREUS_FAKE_NVML_PATH}); }
+std::shared_ptr<device::Nvml> OpenFake() {
+  return device::Nvml::Open({.library_path = KAREUS_FAKE_NVML_PATH});
+}
 
 plan::Plan BenchPlan(int num_stages, int num_microbatches) {
   static constexpr int kClocks[] = {1980, 1410, 1200, 1605};
@@ -55,7 +57,7 @@ plan::Plan BenchPlan(int num_stages, int num_microbatches) {
 // One pipeline step of stage 0 (4 stages x 16 microbatches = 32 instructions), hooks only.
 void BM_StepHooks(benchmark::State& state) {
   auto nvml = OpenFake();
-  FrequencyController controller(nvml, {.gpu = 0, .install_signal_handlers = false});
+  device::FrequencyController controller(nvml, {.gpu = 0, .install_signal_handlers = false});
   PlanExecutor executor(BenchPlan(4, 16), {.stage = 0}, &controller);
   const auto order = schedule::StageOrder(schedule::ScheduleKind::k1F1B, 4, 0, 16);
   for (auto _ : state) {
@@ -75,7 +77,7 @@ BENCHMARK(BM_StepHooks);
 
 void BM_RequestClockUnchanged(benchmark::State& state) {
   auto nvml = OpenFake();
-  FrequencyController controller(nvml, {.gpu = 0, .install_signal_handlers = false});
+  device::FrequencyController controller(nvml, {.gpu = 0, .install_signal_handlers = false});
   controller.RequestClock(1410);
   for (auto _ : state) controller.RequestClock(1410);
 }
@@ -106,7 +108,7 @@ double ResidentKib() {
 void BM_SoakInstructionHooks(benchmark::State& state) {
   constexpr std::size_t kHookCalls = 1'000'000;
   auto nvml = OpenFake();
-  FrequencyController controller(nvml, {.gpu = 0, .install_signal_handlers = false});
+  device::FrequencyController controller(nvml, {.gpu = 0, .install_signal_handlers = false});
   PlanExecutor executor(BenchPlan(4, 16), {.stage = 0}, &controller);
   const auto order = schedule::StageOrder(schedule::ScheduleKind::k1F1B, 4, 0, 16);
   std::vector<float> latency_ns(kHookCalls);

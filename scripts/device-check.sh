@@ -51,7 +51,7 @@ if [ "${1:-}" = "--bundle" ]; then
   mkdir -p "$BUNDLE/bin" "$BUNDLE/lib" "$BUNDLE/lib-fallback"
   # kareus-clock-watcher beside kareus: the runtime finds it there and locks no clock without it.
   cp "$dir/apps/kareus/kareus" "$dir/tests/measure/cuda/cuda_device_test" \
-    "$dir/src/runtime/kareus-clock-watcher" "$BUNDLE/bin/"
+    "$dir/src/device/kareus-clock-watcher" "$BUNDLE/bin/"
   strip "$BUNDLE/bin/"* || true
   # Every shared library the binaries load except the C library's, the driver's and the GPU
   # machine's own; libstdc++ and libgcc_s only as a fallback (a newer one there is preferred).

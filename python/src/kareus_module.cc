@@ -17,14 +17,14 @@
 #include <utility>
 
 #include "kareus/common/io.h"
+#include "kareus/device/frequency_controller.h"
+#include "kareus/device/nvml.h"
 #include "kareus/measure/emulator_backend.h"
 #include "kareus/methods/run.h"
 #include "kareus/plan/check.h"
 #include "kareus/plan/perseus.h"
 #include "kareus/plan/plan_file.h"
 #include "kareus/runtime/energy_monitor.h"
-#include "kareus/runtime/frequency_controller.h"
-#include "kareus/runtime/nvml.h"
 #include "kareus/runtime/plan_executor.h"
 #include "kareus/schedule/schedule.h"
 #include "kareus/workload/program.h"
@@ -32,19 +32,20 @@
 
 namespace py = pybind11;
 namespace rt = kareus::runtime;
+namespace device = kareus::device;
 namespace plan = kareus::plan;
 namespace schedule = kareus::schedule;
 
 namespace {
 
 // One NVML session per process, shared by every controller and monitor (closed with the last).
-std::shared_ptr<rt::Nvml> SharedNvml() {
+std::shared_ptr<device::Nvml> SharedNvml() {
   static std::mutex mutex;
-  static std::weak_ptr<rt::Nvml> cache;
+  static std::weak_ptr<device::Nvml> cache;
   std::lock_guard<std::mutex> lock(mutex);
-  std::shared_ptr<rt::Nvml> nvml = cache.lock();
+  std::shared_ptr<device::Nvml> nvml = cache.lock();
   if (!nvml) {
-    nvml = rt::Nvml::Open();
+    nvml = device::Nvml::Open();
     cache = nvml;
   }
   return nvml;
@@ -386,37 +387,38 @@ PYBIND11_MODULE(_kareus, m) {
       "`out` (`kareus export`); a nanobatched plan is refused for Zeus unless clocks_only. "
       "Returns the files written.");
 
-  m.def("nvml_index_for_cuda_device", &rt::NvmlIndexForCudaDevice, py::arg("cuda_device"),
+  m.def("nvml_index_for_cuda_device", &device::NvmlIndexForCudaDevice, py::arg("cuda_device"),
         "NVML index of a CUDA device ordinal (e.g. LOCAL_RANK), through CUDA_VISIBLE_DEVICES.");
 
-  py::class_<rt::FrequencyController>(m, "FrequencyController",
-                                      "Locks one GPU's SM clock from a setter thread; resets "
-                                      "it on close, SIGINT/SIGTERM and interpreter exit.")
+  py::class_<device::FrequencyController>(m, "FrequencyController",
+                                          "Locks one GPU's SM clock from a setter thread; resets "
+                                          "it on close, SIGINT/SIGTERM and interpreter exit.")
       .def(py::init([](int gpu, bool install_signal_handlers, bool coalesce) {
-             return std::make_unique<rt::FrequencyController>(
-                 SharedNvml(),
-                 rt::FrequencyControllerOptions{.gpu = gpu,
-                                                .install_signal_handlers = install_signal_handlers,
-                                                .coalesce = coalesce,
-                                                .warn = nullptr});
+             return std::make_unique<device::FrequencyController>(
+                 SharedNvml(), device::FrequencyControllerOptions{
+                                   .gpu = gpu,
+                                   .install_signal_handlers = install_signal_handlers,
+                                   .coalesce = coalesce,
+                                   .warn = nullptr});
            }),
            py::arg("gpu") = 0, py::arg("install_signal_handlers") = true,
            py::arg("coalesce") = true)
-      .def("request_clock", &rt::FrequencyController::RequestClock, py::arg("freq_mhz"),
+      .def("request_clock", &device::FrequencyController::RequestClock, py::arg("freq_mhz"),
            "Queue a clock (MHz); returns at once.")
-      .def("request_reset", &rt::FrequencyController::RequestReset,
+      .def("request_reset", &device::FrequencyController::RequestReset,
            "Queue a return to the default clocks; returns at once.")
-      .def("wait_idle", &rt::FrequencyController::WaitIdle,
+      .def("wait_idle", &device::FrequencyController::WaitIdle,
            py::call_guard<py::gil_scoped_release>(),
            "Block until every queued request has been applied.")
-      .def("reset_clocks", &rt::FrequencyController::ResetClocks,
+      .def("reset_clocks", &device::FrequencyController::ResetClocks,
            py::call_guard<py::gil_scoped_release>(), "Reset to the default clocks and wait.")
-      .def_property_readonly("gpu", &rt::FrequencyController::gpu)
-      .def_property_readonly("measure_only", &rt::FrequencyController::measure_only)
-      .def_property_readonly("supported_clocks_mhz", &rt::FrequencyController::supported_clocks_mhz)
+      .def_property_readonly("gpu", &device::FrequencyController::gpu)
+      .def_property_readonly("measure_only", &device::FrequencyController::measure_only)
+      .def_property_readonly("supported_clocks_mhz",
+                             &device::FrequencyController::supported_clocks_mhz)
       .def_property_readonly("stats",
-                             [](const rt::FrequencyController& c) {
-                               const rt::FrequencyControllerStats s = c.stats();
+                             [](const device::FrequencyController& c) {
+                               const device::FrequencyControllerStats s = c.stats();
                                py::dict d;
                                d["requests"] = s.requests;
                                d["unchanged"] = s.unchanged;
@@ -427,9 +429,10 @@ PYBIND11_MODULE(_kareus, m) {
                                return d;
                              })
       .def(
-          "__enter__", [](rt::FrequencyController& c) -> rt::FrequencyController& { return c; },
+          "__enter__",
+          [](device::FrequencyController& c) -> device::FrequencyController& { return c; },
           py::return_value_policy::reference)
-      .def("__exit__", [](rt::FrequencyController& c, py::object, py::object, py::object) {
+      .def("__exit__", [](device::FrequencyController& c, py::object, py::object, py::object) {
         py::gil_scoped_release release;
         c.ResetClocks();
         return false;
@@ -439,7 +442,7 @@ PYBIND11_MODULE(_kareus, m) {
                                "One pipeline stage of plan.json, driven by the training loop's "
                                "hooks; sets each instruction's clock and serves its knobs.")
       .def(py::init([](const std::filesystem::path& plan_path, int stage,
-                       rt::FrequencyController* controller, bool check_supported_clocks,
+                       device::FrequencyController* controller, bool check_supported_clocks,
                        std::optional<int> num_stages, std::optional<int> num_microbatches,
                        std::optional<std::string> schedule_name) {
              plan::Plan plan = plan::ReadPlanFile(plan_path);

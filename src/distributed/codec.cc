@@ -305,7 +305,7 @@ void Put(Writer& w, const mobo::ProfileResult& s) {
   w.I64(s.measurements_reused);
 }
 
-mobo::ProfileResult GetProfileSummary(Reader& r) {
+mobo::ProfileResult GetProfileResult(Reader& r) {
   mobo::ProfileResult s;
   s.gpu = r.Str();
   s.workload_signature = r.Str();

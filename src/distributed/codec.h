@@ -58,6 +58,6 @@ measure::PartitionKnobs GetKnobs(Reader& r);
 // Every field of a profile, so that a rank finishing a workload sees exactly what the
 // planner saw.
 void Put(Writer& w, const mobo::ProfileResult& summary);
-mobo::ProfileResult GetProfileSummary(Reader& r);
+mobo::ProfileResult GetProfileResult(Reader& r);
 
 }  // namespace kareus::distributed::internal

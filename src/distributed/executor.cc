@@ -164,7 +164,7 @@ class Executor {
     const int64_t job = r.I64();
     const int index = CheckedWorkload(r.Int());
     std::optional<mobo::ProfileResult> profile;
-    if (r.Bool()) profile = GetProfileSummary(r);
+    if (r.Bool()) profile = GetProfileResult(r);
     r.ExpectDone();
     context_ = "finishing workload " + spec_->models[index].workload.name + ": ";
     if (!spec_->finish) throw EnvironmentError("this command finishes no workloads");

@@ -9,13 +9,13 @@
 #include <new>
 #include <string>
 
+#include "kareus/device/frequency_controller.h"
+#include "kareus/device/nvml.h"
 #include "kareus/runtime/energy_monitor.h"
-#include "kareus/runtime/frequency_controller.h"
-#include "kareus/runtime/nvml.h"
 #include "kareus/runtime/plan_executor.h"
 
 struct KareusController {
-  std::unique_ptr<kareus::runtime::FrequencyController> impl;
+  std::unique_ptr<kareus::device::FrequencyController> impl;
 };
 struct KareusExecutor {
   std::unique_ptr<kareus::runtime::PlanExecutor> impl;
@@ -81,13 +81,13 @@ int Guard(Body body) noexcept {
 }
 
 // One NVML session for every handle of the process, opened on first use, closed with the last.
-std::shared_ptr<Nvml> SharedNvml() {
+std::shared_ptr<device::Nvml> SharedNvml() {
   static std::mutex mutex;
-  static std::weak_ptr<Nvml> cache;
+  static std::weak_ptr<device::Nvml> cache;
   std::lock_guard<std::mutex> lock(mutex);
-  std::shared_ptr<Nvml> nvml = cache.lock();
+  std::shared_ptr<device::Nvml> nvml = cache.lock();
   if (!nvml) {
-    nvml = Nvml::Open();
+    nvml = device::Nvml::Open();
     cache = nvml;
   }
   return nvml;
@@ -100,6 +100,7 @@ using kareus::runtime::internal::Current;
 using kareus::runtime::internal::Guard;
 using kareus::runtime::internal::NotNull;
 namespace rt = kareus::runtime;
+namespace device = kareus::device;
 
 extern "C" {
 
@@ -109,7 +110,7 @@ const char* kareus_version(void) { return KAREUS_VERSION; }
 
 int kareus_nvml_index_for_cuda_device(int cuda_device, int* nvml_index) {
   return Guard(
-      [&] { *NotNull(nvml_index, "nvml_index") = rt::NvmlIndexForCudaDevice(cuda_device); });
+      [&] { *NotNull(nvml_index, "nvml_index") = device::NvmlIndexForCudaDevice(cuda_device); });
 }
 
 int kareus_controller_create(int gpu, int flags, KareusController** out) {
@@ -121,9 +122,9 @@ int kareus_controller_create(int gpu, int flags, KareusController** out) {
                                                        ": unknown bits (use KAREUS_CONTROLLER_*)");
     }
     auto controller = std::make_unique<KareusController>();
-    controller->impl = std::make_unique<rt::FrequencyController>(
+    controller->impl = std::make_unique<device::FrequencyController>(
         kareus::runtime::internal::SharedNvml(),
-        rt::FrequencyControllerOptions{
+        device::FrequencyControllerOptions{
             .gpu = gpu,
             .install_signal_handlers = (flags & KAREUS_CONTROLLER_NO_SIGNAL_HANDLERS) == 0,
             .coalesce = (flags & KAREUS_CONTROLLER_NO_COALESCE) == 0,
@@ -155,8 +156,8 @@ int kareus_controller_reset(KareusController* controller) {
 int kareus_controller_stats(const KareusController* controller, KareusControllerStats* out) {
   return Guard([&] {
     NotNull(out, "out");
-    const rt::FrequencyController& impl = *NotNull(controller, "controller")->impl;
-    const rt::FrequencyControllerStats stats = impl.stats();
+    const device::FrequencyController& impl = *NotNull(controller, "controller")->impl;
+    const device::FrequencyControllerStats stats = impl.stats();
     *out = KareusControllerStats{.requests = stats.requests,
                                  .unchanged = stats.unchanged,
                                  .coalesced = stats.coalesced,

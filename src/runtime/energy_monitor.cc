@@ -22,7 +22,7 @@ std::optional<OptionError> EnergyMonitorOptions::Validate() const {
   return std::nullopt;
 }
 
-EnergyMonitor::EnergyMonitor(std::shared_ptr<Nvml> nvml, EnergyMonitorOptions options)
+EnergyMonitor::EnergyMonitor(std::shared_ptr<device::Nvml> nvml, EnergyMonitorOptions options)
     : nvml_(std::move(nvml)), options_(std::move(options)) {
   KAREUS_CHECK(nvml_ != nullptr) << "EnergyMonitor needs an Nvml";
   ThrowIfInvalid(options_.Validate());
@@ -34,16 +34,16 @@ EnergyMonitor::EnergyMonitor(std::shared_ptr<Nvml> nvml, EnergyMonitorOptions op
   for (int gpu : gpus_) {
     nvml_->CheckGpu(gpu);
     uint64_t energy_mj = 0;
-    const NvmlStatus status = nvml_->TotalEnergyMj(gpu, &energy_mj);
-    if (status == NvmlStatus::kSuccess) {
+    const device::NvmlStatus status = nvml_->TotalEnergyMj(gpu, &energy_mj);
+    if (status == device::NvmlStatus::kSuccess) {
       uses_counter_.push_back(1);
-    } else if (status == NvmlStatus::kNotSupported) {
+    } else if (status == device::NvmlStatus::kNotSupported) {
       uses_counter_.push_back(0);  // pre-Volta: no counter
       any_fallback = true;
     } else {
-      throw NvmlError(nvml_->Describe("nvmlDeviceGetTotalEnergyConsumption", status) +
-                          fmt::format(" on GPU {}", gpu),
-                      static_cast<int>(status));
+      throw device::NvmlError(nvml_->Describe("nvmlDeviceGetTotalEnergyConsumption", status) +
+                                  fmt::format(" on GPU {}", gpu),
+                              static_cast<int>(status));
     }
   }
   integrated_j_.assign(gpus_.size(), 0.0);
@@ -72,7 +72,7 @@ void EnergyMonitor::Poll() {
       if (uses_counter_[i]) continue;
       try {
         power_w[i] = nvml_->PowerW(gpus_[i]);
-      } catch (const NvmlError&) {
+      } catch (const device::NvmlError&) {
         power_w[i] = -1.0;  // keep the last reading
       }
     }
@@ -91,11 +91,11 @@ void EnergyMonitor::Poll() {
 double EnergyMonitor::EnergyJ(size_t position, Clock::time_point now) const {
   if (uses_counter_[position]) {
     uint64_t energy_mj = 0;
-    const NvmlStatus status = nvml_->TotalEnergyMj(gpus_[position], &energy_mj);
-    if (status != NvmlStatus::kSuccess) {
-      throw NvmlError(nvml_->Describe("nvmlDeviceGetTotalEnergyConsumption", status) +
-                          fmt::format(" on GPU {}", gpus_[position]),
-                      static_cast<int>(status));
+    const device::NvmlStatus status = nvml_->TotalEnergyMj(gpus_[position], &energy_mj);
+    if (status != device::NvmlStatus::kSuccess) {
+      throw device::NvmlError(nvml_->Describe("nvmlDeviceGetTotalEnergyConsumption", status) +
+                                  fmt::format(" on GPU {}", gpus_[position]),
+                              static_cast<int>(status));
     }
     return static_cast<double>(energy_mj) / 1000.0;
   }

@@ -68,7 +68,7 @@ std::optional<OptionError> PlanExecutorOptions::Validate() const {
 }
 
 PlanExecutor::PlanExecutor(plan::Plan plan, PlanExecutorOptions options,
-                           FrequencyController* controller)
+                           device::FrequencyController* controller)
     : options_(options), controller_(controller) {
   ThrowIfInvalid(options_.Validate());
   if (options_.stage < 0 || options_.stage >= static_cast<int>(plan.stages.size())) {
@@ -81,7 +81,7 @@ PlanExecutor::PlanExecutor(plan::Plan plan, PlanExecutorOptions options,
 }
 
 PlanExecutor::PlanExecutor(const std::filesystem::path& plan_path, PlanExecutorOptions options,
-                           FrequencyController* controller) try
+                           device::FrequencyController* controller) try
     : PlanExecutor(plan::ReadPlanFile(plan_path), options, controller) {
 } catch (const InputError& e) {
   // ReadPlanFile names the file already; the stage and clock checks do not.

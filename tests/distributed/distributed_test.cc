@@ -210,7 +210,7 @@ TEST_F(DistributedTest, WireFormatKeepsEveryBit) {
   internal::Put(w, s);
   const std::string bytes = w.Take();
   internal::Reader r(bytes);
-  const mobo::ProfileResult back = internal::GetProfileSummary(r);
+  const mobo::ProfileResult back = internal::GetProfileResult(r);
   r.ExpectDone();
   EXPECT_EQ(ProfileJson(back), ProfileJson(s));
   internal::Writer again;
@@ -218,7 +218,7 @@ TEST_F(DistributedTest, WireFormatKeepsEveryBit) {
   EXPECT_EQ(again.bytes(), bytes);
   // A short message is an error, never a read past the end.
   internal::Reader truncated(std::string_view(bytes).substr(0, bytes.size() / 2));
-  EXPECT_THROW(internal::GetProfileSummary(truncated), EnvironmentError);
+  EXPECT_THROW(internal::GetProfileResult(truncated), EnvironmentError);
 }
 
 TEST_F(DistributedTest, AnExecutorThatCannotMakeItsBackendIsNamed) {

@@ -11,10 +11,10 @@
 #include <string>
 #include <vector>
 
+#include "kareus/device/frequency_controller.h"
+#include "kareus/device/nvml.h"
 #include "kareus/plan/plan_file.h"
 #include "kareus/plan/timetable.h"
-#include "kareus/runtime/frequency_controller.h"
-#include "kareus/runtime/nvml.h"
 #include "kareus/runtime/plan_executor.h"
 #include "kareus/runtime/timetable_follower.h"
 #include "runtime_test_util.h"
@@ -55,10 +55,10 @@ class BudgetTest : public ::testing::Test {
                                  .plan_path = kPlans[i].file});
     }
     plan::WriteFrontierFile(dir_ / "frontier.json", frontier);
-    nvml_ = Nvml::Open({.library_path = testing::FakeNvmlPath()});
+    nvml_ = device::Nvml::Open({.library_path = testing::FakeNvmlPath()});
     for (int s = 0; s < kStages; ++s) {
-      controllers_.push_back(std::make_unique<FrequencyController>(
-          nvml_, FrequencyControllerOptions{
+      controllers_.push_back(std::make_unique<device::FrequencyController>(
+          nvml_, device::FrequencyControllerOptions{
                      .gpu = s, .install_signal_handlers = false, .coalesce = false}));
       executors_.push_back(std::make_unique<PlanExecutor>(
           dir_ / kPlans[0].file, PlanExecutorOptions{.stage = s}, controllers_.back().get()));
@@ -110,8 +110,8 @@ class BudgetTest : public ::testing::Test {
   }
 
   std::filesystem::path dir_, log_;
-  std::shared_ptr<Nvml> nvml_;
-  std::vector<std::unique_ptr<FrequencyController>> controllers_;
+  std::shared_ptr<device::Nvml> nvml_;
+  std::vector<std::unique_ptr<device::FrequencyController>> controllers_;
   std::vector<std::unique_ptr<PlanExecutor>> executors_;
   std::vector<int> served_[kStages];
 };

@@ -21,9 +21,9 @@
 #include <thread>
 #include <vector>
 
-#include "kareus/runtime/frequency_controller.h"
-#include "kareus/runtime/nvml.h"
-#include "runtime/clock_watcher.h"
+#include "device/clock_watcher.h"
+#include "kareus/device/frequency_controller.h"
+#include "kareus/device/nvml.h"
 #include "runtime/runtime_test_util.h"
 
 #if defined(__has_feature)
@@ -59,14 +59,14 @@ class ClockResetTest : public ::testing::Test {
     std::filesystem::remove_all(dir_);
   }
 
-  static std::shared_ptr<Nvml> OpenNvml() {
-    return Nvml::Open({.library_path = testing::FakeNvmlPath()});
+  static std::shared_ptr<device::Nvml> OpenNvml() {
+    return device::Nvml::Open({.library_path = testing::FakeNvmlPath()});
   }
 
   // Forks a child that locks GPU 0 at 1410 MHz, tells the parent its watcher's pid and then
   // runs `finish`, which ends it. Returns the child's wait status once the child and its
   // watcher are both gone; `calls_at_death` gets the log as it was when the child was gone.
-  int RunChild(const std::function<void(FrequencyController&)>& finish,
+  int RunChild(const std::function<void(device::FrequencyController&)>& finish,
                std::vector<std::string>* calls_at_death, bool handlers = true) {
     int report[2];
     EXPECT_EQ(pipe(report), 0);
@@ -77,10 +77,10 @@ class ClockResetTest : public ::testing::Test {
       setrlimit(RLIMIT_CORE, &no_core);  // SIGSEGV, SIGQUIT, SIGABRT: no core files
       auto nvml = OpenNvml();
       auto* controller =
-          new FrequencyController(nvml, {.gpu = 0, .install_signal_handlers = handlers});
+          new device::FrequencyController(nvml, {.gpu = 0, .install_signal_handlers = handlers});
       controller->RequestClock(1410);
       controller->WaitIdle();
-      const pid_t watcher = internal::ClockWatcherPid(testing::FakeNvmlPath());
+      const pid_t watcher = device::internal::ClockWatcherPid(testing::FakeNvmlPath());
       if (write(report[1], &watcher, sizeof(watcher)) != sizeof(watcher)) _exit(97);
       finish(*controller);
       _exit(98);  // `finish` must end the process
@@ -102,7 +102,7 @@ class ClockResetTest : public ::testing::Test {
 
   // Runs a child ending by `finish` and checks: one set, then one reset, and (kBeforeDeath)
   // the reset was there before the child was gone.
-  int ExpectReset(const std::function<void(FrequencyController&)>& finish, Timing timing,
+  int ExpectReset(const std::function<void(device::FrequencyController&)>& finish, Timing timing,
                   bool handlers = true) {
     std::vector<std::string> at_death;
     const int status = RunChild(finish, &at_death, handlers);
@@ -118,13 +118,14 @@ class ClockResetTest : public ::testing::Test {
 };
 
 TEST_F(ClockResetTest, SigkillIsResetByTheWatcher) {
-  const int status = ExpectReset([](FrequencyController&) { raise(SIGKILL); }, Timing::kAfterDeath);
+  const int status =
+      ExpectReset([](device::FrequencyController&) { raise(SIGKILL); }, Timing::kAfterDeath);
   EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << status;
 }
 
 TEST_F(ClockResetTest, SegmentationFaultIsResetByTheWatcher) {
   const int status = ExpectReset(
-      [](FrequencyController&) {
+      [](device::FrequencyController&) {
         // A real fault, through a null pointer the compiler cannot see.
         volatile int* pointer = reinterpret_cast<volatile int*>(std::getenv("KAREUS_NO_SUCH_VAR"));
         *pointer = 1;
@@ -141,23 +142,26 @@ TEST_F(ClockResetTest, SegmentationFaultIsResetByTheWatcher) {
 }
 
 TEST_F(ClockResetTest, AbortIsResetByTheWatcher) {
-  const int status = ExpectReset([](FrequencyController&) { std::abort(); }, Timing::kAfterDeath);
+  const int status =
+      ExpectReset([](device::FrequencyController&) { std::abort(); }, Timing::kAfterDeath);
   EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT) << status;
 }
 
 TEST_F(ClockResetTest, UnderscoreExitIsResetByTheWatcher) {
-  const int status = ExpectReset([](FrequencyController&) { _exit(5); }, Timing::kAfterDeath);
+  const int status =
+      ExpectReset([](device::FrequencyController&) { _exit(5); }, Timing::kAfterDeath);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 5) << status;
 }
 
 TEST_F(ClockResetTest, ExitResetsBeforeTheProcessEnds) {
-  const int status = ExpectReset([](FrequencyController&) { std::exit(4); }, Timing::kBeforeDeath);
+  const int status =
+      ExpectReset([](device::FrequencyController&) { std::exit(4); }, Timing::kBeforeDeath);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 4) << status;
 }
 
 TEST_F(ClockResetTest, UncaughtExceptionResetsBeforeTheProcessEnds) {
   const int status = ExpectReset(
-      [](FrequencyController&) {
+      [](device::FrequencyController&) {
         std::thread([] { throw std::runtime_error("uncaught"); }).join();  // std::terminate
       },
       Timing::kBeforeDeath);
@@ -168,8 +172,9 @@ class HandledSignalTest : public ClockResetTest, public ::testing::WithParamInte
 
 TEST_P(HandledSignalTest, ResetsBeforeTheProcessEndsByTheSignal) {
   const int signal_number = GetParam();
-  const int status = ExpectReset([signal_number](FrequencyController&) { raise(signal_number); },
-                                 Timing::kBeforeDeath);
+  const int status =
+      ExpectReset([signal_number](device::FrequencyController&) { raise(signal_number); },
+                  Timing::kBeforeDeath);
   EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == signal_number)
       << "the default action must follow the reset: " << status;
 }
@@ -193,8 +198,9 @@ INSTANTIATE_TEST_SUITE_P(Handled, HandledSignalTest,
                          ::testing::Values(SIGINT, SIGTERM, SIGHUP, SIGQUIT), SignalName);
 
 TEST_F(ClockResetTest, SigtermWithoutOurHandlersIsResetByTheWatcher) {
-  const int status = ExpectReset([](FrequencyController&) { raise(SIGTERM); }, Timing::kAfterDeath,
-                                 /*handlers=*/false);
+  const int status =
+      ExpectReset([](device::FrequencyController&) { raise(SIGTERM); }, Timing::kAfterDeath,
+                  /*handlers=*/false);
   EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) << status;
 }
 
@@ -202,7 +208,7 @@ void ExitSeven(int) { _exit(7); }
 
 TEST_F(ClockResetTest, ApplicationHandlerInstalledLaterIsCoveredByTheWatcher) {
   const int status = ExpectReset(
-      [](FrequencyController&) {
+      [](device::FrequencyController&) {
         std::signal(SIGTERM, ExitSeven);  // replaces ours; it ends the process its own way
         raise(SIGTERM);
       },
@@ -213,10 +219,10 @@ TEST_F(ClockResetTest, ApplicationHandlerInstalledLaterIsCoveredByTheWatcher) {
 TEST_F(ClockResetTest, ASecondControllerOfTheSameGpuKeepsItArmed) {
   std::vector<std::string> at_death;
   const int status = RunChild(
-      [](FrequencyController&) {
+      [](device::FrequencyController&) {
         // Another controller of GPU 0 comes and goes (its reset goes through NVML in process)...
         {
-          FrequencyController other(OpenNvml(), {.gpu = 0});
+          device::FrequencyController other(OpenNvml(), {.gpu = 0});
           other.RequestClock(1605);
           other.WaitIdle();
         }
@@ -242,10 +248,10 @@ TEST_F(ClockResetTest, SigtermDuringAnNvmlCallNeverHangs) {
     if (child == 0) {
       close(ready[0]);
       auto nvml = OpenNvml();
-      auto* controller = new FrequencyController(nvml, {.gpu = 0});
+      auto* controller = new device::FrequencyController(nvml, {.gpu = 0});
       controller->RequestClock(1410);
       controller->WaitIdle();
-      const pid_t watcher = internal::ClockWatcherPid(testing::FakeNvmlPath());
+      const pid_t watcher = device::internal::ClockWatcherPid(testing::FakeNvmlPath());
       if (write(ready[1], &watcher, sizeof(watcher)) != sizeof(watcher)) _exit(97);
       uint64_t energy = 0;
       while (true) nvml->TotalEnergyMj(0, &energy);  // always inside (or entering) NVML
@@ -277,7 +283,7 @@ TEST_F(ClockResetTest, SigtermDuringAnNvmlCallNeverHangs) {
 // destructor and requests leave the parent's GPU alone, and the parent carries on.
 TEST_F(ClockResetTest, ForkedChildDisarms) {
   auto nvml = OpenNvml();
-  auto* controller = new FrequencyController(nvml, {.gpu = 0});
+  auto* controller = new device::FrequencyController(nvml, {.gpu = 0});
   controller->RequestClock(1410);
   controller->WaitIdle();
   for (int way = 0; way < 4; ++way) {
@@ -311,7 +317,7 @@ TEST_F(ClockResetTest, ForkedChildDisarms) {
   controller->RequestClock(1200);
   controller->WaitIdle();
   EXPECT_EQ(controller->stats().applied_mhz, 1200);
-  const pid_t watcher = internal::ClockWatcherPid(testing::FakeNvmlPath());
+  const pid_t watcher = device::internal::ClockWatcherPid(testing::FakeNvmlPath());
   EXPECT_GT(watcher, 0);
   EXPECT_EQ(kill(watcher, 0), 0);
   delete controller;
@@ -321,7 +327,7 @@ TEST_F(ClockResetTest, ForkedChildDisarms) {
 TEST_F(ClockResetTest, NoClockIsLockedWithoutAWatcher) {
   setenv("KAREUS_CLOCK_WATCHER", "/nonexistent/kareus-clock-watcher", 1);
   try {
-    FrequencyController controller(OpenNvml(), {.gpu = 0});
+    device::FrequencyController controller(OpenNvml(), {.gpu = 0});
     FAIL() << "expected EnvironmentError";
   } catch (const EnvironmentError& e) {
     EXPECT_THAT(e.what(), HasSubstr("KAREUS_CLOCK_WATCHER"));
@@ -332,11 +338,11 @@ TEST_F(ClockResetTest, NoClockIsLockedWithoutAWatcher) {
 TEST_F(ClockResetTest, AWatcherThatDiesStopsClockChangesAndResetsInProcess) {
   std::vector<std::string> warnings;
   {
-    FrequencyController controller(
+    device::FrequencyController controller(
         OpenNvml(), {.gpu = 0, .warn = [&](const std::string& w) { warnings.push_back(w); }});
     controller.RequestClock(1410);
     controller.WaitIdle();
-    const pid_t watcher = internal::ClockWatcherPid(testing::FakeNvmlPath());
+    const pid_t watcher = device::internal::ClockWatcherPid(testing::FakeNvmlPath());
     ASSERT_GT(watcher, 0);
     kill(watcher, SIGKILL);
     int status = 0;

@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "kareus/runtime/nvml.h"
+#include "kareus/device/nvml.h"
 
-namespace kareus::runtime {
+namespace kareus::device {
 namespace {
 
 TEST(NvmlQueries, ReadWhatTheDriverExports) {
@@ -65,4 +65,4 @@ TEST(NvmlQueries, SupportedClockLists) {
 }
 
 }  // namespace
-}  // namespace kareus::runtime
+}  // namespace kareus::device

@@ -16,9 +16,9 @@
 #include <vector>
 
 #include "kareus/common/io.h"
+#include "kareus/device/frequency_controller.h"
+#include "kareus/device/nvml.h"
 #include "kareus/runtime/energy_monitor.h"
-#include "kareus/runtime/frequency_controller.h"
-#include "kareus/runtime/nvml.h"
 #include "kareus/runtime/plan_executor.h"
 #include "plan/plan_for.h"
 #include "runtime/runtime_test_util.h"
@@ -49,7 +49,9 @@ class RuntimeTest : public ::testing::Test {
     std::filesystem::remove_all(dir_);
   }
 
-  std::shared_ptr<Nvml> OpenNvml() { return Nvml::Open({.library_path = testing::FakeNvmlPath()}); }
+  std::shared_ptr<device::Nvml> OpenNvml() {
+    return device::Nvml::Open({.library_path = testing::FakeNvmlPath()});
+  }
 
   // One step of `stage`'s 1F1B loop through the hooks, as Megatron's schedule runs it.
   static void RunStep(PlanExecutor& executor, int stage, int num_stages = kStages,
@@ -119,7 +121,7 @@ TEST_F(RuntimeTest, PlansThatDoNotFitTheirWorkloadAreRefused) {
 
 TEST_F(RuntimeTest, MissingLibraryOrDeviceIsAnEnvironmentError) {
   try {
-    Nvml::Open({.library_path = "/nonexistent/libnvidia-ml.so.1"});
+    device::Nvml::Open({.library_path = "/nonexistent/libnvidia-ml.so.1"});
     FAIL() << "expected EnvironmentError";
   } catch (const EnvironmentError& e) {
     EXPECT_THAT(e.what(), HasSubstr("/nonexistent/libnvidia-ml.so.1"));
@@ -132,29 +134,29 @@ TEST_F(RuntimeTest, MissingLibraryOrDeviceIsAnEnvironmentError) {
   try {
     OpenNvml();
     FAIL() << "expected NvmlError";
-  } catch (const NvmlError& e) {
+  } catch (const device::NvmlError& e) {
     EXPECT_EQ(e.code(), 9);
     EXPECT_THAT(e.what(), HasSubstr("Driver Not Loaded"));
   }
   unsetenv("FAKE_NVML_INIT_RETURN");
   auto nvml = OpenNvml();
   EXPECT_EQ(nvml->device_count(), 2);
-  EXPECT_THROW(FrequencyController(nvml, {.gpu = 2}), EnvironmentError);
+  EXPECT_THROW(device::FrequencyController(nvml, {.gpu = 2}), EnvironmentError);
   EXPECT_THROW(EnergyMonitor(nvml, {.gpus = {0, 5}}), EnvironmentError);
 }
 
 TEST_F(RuntimeTest, LibraryPathFromEnvironment) {
   setenv("KAREUS_NVML_LIBRARY", testing::FakeNvmlPath().c_str(), 1);
-  auto nvml = Nvml::Open();
+  auto nvml = device::Nvml::Open();
   EXPECT_EQ(nvml->library_path(), testing::FakeNvmlPath());
-  EXPECT_EQ(nvml->ClockMhz(0, ClockType::kSm), 1980);  // default clocks
+  EXPECT_EQ(nvml->ClockMhz(0, device::ClockType::kSm), 1980);  // default clocks
   EXPECT_DOUBLE_EQ(nvml->PowerW(1), 250.0);
   unsetenv("KAREUS_NVML_LIBRARY");
 }
 
 TEST_F(RuntimeTest, SupportedClocksAndSnapping) {
   auto nvml = OpenNvml();
-  FrequencyController controller(nvml, {.gpu = 0, .install_signal_handlers = false});
+  device::FrequencyController controller(nvml, {.gpu = 0, .install_signal_handlers = false});
   const auto& clocks = controller.supported_clocks_mhz();
   ASSERT_FALSE(clocks.empty());
   EXPECT_EQ(clocks.front(), 1980);
@@ -186,11 +188,11 @@ TEST_F(RuntimeTest, ClocksFollowThePlanOnlyOnChangeAndResetAtExit) {
     std::vector<std::thread> ranks;
     for (int stage = 0; stage < kStages; ++stage) {
       ranks.emplace_back([&, stage] {
-        FrequencyController controller(nvml, {.gpu = stage, .coalesce = false});
+        device::FrequencyController controller(nvml, {.gpu = stage, .coalesce = false});
         PlanExecutor executor(plan_path, {.stage = stage}, &controller);
         for (int step = 0; step < kSteps; ++step) RunStep(executor, stage);
         controller.WaitIdle();
-        const FrequencyControllerStats stats = controller.stats();
+        const device::FrequencyControllerStats stats = controller.stats();
         EXPECT_EQ(stats.requests, kSteps * 2 * kMicrobatches);
         EXPECT_EQ(stats.set_calls, static_cast<int64_t>(ExpectedSets(plan, stage, kSteps).size()));
         EXPECT_EQ(stats.failures, 0);
@@ -210,7 +212,7 @@ TEST_F(RuntimeTest, CoalescingSkipsOnlyStaleClocksAndEndsOnTheLast) {
   auto nvml = OpenNvml();
   std::vector<int> requested;
   {
-    FrequencyController controller(nvml, {.gpu = 0, .install_signal_handlers = false});
+    device::FrequencyController controller(nvml, {.gpu = 0, .install_signal_handlers = false});
     for (int i = 0; i < 200; ++i) {
       const int mhz = 1200 + 15 * (i % 7);
       controller.RequestClock(mhz);
@@ -238,7 +240,7 @@ TEST_F(RuntimeTest, ExceptionPathResetsClocks) {
   const plan::Plan plan = MakeTestPlan(kStages, kMicrobatches);
   auto nvml = OpenNvml();
   try {
-    FrequencyController controller(nvml, {.gpu = 1, .install_signal_handlers = false});
+    device::FrequencyController controller(nvml, {.gpu = 1, .install_signal_handlers = false});
     PlanExecutor executor(plan, {.stage = 1}, &controller);
     executor.OnStepBegin();
     executor.OnInstructionBegin("forward");
@@ -255,7 +257,7 @@ TEST_F(RuntimeTest, ExceptionPathResetsClocks) {
 
 TEST_F(RuntimeTest, ResetClocksIsSynchronousAndIdempotent) {
   auto nvml = OpenNvml();
-  FrequencyController controller(nvml, {.gpu = 0, .install_signal_handlers = false});
+  device::FrequencyController controller(nvml, {.gpu = 0, .install_signal_handlers = false});
   controller.RequestClock(1410);
   controller.WaitIdle();
   controller.ResetClocks();
@@ -277,8 +279,8 @@ void KillChildAndCheckReset(const std::filesystem::path& plan_path,
   if (child == 0) {
     close(ready[0]);
     try {
-      auto nvml = Nvml::Open({.library_path = testing::FakeNvmlPath()});
-      FrequencyController controller(nvml, {.gpu = 0});
+      auto nvml = device::Nvml::Open({.library_path = testing::FakeNvmlPath()});
+      device::FrequencyController controller(nvml, {.gpu = 0});
       PlanExecutor executor(plan_path, {.stage = 0}, &controller);
       bool told = false;
       while (true) {
@@ -328,8 +330,8 @@ TEST_F(RuntimeTest, UncaughtExceptionResetsClocksThroughTerminate) {
   const pid_t child = fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
-    auto nvml = Nvml::Open({.library_path = testing::FakeNvmlPath()});
-    auto* controller = new FrequencyController(nvml, {.gpu = 0});  // never destroyed
+    auto nvml = device::Nvml::Open({.library_path = testing::FakeNvmlPath()});
+    auto* controller = new device::FrequencyController(nvml, {.gpu = 0});  // never destroyed
     controller->RequestClock(1410);
     controller->WaitIdle();
     std::thread([] { throw std::runtime_error("uncaught"); }).join();  // std::terminate
@@ -346,8 +348,8 @@ TEST_F(RuntimeTest, ExitWithoutDestructorResetsClocks) {
   const pid_t child = fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
-    auto nvml = Nvml::Open({.library_path = testing::FakeNvmlPath()});
-    auto* controller = new FrequencyController(nvml, {.gpu = 1});  // leaked on purpose
+    auto nvml = device::Nvml::Open({.library_path = testing::FakeNvmlPath()});
+    auto* controller = new device::FrequencyController(nvml, {.gpu = 1});  // leaked on purpose
     controller->RequestClock(1605);
     controller->WaitIdle();
     std::exit(0);
@@ -365,13 +367,14 @@ TEST_F(RuntimeTest, PermissionRefusalWarnsOnceAndMeasuresOnly) {
   std::mutex warnings_mutex;
   {
     auto nvml = OpenNvml();
-    FrequencyController controller(nvml, {.gpu = 0,
-                                          .install_signal_handlers = false,
-                                          .coalesce = false,
-                                          .warn = [&](const std::string& message) {
-                                            std::lock_guard<std::mutex> lock(warnings_mutex);
-                                            warnings.push_back(message);
-                                          }});
+    device::FrequencyController controller(nvml,
+                                           {.gpu = 0,
+                                            .install_signal_handlers = false,
+                                            .coalesce = false,
+                                            .warn = [&](const std::string& message) {
+                                              std::lock_guard<std::mutex> lock(warnings_mutex);
+                                              warnings.push_back(message);
+                                            }});
     PlanExecutor executor(plan, {.stage = 0}, &controller);
     RunStep(executor, 0);
     controller.WaitIdle();
@@ -395,10 +398,10 @@ TEST_F(RuntimeTest, OtherSetFailuresWarnOncePerCodeAndKeepTrying) {
   FakeNvml fake;
   fake.set_return("set", 15);  // GPU is lost
   int warnings = 0;
-  FrequencyController controller(nvml, {.gpu = 0,
-                                        .install_signal_handlers = false,
-                                        .coalesce = false,
-                                        .warn = [&](const std::string&) { ++warnings; }});
+  device::FrequencyController controller(nvml, {.gpu = 0,
+                                                .install_signal_handlers = false,
+                                                .coalesce = false,
+                                                .warn = [&](const std::string&) { ++warnings; }});
   controller.RequestClock(1410);
   controller.RequestClock(1200);
   controller.WaitIdle();
@@ -464,7 +467,7 @@ TEST_F(RuntimeTest, EnergyFallsBackToPowerIntegrationWithoutCounter) {
 TEST_F(RuntimeTest, OrderMismatchNamesStepInstructionAndExpectation) {
   const plan::Plan plan = MakeTestPlan(kStages, kMicrobatches);
   auto nvml = OpenNvml();
-  FrequencyController controller(nvml, {.gpu = 0, .install_signal_handlers = false});
+  device::FrequencyController controller(nvml, {.gpu = 0, .install_signal_handlers = false});
   // The plan is for stage 0 (one warm-up forward) but the loop runs the last stage's order.
   PlanExecutor executor(plan, {.stage = 0}, &controller);
   RunStep(executor, 0);
@@ -544,7 +547,7 @@ TEST_F(RuntimeTest, BadPlanFilesAreRejectedAndClocksStayDefault) {
   WriteFileAtomic(dir_ / "too_fast.json", DumpJson(off_grid));
   {
     auto nvml = OpenNvml();
-    FrequencyController controller(nvml, {.gpu = 0, .install_signal_handlers = false});
+    device::FrequencyController controller(nvml, {.gpu = 0, .install_signal_handlers = false});
     for (const char* name :
          {"garbage.json", "truncated.json", "version.json", "too_fast.json", "absent.json"}) {
       try {
@@ -635,8 +638,8 @@ TEST_F(RuntimeTest, StragglerSwapTakesEffectAtTheStepBoundary) {
   plan::WriteFrontierFile(folder / "frontier.json", frontier);
 
   auto nvml = OpenNvml();
-  FrequencyController controller(nvml,
-                                 {.gpu = 0, .install_signal_handlers = false, .coalesce = false});
+  device::FrequencyController controller(
+      nvml, {.gpu = 0, .install_signal_handlers = false, .coalesce = false});
   PlanExecutor executor(folder / frontier.points[0].plan_path, {.stage = 0}, &controller);
   executor.OnStepBegin();
   executor.OnInstructionBegin("forward");
@@ -683,10 +686,10 @@ TEST_F(RuntimeTest, StragglerSwapFindsPlansByIndexAsKareusRunWritesThem) {
 }
 
 TEST(RuntimeOptions, ValidateNamesTheField) {
-  EXPECT_FALSE(FrequencyControllerOptions{}.Validate());
+  EXPECT_FALSE(device::FrequencyControllerOptions{}.Validate());
   EXPECT_FALSE(PlanExecutorOptions{}.Validate());
   EXPECT_FALSE(EnergyMonitorOptions{}.Validate());
-  EXPECT_EQ(FrequencyControllerOptions{.gpu = -1}.Validate()->field, "gpu");
+  EXPECT_EQ(device::FrequencyControllerOptions{.gpu = -1}.Validate()->field, "gpu");
   EXPECT_EQ(PlanExecutorOptions{.stage = -2}.Validate()->field, "stage");
   const EnergyMonitorOptions twice{.gpus = {0, 0}};
   EXPECT_EQ(twice.Validate()->rule, "each GPU may be listed once");
@@ -696,13 +699,13 @@ TEST(RuntimeOptions, ValidateNamesTheField) {
 
 TEST(NvmlIndexForCudaDevice, FollowsCudaVisibleDevices) {
   unsetenv("CUDA_VISIBLE_DEVICES");
-  EXPECT_EQ(NvmlIndexForCudaDevice(3), 3);
+  EXPECT_EQ(device::NvmlIndexForCudaDevice(3), 3);
   setenv("CUDA_VISIBLE_DEVICES", "4, 6,7", 1);
-  EXPECT_EQ(NvmlIndexForCudaDevice(0), 4);
-  EXPECT_EQ(NvmlIndexForCudaDevice(1), 6);
-  EXPECT_THROW(NvmlIndexForCudaDevice(3), EnvironmentError);
+  EXPECT_EQ(device::NvmlIndexForCudaDevice(0), 4);
+  EXPECT_EQ(device::NvmlIndexForCudaDevice(1), 6);
+  EXPECT_THROW(device::NvmlIndexForCudaDevice(3), EnvironmentError);
   setenv("CUDA_VISIBLE_DEVICES", "GPU-8a1b2c3d", 1);
-  EXPECT_THROW(NvmlIndexForCudaDevice(0), EnvironmentError);
+  EXPECT_THROW(device::NvmlIndexForCudaDevice(0), EnvironmentError);
   unsetenv("CUDA_VISIBLE_DEVICES");
 }
 

@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "kareus/device/nvml.h"
 #include "kareus/plan/plan_file.h"
-#include "kareus/runtime/nvml.h"
 #include "runtime/fake_nvml.h"
 
 namespace kareus::runtime::testing {

@@ -11,8 +11,8 @@
 #include <thread>
 #include <vector>
 
-#include "kareus/runtime/frequency_controller.h"
-#include "kareus/runtime/nvml.h"
+#include "kareus/device/frequency_controller.h"
+#include "kareus/device/nvml.h"
 #include "kareus/runtime/plan_executor.h"
 #include "runtime/runtime_test_util.h"
 
@@ -70,7 +70,9 @@ class SchedulesTest : public ::testing::Test {
     unsetenv("FAKE_NVML_LOG");
     std::filesystem::remove_all(dir_);
   }
-  std::shared_ptr<Nvml> OpenNvml() { return Nvml::Open({.library_path = testing::FakeNvmlPath()}); }
+  std::shared_ptr<device::Nvml> OpenNvml() {
+    return device::Nvml::Open({.library_path = testing::FakeNvmlPath()});
+  }
 
   // The set calls for `steps` repetitions of the stage's plan (one per clock change), with the
   // tail's clock after the last instruction when the loop runs the sync hooks.
@@ -110,7 +112,7 @@ TEST_F(SchedulesTest, GPipePlanRoundTripsThroughTheExecutor) {
     std::vector<std::thread> ranks;
     for (int stage = 0; stage < kStages; ++stage) {
       ranks.emplace_back([&, stage] {
-        FrequencyController controller(
+        device::FrequencyController controller(
             nvml, {.gpu = stage, .install_signal_handlers = false, .coalesce = false});
         PlanExecutor executor(path, {.stage = stage}, &controller);
         for (int step = 0; step < kSteps; ++step) {
@@ -158,8 +160,8 @@ TEST_F(SchedulesTest, InterleavedHooksCheckTheChunk) {
   plan::WritePlanFile(path, plan);
   {
     auto nvml = OpenNvml();
-    FrequencyController controller(nvml,
-                                   {.gpu = 1, .install_signal_handlers = false, .coalesce = false});
+    device::FrequencyController controller(
+        nvml, {.gpu = 1, .install_signal_handlers = false, .coalesce = false});
     PlanExecutor executor(path, {.stage = 1}, &controller);
     const auto order =
         schedule::StageOrder(ScheduleKind::kInterleaved1F1B, kStages, 1, kMicrobatches, kChunks);
@@ -222,8 +224,8 @@ TEST_F(SchedulesTest, GradientSyncKnobsAndTailClock) {
   EXPECT_EQ(plan::ToJson(plan::ReadPlanFile(path)), plan::ToJson(plan));
   {
     auto nvml = OpenNvml();
-    FrequencyController controller(nvml,
-                                   {.gpu = 0, .install_signal_handlers = false, .coalesce = false});
+    device::FrequencyController controller(
+        nvml, {.gpu = 0, .install_signal_handlers = false, .coalesce = false});
     PlanExecutor executor(path, {.stage = 0}, &controller);
     ASSERT_TRUE(executor.stage_gradient_sync().has_value());
     EXPECT_EQ(executor.stage_gradient_sync()->freq_mhz, kTailMhz);

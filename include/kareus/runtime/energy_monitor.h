@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "kareus/common/error.h"
-#include "kareus/runtime/nvml.h"
+#include "kareus/device/nvml.h"
 
 namespace kareus::runtime {
 
@@ -43,7 +43,7 @@ class EnergyMonitor {
  public:
   // Throws EnvironmentError for unknown GPU indices or an energy counter that fails other than
   // "not supported".
-  EnergyMonitor(std::shared_ptr<Nvml> nvml, EnergyMonitorOptions options = {});
+  EnergyMonitor(std::shared_ptr<device::Nvml> nvml, EnergyMonitorOptions options = {});
   ~EnergyMonitor();
   EnergyMonitor(const EnergyMonitor&) = delete;
   EnergyMonitor& operator=(const EnergyMonitor&) = delete;
@@ -69,7 +69,7 @@ class EnergyMonitor {
   double EnergyJ(size_t position, Clock::time_point now) const;
   void Poll();
 
-  std::shared_ptr<Nvml> nvml_;
+  std::shared_ptr<device::Nvml> nvml_;
   EnergyMonitorOptions options_;
   std::vector<int> gpus_;
   std::vector<char> uses_counter_;

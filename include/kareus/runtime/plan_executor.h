@@ -22,8 +22,8 @@
 #include <string_view>
 #include <vector>
 
+#include "kareus/device/frequency_controller.h"
 #include "kareus/plan/plan_file.h"
-#include "kareus/runtime/frequency_controller.h"
 #include "kareus/runtime/timetable_follower.h"
 
 namespace kareus::runtime {
@@ -61,10 +61,10 @@ class PlanExecutor {
   // otherwise it must outlive the executor.
   // Throws InputError when the stage is not in the plan or a clock is outside the GPU's range.
   PlanExecutor(plan::Plan plan, PlanExecutorOptions options,
-               FrequencyController* controller = nullptr);
+               device::FrequencyController* controller = nullptr);
   // Reads and validates plan.json first (InputError on a bad file; no clock is touched).
   PlanExecutor(const std::filesystem::path& plan_path, PlanExecutorOptions options,
-               FrequencyController* controller = nullptr);
+               device::FrequencyController* controller = nullptr);
 
   // Hooks. A mismatch with the plan throws InputError naming the step, the instruction index,
   // what the loop did and what the plan expected; the step is then abandoned (the next
@@ -154,7 +154,7 @@ class PlanExecutor {
 
   plan::Plan plan_;
   PlanExecutorOptions options_;
-  FrequencyController* controller_;
+  device::FrequencyController* controller_;
   int step_ = 0;
   int next_index_ = 0;  // index of the next instruction to begin within the step
   bool in_step_ = false;

@@ -3,7 +3,7 @@
 // cuBLASLt strided-batched GEMMs plus the softmax kernels, memory-bound kernels (kernels.cu),
 // collectives through NCCL communicators created with minCTAs = maxCTAs, two streams per GPU
 // (communication at the higher priority), device events for timing and NVML for energy, clocks
-// and clock locks (the runtime's FrequencyController, whose guard resets clocks on signals and
+// and clock locks (kareus::device's FrequencyController, whose guard resets clocks on signals and
 // exit).
 #include <cuda_runtime_api.h>
 
@@ -21,9 +21,9 @@
 #include <fmt/format.h>
 
 #include "kareus/common/error.h"
+#include "kareus/device/frequency_controller.h"
+#include "kareus/device/nvml.h"
 #include "kareus/measure/cuda_backend.h"
-#include "kareus/runtime/frequency_controller.h"
-#include "kareus/runtime/nvml.h"
 #include "measure/cuda/cuda_libraries.h"
 #include "measure/cuda/cuda_ops.h"
 #include "measure/cuda/device.h"
@@ -57,7 +57,7 @@ std::string UuidString(const cudaUUID_t& uuid) {
 
 class CudaRank final : public DeviceRank {
  public:
-  CudaRank(int ordinal, std::shared_ptr<runtime::Nvml> nvml) : nvml_(std::move(nvml)) {
+  CudaRank(int ordinal, std::shared_ptr<device::Nvml> nvml) : nvml_(std::move(nvml)) {
     info_.ordinal = ordinal;
     Use();
     cudaDeviceProp prop{};
@@ -71,28 +71,28 @@ class CudaRank final : public DeviceRank {
     // through CUDA_VISIBLE_DEVICES as the runtime does.
     for (int i = 0; i < nvml_->device_count(); ++i) {
       std::string uuid;
-      if (nvml_->DeviceUuid(i, &uuid) == runtime::NvmlStatus::kSuccess && uuid == info_.uuid)
+      if (nvml_->DeviceUuid(i, &uuid) == device::NvmlStatus::kSuccess && uuid == info_.uuid)
         info_.nvml_index = i;
     }
     if (info_.nvml_index < 0) {
       try {
-        const int index = runtime::NvmlIndexForCudaDevice(ordinal);
+        const int index = device::NvmlIndexForCudaDevice(ordinal);
         if (index < nvml_->device_count()) info_.nvml_index = index;
       } catch (const EnvironmentError&) {
       }
     }
     if (info_.nvml_index >= 0) {
       std::string name;
-      if (nvml_->DeviceName(info_.nvml_index, &name) == runtime::NvmlStatus::kSuccess)
+      if (nvml_->DeviceName(info_.nvml_index, &name) == device::NvmlStatus::kSuccess)
         info_.name = name;
       int mhz = 0;
-      if (nvml_->MaxClockMhz(info_.nvml_index, runtime::ClockType::kSm, &mhz) ==
-          runtime::NvmlStatus::kSuccess) {
+      if (nvml_->MaxClockMhz(info_.nvml_index, device::ClockType::kSm, &mhz) ==
+          device::NvmlStatus::kSuccess) {
         info_.max_sm_clock_mhz = mhz;
       }
       double watts = 0.0;
-      if (nvml_->EnforcedPowerLimitW(info_.nvml_index, &watts) == runtime::NvmlStatus::kSuccess ||
-          nvml_->PowerManagementLimitW(info_.nvml_index, &watts) == runtime::NvmlStatus::kSuccess) {
+      if (nvml_->EnforcedPowerLimitW(info_.nvml_index, &watts) == device::NvmlStatus::kSuccess ||
+          nvml_->PowerManagementLimitW(info_.nvml_index, &watts) == device::NvmlStatus::kSuccess) {
         info_.power_limit_w = watts;
       }
     }
@@ -256,7 +256,7 @@ class CudaRank final : public DeviceRank {
   std::optional<double> EnergyJ() override {
     if (info_.nvml_index < 0) return std::nullopt;
     uint64_t mj = 0;
-    if (nvml_->TotalEnergyMj(info_.nvml_index, &mj) != runtime::NvmlStatus::kSuccess)
+    if (nvml_->TotalEnergyMj(info_.nvml_index, &mj) != device::NvmlStatus::kSuccess)
       return std::nullopt;
     return static_cast<double>(mj) / 1000.0;
   }
@@ -264,8 +264,8 @@ class CudaRank final : public DeviceRank {
   int SmClockMhz() override {
     if (info_.nvml_index < 0) return 0;
     try {
-      return nvml_->ClockMhz(info_.nvml_index, runtime::ClockType::kSm);
-    } catch (const runtime::NvmlError&) {
+      return nvml_->ClockMhz(info_.nvml_index, device::ClockType::kSm);
+    } catch (const device::NvmlError&) {
       return 0;
     }
   }
@@ -279,10 +279,10 @@ class CudaRank final : public DeviceRank {
   ClockResult LockClock(int mhz) override {
     if (info_.nvml_index < 0) return ClockResult::kFailed;
     if (!controller_) {
-      runtime::FrequencyControllerOptions options;
+      device::FrequencyControllerOptions options;
       options.gpu = info_.nvml_index;
       options.warn = [](const std::string&) {};  // the backend reports the outcome itself
-      controller_ = std::make_unique<runtime::FrequencyController>(nvml_, options);
+      controller_ = std::make_unique<device::FrequencyController>(nvml_, options);
     }
     controller_->RequestClock(mhz);
     controller_->WaitIdle();
@@ -402,8 +402,8 @@ class CudaRank final : public DeviceRank {
   }
 
   DeviceInfo info_;
-  std::shared_ptr<runtime::Nvml> nvml_;
-  std::unique_ptr<runtime::FrequencyController> controller_;
+  std::shared_ptr<device::Nvml> nvml_;
+  std::unique_ptr<device::FrequencyController> controller_;
   const std::atomic<bool>* cancel_ = nullptr;
   cudaStream_t streams_[2] = {nullptr, nullptr};
   cudaEvent_t start_ = nullptr, end_ = nullptr, join_ = nullptr;
@@ -437,8 +437,8 @@ class CudaSystem final : public DeviceSystem {
     cudaDriverGetVersion(&cuda_driver_);
     CublasLt();
     Nccl();
-    nvml_ = runtime::Nvml::Open();  // energy, clocks: EnvironmentError when NVML is missing
-    if (nvml_->DriverVersion(&driver_) != runtime::NvmlStatus::kSuccess) driver_.clear();
+    nvml_ = device::Nvml::Open();  // energy, clocks: EnvironmentError when NVML is missing
+    if (nvml_->DriverVersion(&driver_) != device::NvmlStatus::kSuccess) driver_.clear();
   }
 
   int DeviceCount() const override { return count_; }
@@ -474,7 +474,7 @@ class CudaSystem final : public DeviceSystem {
   int count_ = 0;
   int cuda_driver_ = 0;
   std::string driver_;
-  std::shared_ptr<runtime::Nvml> nvml_;
+  std::shared_ptr<device::Nvml> nvml_;
 };
 
 }  // namespace

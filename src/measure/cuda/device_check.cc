@@ -13,9 +13,9 @@
 
 #include "kareus/common/io.h"
 #include "kareus/common/table.h"
+#include "kareus/device/nvml.h"
 #include "kareus/emulator/emulator.h"
 #include "kareus/measure/cuda_backend.h"
-#include "kareus/runtime/nvml.h"
 #include "kareus/workload/ops.h"
 #include "measure/cuda/device_check_internal.h"
 #include "measure/cuda/gpu_backend.h"
@@ -71,33 +71,32 @@ Json Section(Body body) {
   }
 }
 
-std::string Status(runtime::NvmlStatus status) {
-  return status == runtime::NvmlStatus::kFunctionNotFound
+std::string Status(device::NvmlStatus status) {
+  return status == device::NvmlStatus::kFunctionNotFound
              ? "not exported by this driver"
              : fmt::format("NVML error {}", static_cast<int>(status));
 }
 
-Json NvmlDevice(const runtime::Nvml& nvml, int i) {
+Json NvmlDevice(const device::Nvml& nvml, int i) {
   Json d{{"index", i}};
   std::string text;
   d["name"] =
-      nvml.DeviceName(i, &text) == runtime::NvmlStatus::kSuccess ? Json(text) : Json(nullptr);
+      nvml.DeviceName(i, &text) == device::NvmlStatus::kSuccess ? Json(text) : Json(nullptr);
   d["uuid"] =
-      nvml.DeviceUuid(i, &text) == runtime::NvmlStatus::kSuccess ? Json(text) : Json(nullptr);
+      nvml.DeviceUuid(i, &text) == device::NvmlStatus::kSuccess ? Json(text) : Json(nullptr);
   double watts = 0.0;
   auto status = nvml.PowerManagementLimitW(i, &watts);
   d["power_management_limit_w"] =
-      status == runtime::NvmlStatus::kSuccess ? Json(watts) : Json(Status(status));
+      status == device::NvmlStatus::kSuccess ? Json(watts) : Json(Status(status));
   status = nvml.EnforcedPowerLimitW(i, &watts);
   d["enforced_power_limit_w"] =
-      status == runtime::NvmlStatus::kSuccess ? Json(watts) : Json(Status(status));
+      status == device::NvmlStatus::kSuccess ? Json(watts) : Json(Status(status));
   int mhz = 0;
-  status = nvml.MaxClockMhz(i, runtime::ClockType::kSm, &mhz);
-  d["max_sm_clock_mhz"] =
-      status == runtime::NvmlStatus::kSuccess ? Json(mhz) : Json(Status(status));
+  status = nvml.MaxClockMhz(i, device::ClockType::kSm, &mhz);
+  d["max_sm_clock_mhz"] = status == device::NvmlStatus::kSuccess ? Json(mhz) : Json(Status(status));
   try {
-    d["sm_clock_mhz"] = nvml.ClockMhz(i, runtime::ClockType::kSm);
-    d["memory_clock_mhz"] = nvml.ClockMhz(i, runtime::ClockType::kMemory);
+    d["sm_clock_mhz"] = nvml.ClockMhz(i, device::ClockType::kSm);
+    d["memory_clock_mhz"] = nvml.ClockMhz(i, device::ClockType::kMemory);
   } catch (const std::exception& e) {
     d["clocks_error"] = e.what();
   }
@@ -118,13 +117,13 @@ Json NvmlDevice(const runtime::Nvml& nvml, int i) {
   }
   uint64_t reasons = 0;
   status = nvml.ClockEventReasons(i, &reasons);
-  d["clock_event_reasons"] = status == runtime::NvmlStatus::kSuccess
+  d["clock_event_reasons"] = status == device::NvmlStatus::kSuccess
                                  ? Json(ClockEventReasonNames(reasons))
                                  : Json(Status(status));
   int celsius = 0;
   status = nvml.TemperatureC(i, &celsius);
   d["temperature_c"] =
-      status == runtime::NvmlStatus::kSuccess ? Json(celsius) : Json(Status(status));
+      status == device::NvmlStatus::kSuccess ? Json(celsius) : Json(Status(status));
   try {
     d["power_w"] = nvml.PowerW(i);
   } catch (const std::exception& e) {
@@ -132,7 +131,7 @@ Json NvmlDevice(const runtime::Nvml& nvml, int i) {
   }
   uint64_t energy_mj = 0;
   status = nvml.TotalEnergyMj(i, &energy_mj);
-  d["energy_counter"] = status == runtime::NvmlStatus::kSuccess
+  d["energy_counter"] = status == device::NvmlStatus::kSuccess
                             ? Json{{"works", true}, {"total_mj", energy_mj}}
                             : Json{{"works", false}, {"error", Status(status)}};
   return d;
@@ -250,13 +249,13 @@ Json RunDeviceCheck(const DeviceCheckOptions& options, const DeviceCheckEnv& env
   };
 
   // --- nvml
-  std::shared_ptr<runtime::Nvml> nvml;
+  std::shared_ptr<device::Nvml> nvml;
   report["nvml"] = Section([&](Json& s) {
     nvml = env.open_nvml();
     std::string driver;
     s["library"] = nvml->library_path();
-    s["driver"] = nvml->DriverVersion(&driver) == runtime::NvmlStatus::kSuccess ? Json(driver)
-                                                                                : Json(nullptr);
+    s["driver"] =
+        nvml->DriverVersion(&driver) == device::NvmlStatus::kSuccess ? Json(driver) : Json(nullptr);
     Json devices = Json::array();
     for (int i = 0; i < nvml->device_count(); ++i) devices.push_back(NvmlDevice(*nvml, i));
     s["devices"] = devices;
@@ -573,7 +572,7 @@ Json RunDeviceCheck(const DeviceCheckOptions& options, const DeviceCheckEnv& env
 Json RunDeviceCheck(const DeviceCheckOptions& options) {
   internal::DeviceCheckEnv env;
   env.open_system = [] { return internal::OpenCudaSystem(); };
-  env.open_nvml = [] { return runtime::Nvml::Open(); };
+  env.open_nvml = [] { return device::Nvml::Open(); };
   return internal::RunDeviceCheck(options, env);
 }
 

@@ -7,15 +7,15 @@
 #include <memory>
 
 #include "kareus/common/json.h"
+#include "kareus/device/nvml.h"
 #include "kareus/measure/device_check.h"
-#include "kareus/runtime/nvml.h"
 #include "measure/cuda/device.h"
 
 namespace kareus::measure::internal {
 
 struct DeviceCheckEnv {
   std::function<std::unique_ptr<DeviceSystem>()> open_system;
-  std::function<std::shared_ptr<runtime::Nvml>()> open_nvml;
+  std::function<std::shared_ptr<device::Nvml>()> open_nvml;
 };
 
 Json RunDeviceCheck(const DeviceCheckOptions& options, const DeviceCheckEnv& env);

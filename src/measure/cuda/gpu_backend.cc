@@ -269,7 +269,7 @@ GpuBackend::GpuBackend(const workload::WorkloadModel& model, const CudaBackendOp
 }
 
 GpuBackend::~GpuBackend() {
-  // Run() resets what it locked; this is the last line of defence (the runtime's guard also
+  // Run() resets what it locked; this is the last line of defence (kareus::device's guard also
   // resets on signals and exit).
   for (Rank& rank : ranks_) {
     if (rank.device && rank.locked_mhz != 0) {

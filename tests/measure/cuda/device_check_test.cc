@@ -33,7 +33,7 @@ internal::DeviceCheckEnv Env(int devices) {
     config.power_limit_w = 600.0;  // below the preset's 700 W default: the emulator follows it
     return std::make_unique<FakeSystem>(config);
   };
-  env.open_nvml = [] { return runtime::Nvml::Open({.library_path = KAREUS_FAKE_NVML_PATH}); };
+  env.open_nvml = [] { return device::Nvml::Open({.library_path = KAREUS_FAKE_NVML_PATH}); };
   return env;
 }
 
@@ -120,7 +120,7 @@ TEST(DeviceCheck, AFailingMachineStillGivesACompleteReport) {
   env.open_system = []() -> std::unique_ptr<internal::DeviceSystem> {
     throw EnvironmentError("no NVIDIA driver on this machine");
   };
-  env.open_nvml = []() -> std::shared_ptr<runtime::Nvml> {
+  env.open_nvml = []() -> std::shared_ptr<device::Nvml> {
     throw EnvironmentError("cannot load NVML");
   };
   DeviceCheckOptions options = Options();

@@ -8,7 +8,7 @@
 #include <atomic>
 #include <cstdint>
 
-namespace kareus::runtime::internal {
+namespace kareus::device::internal {
 
 struct GuardSlot {
   int index = 0;                      // position in the array: the slot id the watcher knows
@@ -51,4 +51,4 @@ int TakeWatcherFd(int registry_index);  // unregisters and returns the fd for cl
 // True when our handler is installed for `signal_number` (tests).
 bool GuardHandlerInstalled(int signal_number);
 
-}  // namespace kareus::runtime::internal
+}  // namespace kareus::device::internal

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "kareus/runtime/nvml.h"
+#include "kareus/device/nvml.h"
 
 #include <dlfcn.h>
 
@@ -8,10 +8,10 @@
 
 #include <fmt/format.h>
 
-#include "runtime/nvml_api.h"
-#include "runtime/signal_guard.h"
+#include "device/nvml_api.h"
+#include "device/signal_guard.h"
 
-namespace kareus::runtime {
+namespace kareus::device {
 
 using internal::nvmlDevice_t;
 using internal::nvmlReturn_t;
@@ -354,4 +354,4 @@ int NvmlIndexForCudaDevice(int cuda_device) {
   return visible[cuda_device];
 }
 
-}  // namespace kareus::runtime
+}  // namespace kareus::device

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // NVML loaded at run time (dlopen), so Kareus builds and runs its tests without the NVIDIA driver
 // or nvml.h: only the handful of functions the runtime uses are declared, by us
-// (src/runtime/nvml_api.h), with NVML's own return codes.
+// (src/device/nvml_api.h), with NVML's own return codes.
 #pragma once
 
 #include <cstdint>
@@ -11,7 +11,7 @@
 
 #include "kareus/common/error.h"
 
-namespace kareus::runtime {
+namespace kareus::device {
 
 // NVML return codes (nvml.h, nvmlReturn_t), the ones the runtime tells apart.
 enum class NvmlStatus : int {
@@ -105,4 +105,4 @@ class Nvml {
 // the variable the two are equal. Throws EnvironmentError for UUID/MIG entries (not supported).
 int NvmlIndexForCudaDevice(int cuda_device);
 
-}  // namespace kareus::runtime
+}  // namespace kareus::device

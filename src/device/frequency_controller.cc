@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "kareus/runtime/frequency_controller.h"
+#include "kareus/device/frequency_controller.h"
 
 #include <pthread.h>
 
@@ -14,10 +14,10 @@
 
 #include <fmt/format.h>
 
-#include "runtime/clock_watcher.h"
-#include "runtime/signal_guard.h"
+#include "device/clock_watcher.h"
+#include "device/signal_guard.h"
 
-namespace kareus::runtime {
+namespace kareus::device {
 namespace {
 
 constexpr int kResetRequest = 0;  // queue entry meaning "reset to default"
@@ -323,4 +323,4 @@ void FrequencyController::State::Apply(int target_mhz) {
   if (!warning.empty()) Warn(warning);
 }
 
-}  // namespace kareus::runtime
+}  // namespace kareus::device

@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "kareus/common/error.h"
-#include "kareus/runtime/nvml.h"
+#include "kareus/device/nvml.h"
 
-namespace kareus::runtime {
+namespace kareus::device {
 
 struct FrequencyControllerOptions {
   int gpu = 0;                          // NVML index of the GPU (see NvmlIndexForCudaDevice)
@@ -42,7 +42,7 @@ struct FrequencyControllerStats {
 // on every way out of the process (docs/ARCHITECTURE.md §8 "Clock reset, path by path"): the
 // destructor and ResetClocks() reset in process; SIGINT/SIGTERM/SIGHUP/SIGQUIT, std::terminate
 // and exit() reset synchronously through the clock watcher (a small process started with the
-// first controller, runtime/clock_watcher.h) from async-signal-safe handlers; any other end
+// first controller, device/clock_watcher.h) from async-signal-safe handlers; any other end
 // (SIGKILL, SIGSEGV, abort, _exit, an application handler that exits) closes the watcher's
 // socket and the watcher resets. A child made by fork() disarms: its copy does nothing (every
 // method is a no-op, measure_only() is true, stats() are zero) and never touches the parent's
@@ -85,4 +85,4 @@ class FrequencyController {
   std::unique_ptr<State> state_;
 };
 
-}  // namespace kareus::runtime
+}  // namespace kareus::device

@@ -4,7 +4,7 @@
 // tests (tests/runtime/fake_nvml.c) exports exactly these.
 #pragma once
 
-namespace kareus::runtime::internal {
+namespace kareus::device::internal {
 
 using nvmlReturn_t = int;
 using nvmlDevice_t = void*;  // opaque struct nvmlDevice_st*
@@ -47,4 +47,4 @@ using NvmlDeviceGetTemperatureFn = nvmlReturn_t (*)(nvmlDevice_t device, int sen
                                                     unsigned int* celsius);
 }
 
-}  // namespace kareus::runtime::internal
+}  // namespace kareus::device::internal

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// kareus-clock-watcher: started by the runtime (src/runtime/clock_watcher.h) with a socket on
+// kareus-clock-watcher: started by the runtime (src/device/clock_watcher.h) with a socket on
 // descriptor 3. Resets the GPUs it was told about when that socket closes, whatever ended the
 // process that started it. Deliberately tiny: libc and the dynamic loader only, NVML by dlopen.
 #include <dlfcn.h>
@@ -11,11 +11,11 @@
 #include <cstdio>
 #include <cstring>
 
-#include "runtime/clock_watcher.h"
+#include "device/clock_watcher.h"
 
 namespace {
 
-using kareus::runtime::internal::WatcherMessage;
+using kareus::device::internal::WatcherMessage;
 
 constexpr int kSocket = 3;
 constexpr int kMaxSlots = 64;  // signal_guard.cc: controllers per process

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "runtime/clock_watcher.h"
+#include "device/clock_watcher.h"
 
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -21,12 +21,12 @@
 
 #include <fmt/format.h>
 
+#include "device/signal_guard.h"
 #include "kareus/common/error.h"
-#include "runtime/signal_guard.h"
 
 extern char** environ;
 
-namespace kareus::runtime::internal {
+namespace kareus::device::internal {
 namespace {
 
 namespace fs = std::filesystem;
@@ -223,4 +223,4 @@ pid_t ClockWatcherPid(const std::string& library_path) {
   return watcher != nullptr && watcher->fd() >= 0 ? watcher->pid() : -1;
 }
 
-}  // namespace kareus::runtime::internal
+}  // namespace kareus::device::internal

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "runtime/signal_guard.h"
+#include "device/signal_guard.h"
 
 #include <pthread.h>
 #include <unistd.h>
@@ -11,10 +11,10 @@
 #include <exception>
 #include <mutex>
 
+#include "device/clock_watcher.h"
 #include "kareus/common/error.h"
-#include "runtime/clock_watcher.h"
 
-namespace kareus::runtime::internal {
+namespace kareus::device::internal {
 namespace {
 
 constexpr int kMaxSlots = 64;
@@ -188,4 +188,4 @@ bool GuardHandlerInstalled(int signal_number) {
   return signal_number > 0 && signal_number < NSIG && g_installed[signal_number].load();
 }
 
-}  // namespace kareus::runtime::internal
+}  // namespace kareus::device::internal

@@ -22,7 +22,7 @@
 #include <memory>
 #include <string>
 
-namespace kareus::runtime::internal {
+namespace kareus::device::internal {
 
 struct WatcherMessage {
   char op = 0;
@@ -69,4 +69,4 @@ bool ResetThroughWatcher(int fd, int slot, int gpu, int timeout_ms);
 // none runs (tests).
 pid_t ClockWatcherPid(const std::string& library_path);
 
-}  // namespace kareus::runtime::internal
+}  // namespace kareus::device::internal
