@@ -19,8 +19,9 @@ function(run)
 endfunction()
 
 run(${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${prefix})
-foreach(file include/kareus/c_api.h include/kareus/methods/run.h bin/kareus
-        libexec/kareus/kareus-clock-watcher
+foreach(file include/kareus/c_api.h include/kareus/methods/run.h include/kareus/device/nvml.h
+        include/kareus/device/frequency_controller.h include/kareus/runtime/plan_executor.h
+        bin/kareus libexec/kareus/kareus-clock-watcher
         share/kareus/data/gpus/A100-SXM4-40GB.yaml lib/cmake/kareus/kareusConfig.cmake
         lib/pkgconfig/kareus.pc)
   if(NOT EXISTS ${prefix}/${file})
