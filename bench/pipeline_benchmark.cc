@@ -30,7 +30,8 @@ pipeline_reference::Problem ToReference(const Problem& problem) {
     std::vector<std::vector<pipeline_reference::Option>> to;
     for (const auto& list : from) {
       auto& copy = to.emplace_back();
-      for (const Alternative& o : list) copy.push_back({.time_s = o.time_s, .energy_j = o.energy_j});
+      for (const Alternative& o : list)
+        copy.push_back({.time_s = o.time_s, .energy_j = o.energy_j});
     }
     return to;
   };

@@ -4,7 +4,10 @@
 #include <dlfcn.h>
 
 #include <cstdlib>
+#include <filesystem>
+#include <optional>
 #include <string_view>
+#include <system_error>
 
 #include <fmt/format.h>
 
@@ -101,7 +104,20 @@ std::vector<int> QueryList(const Nvml::Impl& impl, const char* function, std::si
 
 }  // namespace
 
+std::optional<OptionError> NvmlOptions::Validate() const {
+  if (library_path.find('\0') != std::string::npos) {
+    return OptionError{"library_path", ShownValue(library_path), "must not hold a NUL byte"};
+  }
+  std::error_code error;
+  if (!library_path.empty() && std::filesystem::is_directory(library_path, error)) {
+    return OptionError{"library_path", ShownValue(library_path),
+                       "names a folder; give the path of libnvidia-ml.so.1"};
+  }
+  return std::nullopt;
+}
+
 std::shared_ptr<Nvml> Nvml::Open(const NvmlOptions& options) {
+  ThrowIfInvalid(options.Validate());
   auto impl = std::make_unique<Impl>();
   impl->path = options.library_path;
   if (impl->path.empty()) {

@@ -174,8 +174,8 @@ int Planner::executors() const { return state_->coordinator->executors(); }
 RankReport Planner::Report() const { return state_->coordinator->Report(); }
 
 mobo::ProfileResult Planner::Profile(int index, const workload::WorkloadModel& model,
-                                      const mobo::ProfileOptions& options,
-                                      measure::Backend& backend, const Context& context) {
+                                     const mobo::ProfileOptions& options, measure::Backend& backend,
+                                     const Context& context) {
   const auto& ids = state_->coordinator->identities();
   const bool same = index >= 0 && index < static_cast<int>(ids.size()) &&
                     ids[index].workload_signature == model.workload.Signature() &&

@@ -292,7 +292,7 @@ ProfileResult WorkloadProfiler::Finish() {
 }
 
 ProfileResult ProfileWorkload(const workload::WorkloadModel& model, const ProfileOptions& options,
-                               measure::Backend& backend, const Context& context) {
+                              measure::Backend& backend, const Context& context) {
   WorkloadProfiler profiler(model, options, backend, context);
   for (int t = 0; t < static_cast<int>(profiler.Types().size()); ++t) {
     const workload::PartitionType& type = *profiler.Types()[t];

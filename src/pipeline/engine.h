@@ -84,13 +84,14 @@ struct Spec {
 
 // `merge_s`: option times closer than this count as equal (the cheaper one is kept, at the
 // faster time, for the convex model only; the real front keeps both).
-Spec BuildSpec(const std::vector<Alternative>& options, int gpus, double p_static_w, double merge_s);
+Spec BuildSpec(const std::vector<Alternative>& options, int gpus, double p_static_w,
+               double merge_s);
 
 schedule::NodeClasses ClassesOf(const Problem& problem);
 
 // The option list of node class `cls` (schedule::NodeClasses's layout).
 const std::vector<Alternative>& ClassOptions(const Problem& problem,
-                                        const schedule::NodeClasses& classes, int cls);
+                                             const schedule::NodeClasses& classes, int cls);
 
 // Time (the longest path, schedule::StartTimes) and energy of `choice`.
 Evaluation EvaluateWith(const Problem& problem, const Dag& dag, const std::vector<int>& choice,

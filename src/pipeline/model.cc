@@ -18,7 +18,8 @@
 
 namespace kareus::pipeline::internal {
 
-Spec BuildSpec(const std::vector<Alternative>& options, int gpus, double p_static_w, double merge_s) {
+Spec BuildSpec(const std::vector<Alternative>& options, int gpus, double p_static_w,
+               double merge_s) {
   Spec spec;
   std::vector<pareto::Point> points;
   for (std::size_t i = 0; i < options.size(); ++i) {
@@ -59,7 +60,7 @@ schedule::NodeClasses ClassesOf(const Problem& problem) {
 }
 
 const std::vector<Alternative>& ClassOptions(const Problem& problem,
-                                        const schedule::NodeClasses& classes, int cls) {
+                                             const schedule::NodeClasses& classes, int cls) {
   return schedule::NodeClasses::Select(classes.Get(cls), problem.forward_options,
                                        problem.backward_options, problem.last_backward_options,
                                        problem.gradient_sync_options);
@@ -111,7 +112,8 @@ void Engine::BuildSpecs() {
   double slowest_sum = 0.0;
   for (int v = 0; v < n_; ++v) {
     double t = 0.0;
-    for (const Alternative& o : ClassOptions(problem_, classes, class_[v])) t = std::max(t, o.time_s);
+    for (const Alternative& o : ClassOptions(problem_, classes, class_[v]))
+      t = std::max(t, o.time_s);
     slowest_sum += t;
   }
   time_tol_ = 1e-12 * (slowest_sum + problem_.p2p_time_s * 2 * num_stages * problem_.num_chunks);

@@ -62,7 +62,8 @@ const char* ToString(Status status) {
   return "unknown";
 }
 
-const std::vector<Alternative>& OptionsOf(const Problem& problem, const schedule::Dag& dag, int node) {
+const std::vector<Alternative>& OptionsOf(const Problem& problem, const schedule::Dag& dag,
+                                          int node) {
   const schedule::NodeClasses classes = internal::ClassesOf(problem);
   return internal::ClassOptions(problem, classes, classes.Of(dag, node));
 }

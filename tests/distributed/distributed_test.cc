@@ -75,7 +75,7 @@ class DistributedTest : public ::testing::Test {
     return mobo::ProfileWorkload(model_, options, backend, {.seed = 7, .quiet = true});
   }
   mobo::ProfileResult Spread(int executors, const mobo::ProfileOptions& options,
-                              RankReport* report = nullptr) {
+                             RankReport* report = nullptr) {
     Planner planner(executors, Spec(model_));
     testing::SyntheticBackend backend(7);
     mobo::ProfileResult s =

@@ -209,8 +209,7 @@ TEST_F(ProfilerTest, EveryStrategyAndSurrogateRunsWithinBudget) {
       options.surrogate = surrogate;
       options.strategy = strategy;
       options.partitions = {"fwd_attn"};
-      const ProfileResult s =
-          ProfileWorkload(model_, options, backend, {.seed = 1, .quiet = true});
+      const ProfileResult s = ProfileWorkload(model_, options, backend, {.seed = 1, .quiet = true});
       EXPECT_EQ(s.partitions[0].evaluations.size(), 24u);
       EXPECT_EQ(s.surrogate, ToString(surrogate));
       EXPECT_EQ(s.strategy, ToString(strategy));

@@ -80,10 +80,11 @@ double LongestPathAllFastest(const Problem& problem, const Dag& dag) {
   std::vector<int> choice(dag.nodes.size());
   for (std::size_t v = 0; v < choice.size(); ++v) {
     const auto& list = OptionsOf(problem, dag.nodes[v]);
-    choice[v] = static_cast<int>(
-        std::min_element(list.begin(), list.end(),
-                         [](const Alternative& a, const Alternative& b) { return a.time_s < b.time_s; }) -
-        list.begin());
+    choice[v] = static_cast<int>(std::min_element(list.begin(), list.end(),
+                                                  [](const Alternative& a, const Alternative& b) {
+                                                    return a.time_s < b.time_s;
+                                                  }) -
+                                 list.begin());
   }
   return Evaluate(problem, dag, choice, kStaticW).time_s;
 }
@@ -447,7 +448,9 @@ TEST(Solver, NodeClassesTakeTheirOwnOptions) {
                   .num_microbatches = microbatches,
                   .num_chunks = chunks};
   problem.gradient_sync = schedule::GradientSync::kOverlapped;
-  auto one = [](double t) { return std::vector<Alternative>{{.time_s = t, .energy_j = 200.0 * t}}; };
+  auto one = [](double t) {
+    return std::vector<Alternative>{{.time_s = t, .energy_j = 200.0 * t}};
+  };
   for (int u = 0; u < stages * chunks; ++u) {
     problem.forward_options.push_back(one(0.010 + 0.001 * u));
     problem.backward_options.push_back(one(0.020 + 0.002 * u));

@@ -44,6 +44,18 @@ TEST(NvmlQueries, ReadWhatTheDriverExports) {
   EXPECT_THROW(nvml->DeviceName(7, &name), EnvironmentError);
 }
 
+TEST(NvmlOptions, APathWithANulByteOrAFolderIsRefusedBeforeDlopen) {
+  EXPECT_FALSE(NvmlOptions{}.Validate().has_value());
+  EXPECT_FALSE(NvmlOptions{.library_path = KAREUS_FAKE_NVML_PATH}.Validate().has_value());
+  const NvmlOptions nul{.library_path = std::string("libnvidia-ml.so.1\0x", 19)};
+  ASSERT_TRUE(nul.Validate().has_value());
+  EXPECT_EQ(nul.Validate()->Message(),
+            "library_path = libnvidia-ml.so.1\\x00x: must not hold a NUL byte");
+  const NvmlOptions folder{.library_path = "/"};
+  EXPECT_EQ(folder.Validate()->field, "library_path");
+  EXPECT_THROW(Nvml::Open(folder), InputError);
+}
+
 // The list queries (NVML's two-call protocol, one helper in nvml.cc): the whole list, and an
 // NVML error reported with the function's name and NVML's code.
 TEST(NvmlQueries, SupportedClockLists) {

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -46,6 +47,10 @@ enum class ClockType : int { kGraphics = 0, kSm = 1, kMemory = 2, kVideo = 3 };
 struct NvmlOptions {
   // Library to dlopen; empty: $KAREUS_NVML_LIBRARY if set, else "libnvidia-ml.so.1".
   std::string library_path;
+
+  // library_path holds no NUL byte (dlopen would read a shorter path) and names no folder;
+  // nullopt when valid. Open checks it first.
+  std::optional<OptionError> Validate() const;
 };
 
 // One initialized NVML session: dlopen + nvmlInit_v2 in Open, nvmlShutdown + dlclose when the

@@ -121,8 +121,8 @@ class Planner {
   // as the ranks' do; otherwise (e.g. a method measuring through the noise-free twin) the
   // profile runs here, without the store, like one process would compute it.
   mobo::ProfileResult Profile(int index, const workload::WorkloadModel& model,
-                               const mobo::ProfileOptions& options, measure::Backend& backend,
-                               const Context& context);
+                              const mobo::ProfileOptions& options, measure::Backend& backend,
+                              const Context& context);
 
   // methods::EvaluateWorkloads over the ranks: the workloads' partition types are profiled
   // together (rank 0 writes every store), then each workload's remaining flow (clock sweeps,

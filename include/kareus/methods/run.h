@@ -50,7 +50,7 @@ struct RunOptions {
   // How the profiled methods profile partition types: mobo::ProfileWorkload when empty.
   // kareus/distributed/ sets its own to spread the types over MPI ranks (same result).
   std::function<mobo::ProfileResult(const workload::WorkloadModel&, const mobo::ProfileOptions&,
-                                     measure::Backend&, const Context&)>
+                                    measure::Backend&, const Context&)>
       profiler;
 
   // The first invalid field (nested: "profile.budget_fraction"), its value and the rule.
@@ -130,8 +130,8 @@ struct MethodResult {
     int64_t measurements = 0;
   };
   std::map<CostKind, Cost> profiling_by_kind;
-  double evaluation_gpu_seconds = 0.0;          // cost of evaluating the plans
-  std::map<Phase, double> phase_wall_s;         // the phases the method ran
+  double evaluation_gpu_seconds = 0.0;         // cost of evaluating the plans
+  std::map<Phase, double> phase_wall_s;        // the phases the method ran
   std::optional<mobo::ProfileResult> profile;  // partition profiling (profiled methods)
   std::string note;  // e.g. why a method fell back to sequential execution
   std::vector<CompositionSample> composition;  // every composed option (tuned comm), evaluated

@@ -278,6 +278,6 @@ class WorkloadProfiler {
 // anything is measured (InputError); a store that cannot be used throws EnvironmentError and
 // is left unchanged. Costs are GPU-seconds: seconds of measurement x GPUs of the group.
 ProfileResult ProfileWorkload(const workload::WorkloadModel& model, const ProfileOptions& options,
-                               measure::Backend& backend, const Context& context);
+                              measure::Backend& backend, const Context& context);
 
 }  // namespace kareus::mobo

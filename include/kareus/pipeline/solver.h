@@ -59,7 +59,8 @@ struct Problem {
 };
 
 // The option list of DAG node `node` (the node classes above).
-const std::vector<Alternative>& OptionsOf(const Problem& problem, const schedule::Dag& dag, int node);
+const std::vector<Alternative>& OptionsOf(const Problem& problem, const schedule::Dag& dag,
+                                          int node);
 
 // Where a running solve is: called after every step (a long solve can show progress).
 struct SolveProgress {

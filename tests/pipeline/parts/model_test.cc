@@ -42,7 +42,7 @@ TEST(ModelTest, SpecKeepsTheEffectiveEnergyFrontAndItsConvexHull) {
 
 TEST(ModelTest, SpecMergesNearEqualTimesInTheModelOnly) {
   const std::vector<Alternative> options = {{.time_s = 1.0, .energy_j = 10.0},
-                                       {.time_s = 1.0 + 1e-7, .energy_j = 9.0}};
+                                            {.time_s = 1.0 + 1e-7, .energy_j = 9.0}};
   const Spec merged = BuildSpec(options, 1, 0.0, 1e-6);
   EXPECT_EQ(merged.time.size(), 2u);  // the real front keeps both
   ASSERT_EQ(merged.hull_time.size(), 1u);
