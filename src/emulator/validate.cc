@@ -269,6 +269,32 @@ void ReplayPowerLimitSweep(const std::filesystem::path& csv_path, const workload
 
 }  // namespace
 
+const char* ToString(RowSection section) {
+  switch (section) {
+    case RowSection::kPartition:
+      return "partition";
+    case RowSection::kKernel:
+      return "kernel";
+    case RowSection::kProbe:
+      return "probe";
+  }
+  return "unknown";
+}
+
+const char* ToString(DatasetKind kind) {
+  switch (kind) {
+    case DatasetKind::kStageProfile:
+      return "stage_profile";
+    case DatasetKind::kPowerLimitSweep:
+      return "power_limit_sweep";
+    case DatasetKind::kDeviceCheck:
+      return "device_check";
+    case DatasetKind::kPowerProbe:
+      return "power_probe";
+  }
+  return "unknown";
+}
+
 ValidationReport ReplayDatasets(const ReplayOptions& options) {
   const std::filesystem::path dir =
       options.data_dir.empty() ? DataDir() / "validation" : options.data_dir;
@@ -278,11 +304,19 @@ ValidationReport ReplayDatasets(const ReplayOptions& options) {
   for (const YamlMap& entry : root.MapList("datasets")) {
     DatasetResult d;
     d.name = entry.String("name");
-    d.kind = entry.String("kind");
+    const std::string kind = entry.String("kind");
+    bool known = false;
+    for (DatasetKind k : {DatasetKind::kStageProfile, DatasetKind::kPowerLimitSweep,
+                          DatasetKind::kDeviceCheck, DatasetKind::kPowerProbe}) {
+      if (kind == ToString(k)) {
+        d.kind = k;
+        known = true;
+      }
+    }
     d.file = entry.String("file");
     d.source = entry.String("source");
     d.calibrates = entry.Has("calibrates") ? entry.String("calibrates") : std::string();
-    if (d.kind == "power_probe") {
+    if (known && d.kind == DatasetKind::kPowerProbe) {
       // A microbenchmark of the GPU alone: a preset, no workload.
       const std::string preset = entry.String("gpu");
       entry.RejectUnknownKeys();
@@ -294,15 +328,15 @@ ValidationReport ReplayDatasets(const ReplayOptions& options) {
     entry.RejectUnknownKeys();
     const workload::Workload w = workload::LoadWorkloadFile(dir / d.workload);
     d.gpu = w.gpu.name + " (" + FormatFixed(w.gpu.power.cap_w, 0) + " W limit)";
-    if (d.kind == "stage_profile") {
-      ReplayStageProfile(dir / d.file, w, d);
-    } else if (d.kind == "power_limit_sweep") {
-      ReplayPowerLimitSweep(dir / d.file, w, d);
-    } else if (d.kind == "device_check") {
-      internal::ReplayDeviceCheck(dir / d.file, w, d);
-    } else {
-      entry.Fail("kind", d.kind,
+    if (!known) {
+      entry.Fail("kind", kind,
                  "valid: stage_profile, power_limit_sweep, device_check, power_probe");
+    } else if (d.kind == DatasetKind::kStageProfile) {
+      ReplayStageProfile(dir / d.file, w, d);
+    } else if (d.kind == DatasetKind::kPowerLimitSweep) {
+      ReplayPowerLimitSweep(dir / d.file, w, d);
+    } else {
+      internal::ReplayDeviceCheck(dir / d.file, w, d);
     }
     report.datasets.push_back(std::move(d));
   }

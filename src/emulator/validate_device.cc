@@ -176,7 +176,7 @@ void ReplayDeviceCheck(const std::filesystem::path& path, const workload::Worklo
     const std::string where = file + ".partitions.rows[" + std::to_string(i) + "]";
     if (row.contains("error")) continue;  // not measured
     DeviceRow r;
-    r.section = "partition";
+    r.section = RowSection::kPartition;
     r.name = StringField(row, "type", where);
     const workload::PartitionType& type = FindPartitionType(model, r.name);
     const std::string mode = StringField(row, "mode", where);
@@ -218,7 +218,7 @@ void ReplayDeviceCheck(const std::filesystem::path& path, const workload::Worklo
     const std::string where = file + ".kernels.rows[" + std::to_string(i) + "]";
     if (row.contains("error")) continue;
     DeviceRow r;
-    r.section = "kernel";
+    r.section = RowSection::kKernel;
     const std::string type_name = StringField(row, "type", where);
     const std::string op_name = StringField(row, "op", where);
     r.name = type_name + "/" + op_name;
@@ -248,12 +248,15 @@ void ReplayDeviceCheck(const std::filesystem::path& path, const workload::Worklo
     r.freq_error_pct = kNaN;  // set, not predicted
     out.rows.push_back(std::move(r));
   }
-  out.partitions = MediansOf(
-      out.rows, [](const DeviceRow& r) { return r.section == "partition" && r.comparable; });
-  out.partitions_not_comparable = MediansOf(
-      out.rows, [](const DeviceRow& r) { return r.section == "partition" && !r.comparable; });
-  out.kernels =
-      MediansOf(out.rows, [](const DeviceRow& r) { return r.section == "kernel" && r.comparable; });
+  out.partitions = MediansOf(out.rows, [](const DeviceRow& r) {
+    return r.section == RowSection::kPartition && r.comparable;
+  });
+  out.partitions_not_comparable = MediansOf(out.rows, [](const DeviceRow& r) {
+    return r.section == RowSection::kPartition && !r.comparable;
+  });
+  out.kernels = MediansOf(out.rows, [](const DeviceRow& r) {
+    return r.section == RowSection::kKernel && r.comparable;
+  });
 }
 
 namespace {
@@ -312,7 +315,7 @@ void ReplayPowerProbe(const std::filesystem::path& path, const hw::GpuSpec& pres
       continue;
     }
     DeviceRow r;
-    r.section = "probe";
+    r.section = RowSection::kProbe;
     r.name = load;
     const double steps = NumberField(row, "steps", where);
     r.measured_time_s = NumberField(row, "device_s", where) / steps;
@@ -375,7 +378,7 @@ void ReplayPowerProbe(const std::filesystem::path& path, const hw::GpuSpec& pres
       SetEmulated(r, e);
       FinishRow(r);
       DeviceRow b;
-      b.section = "probe";
+      b.section = RowSection::kProbe;
       b.name = "gemm 8192^3 burst (derived: 2P - P_idle)";
       b.shape = "duty 1/2";
       b.measured_time_s = r.measured_time_s / 2.0;
@@ -397,7 +400,7 @@ void ReplayPowerProbe(const std::filesystem::path& path, const hw::GpuSpec& pres
   }
   if (idle_n == 0) throw InputError(file + ": no idle row");
   DeviceRow idle;
-  idle.section = "probe";
+  idle.section = RowSection::kProbe;
   idle.name = "idle (context held)";
   idle.shape = std::to_string(idle_n) + " windows";
   idle.measured_power_w = idle_sum / idle_n;

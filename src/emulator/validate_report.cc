@@ -15,13 +15,13 @@ Json ToJson(const ValidationReport& report) {
   Json datasets = Json::array();
   for (const DatasetResult& d : report.datasets) {
     Json j{{"name", d.name},
-           {"kind", d.kind},
+           {"kind", ToString(d.kind)},
            {"file", d.file},
            {"source", d.source},
            {"workload", d.workload},
            {"gpu", d.gpu},
            {"calibrates", d.calibrates}};
-    if (d.kind == "stage_profile") {
+    if (d.kind == DatasetKind::kStageProfile) {
       Json curves = Json::array();
       for (const StageCurve& c : d.curves) {
         curves.push_back({{"stage", c.stage},
@@ -47,11 +47,11 @@ Json ToJson(const ValidationReport& report) {
                           {"emulated_scaled_s", c.emulated_scaled_s}});
       }
       j["curves"] = curves;
-    } else if (d.kind == "device_check" || d.kind == "power_probe") {
+    } else if (d.kind == DatasetKind::kDeviceCheck || d.kind == DatasetKind::kPowerProbe) {
       j["device"] = d.device;
       Json rows = Json::array();
       for (const DeviceRow& r : d.rows) {
-        rows.push_back({{"section", r.section},
+        rows.push_back({{"section", ToString(r.section)},
                         {"name", r.name},
                         {"shape", r.shape},
                         {"comparable", r.comparable},
@@ -80,7 +80,7 @@ Json ToJson(const ValidationReport& report) {
                     {"avg_power_pct", m.power_pct},
                     {"realized_freq_pct", m.freq_pct}};
       };
-      if (d.kind == "device_check") {
+      if (d.kind == DatasetKind::kDeviceCheck) {
         j["median_abs_error"] = {
             {"partitions", medians(d.partitions)},
             {"partitions_not_comparable", medians(d.partitions_not_comparable)},
@@ -140,7 +140,7 @@ void RenderDeviceRows(const DatasetResult& d, std::ostringstream& out) {
       name += " *" + std::to_string(index + 1);
     }
     table.AddRow(
-        {r.section, name, r.shape, Cell(1e6 * r.measured_time_s, 1),
+        {ToString(r.section), name, r.shape, Cell(1e6 * r.measured_time_s, 1),
          Cell(1e6 * r.emulated_time_s, 1), Cell(r.time_error_pct, 1), Cell(r.energy_error_pct, 1),
          Cell(r.measured_power_w, 0), Cell(r.emulated_power_w, 0), Cell(r.power_error_pct, 1),
          Cell(r.measured_freq_mhz, 0), Cell(r.emulated_freq_mhz, 0), Cell(r.freq_error_pct, 1)});
@@ -150,7 +150,7 @@ void RenderDeviceRows(const DatasetResult& d, std::ostringstream& out) {
     out << "  *" << i + 1 << " not comparable, out of the medians: " << notes[i] << "\n";
   }
   out << "  median |error|";
-  if (d.kind == "device_check") {
+  if (d.kind == DatasetKind::kDeviceCheck) {
     out << ", partitions: " << MediansLine(d.partitions) << "\n";
     out << "  median |error|, partitions not comparable (*): "
         << MediansLine(d.partitions_not_comparable) << "\n";
@@ -167,7 +167,7 @@ void RenderDeviceRows(const DatasetResult& d, std::ostringstream& out) {
 std::string RenderValidation(const ValidationReport& report) {
   std::ostringstream out;
   for (const DatasetResult& d : report.datasets) {
-    if (d.kind == "device_check" || d.kind == "power_probe") {
+    if (d.kind == DatasetKind::kDeviceCheck || d.kind == DatasetKind::kPowerProbe) {
       RenderDeviceRows(d, out);
       continue;
     }
@@ -175,7 +175,7 @@ std::string RenderValidation(const ValidationReport& report) {
     out << "  source: " << d.source << "\n";
     out << "  calibrated: " << (d.calibrates.empty() ? "nothing (validation only)" : d.calibrates)
         << "\n";
-    if (d.kind == "stage_profile") {
+    if (d.kind == DatasetKind::kStageProfile) {
       Table table({"stage", "instr", "time_rms_pt", "energy_rms_pt", "opt_mhz", "emu_opt_mhz",
                    "saving_%", "emu_saving_%", "P_top_w", "emu_P_top_w", "P_top_err_%", "fit_mhz",
                    "fixed_ms", "emu_fixed_ms", "scaled_ms", "emu_scaled_ms"});

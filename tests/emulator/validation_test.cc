@@ -158,7 +158,7 @@ TEST(Validation, H200HeldOutDeviceChecksWithinTheLimits) {
   for (const std::string& name : kH200HeldOut) {
     SCOPED_TRACE(name);
     const DatasetResult& d = Dataset(name);
-    ASSERT_EQ(d.kind, "device_check");
+    ASSERT_EQ(d.kind, DatasetKind::kDeviceCheck);
     EXPECT_TRUE(d.calibrates.empty()) << "a held-out dataset calibrates nothing";
     // compute_only rows: fwd_mlp, bwd_mlp, bwd_trail comparable; fwd_attn, bwd_attn (unfused
     // attention) and fwd_trail (the backend's hashed dropout) apart.
@@ -169,7 +169,7 @@ TEST(Validation, H200HeldOutDeviceChecksWithinTheLimits) {
     EXPECT_LE(d.partitions.power_pct, 3.0);    // after 0.2-1.6, before 4.3-19.7
     EXPECT_LE(d.partitions.freq_pct, 13.0);    // after 0.1-11.9, before 0.2-11.9
     for (const DeviceRow& r : d.rows) {
-      if (r.section != "partition" || !r.comparable) continue;
+      if (r.section != RowSection::kPartition || !r.comparable) continue;
       time.push_back(std::abs(r.time_error_pct));
       energy.push_back(std::abs(r.energy_error_pct));
       power.push_back(std::abs(r.power_error_pct));
@@ -188,7 +188,7 @@ TEST(Validation, H200HeldOutDeviceChecksWithinTheLimits) {
 // fitted.
 TEST(Validation, H200FitSetIsMet) {
   const DatasetResult& probe = Dataset("h200-power-probe-card-b");
-  ASSERT_EQ(probe.kind, "power_probe");
+  ASSERT_EQ(probe.kind, DatasetKind::kPowerProbe);
   EXPECT_EQ(probe.probe.rows, 7);
   EXPECT_LE(probe.probe.power_pct, 1.0);  // before 2.9
   EXPECT_LE(probe.probe.time_pct, 5.0);   // before 10.1
@@ -220,7 +220,7 @@ TEST(Validation, H200KnownGapsArePinned) {
     }
   }
   for (const DeviceRow& r : Dataset("h200-llama3.3-70b-card-b").rows) {
-    if (r.section == "partition" && (r.name == "fwd_mlp" || r.name == "bwd_mlp")) {
+    if (r.section == RowSection::kPartition && (r.name == "fwd_mlp" || r.name == "bwd_mlp")) {
       SCOPED_TRACE(r.name);
       EXPECT_LT(r.freq_error_pct, -8.0);
       EXPECT_GT(r.freq_error_pct, -15.0);

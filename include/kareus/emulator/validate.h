@@ -63,12 +63,22 @@ struct PowerLimitPoint {
   double emulated_freq_mhz = 0.0;  // time-weighted realized clock
 };
 
+// What a row of a real-GPU check measured: a partition or a kernel (device_check), a load
+// (power_probe). ToString: "partition", "kernel", "probe" (the JSON and the tables).
+enum class RowSection { kPartition, kKernel, kProbe };
+const char* ToString(RowSection section);
+
+// The kinds of dataset the manifest lists. ToString: "stage_profile", "power_limit_sweep",
+// "device_check", "power_probe" (the manifest's and the JSON's names).
+enum class DatasetKind { kStageProfile, kPowerLimitSweep, kDeviceCheck, kPowerProbe };
+const char* ToString(DatasetKind kind);
+
 // One row of a real-GPU check replayed on the emulator. Relative errors are (emulated -
 // measured) / measured in percent; NaN where a quantity was not measured (a kernel's energy).
 struct DeviceRow {
-  std::string section;  // "partition", "kernel" (device_check); "probe" (power_probe)
-  std::string name;     // partition type; "type/op"; the probe's load
-  std::string shape;    // kernels and probe loads; "" for partitions
+  RowSection section = RowSection::kPartition;
+  std::string name;   // partition type; "type/op"; the probe's load
+  std::string shape;  // kernels and probe loads; "" for partitions
   // false: the measured thing is not what the emulator models (unfused attention, a split-K
   // GEMM, an L2-resident load, ...): reported, kept out of the medians; `note` says why.
   bool comparable = true;
@@ -87,14 +97,14 @@ struct DeviceMedians {
 };
 
 struct DatasetResult {
-  std::string name;        // "gpt3-175b-a100", ...
-  std::string kind;        // "stage_profile", "power_limit_sweep", "device_check", "power_probe"
-  std::string file;        // the measured CSV, relative to the data directory
-  std::string source;      // repository @ commit : path
-  std::string workload;    // the stand-in workload file, relative to the data directory
-  std::string gpu;         // preset, with the power limit the stand-in sets
-  std::string calibrates;  // which constants this dataset calibrated ("" = validation only)
-  std::vector<StageCurve> curves;       // stage_profile
+  std::string name;  // "gpt3-175b-a100", ...
+  DatasetKind kind = DatasetKind::kStageProfile;
+  std::string file;                // the measured CSV, relative to the data directory
+  std::string source;              // repository @ commit : path
+  std::string workload;            // the stand-in workload file, relative to the data directory
+  std::string gpu;                 // preset, with the power limit the stand-in sets
+  std::string calibrates;          // which constants this dataset calibrated ("" = validation only)
+  std::vector<StageCurve> curves;  // stage_profile
   std::vector<PowerLimitPoint> limits;  // power_limit_sweep, descending limits
   // device_check, power_probe: every row, and the medians over the comparable rows per section
   // (device_check: partitions and kernels; power_probe: the loads) and over the partitions that
