@@ -17,6 +17,10 @@
 #include <vector>
 
 #include <benchmark/benchmark.h>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <string>
 
 #include "kareus/pipeline/solver.h"
 #include "pipeline_reference_solver.h"
@@ -70,6 +74,51 @@ Problem MakeProblem(int stages, int microbatches, double forward_s) {
   return problem;
 }
 
+// A problem written as JSON (bench/data/README.md): the solver's input of a `kareus run`.
+Problem ReadProblem(const std::string& name) {
+  const std::string path = std::string(KAREUS_BENCH_SOURCE_DIR) + "/bench/data/" + name;
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error("cannot read " + path);
+  const nlohmann::json j = nlohmann::json::parse(in);
+  const auto lists = [&](const char* key) {
+    std::vector<std::vector<Alternative>> out;
+    for (const auto& list : j.at(key)) {
+      auto& options = out.emplace_back();
+      for (const auto& o : list)
+        options.push_back({.time_s = o.at(0).get<double>(), .energy_j = o.at(1).get<double>()});
+    }
+    return out;
+  };
+  return {.schedule = schedule::ScheduleKindFromString(j.at("schedule").get<std::string>()),
+          .num_stages = j.at("num_stages").get<int>(),
+          .num_microbatches = j.at("num_microbatches").get<int>(),
+          .num_chunks = j.at("num_chunks").get<int>(),
+          .forward_options = lists("forward_options"),
+          .backward_options = lists("backward_options"),
+          .gradient_sync = static_cast<schedule::GradientSync>(j.at("gradient_sync").get<int>()),
+          .last_backward_options = lists("last_backward_options"),
+          .gradient_sync_options = lists("gradient_sync_options"),
+          .gpus_per_stage = j.at("gpus_per_stage").get<std::vector<int>>(),
+          .p2p_time_s = j.at("p2p_time_s").get<double>()};
+}
+
+// Interleaved 1F1B with `chunks` model chunks per stage, each a 1/chunks share of the stage.
+Problem MakeInterleavedProblem(int stages, int microbatches, int chunks, double forward_s) {
+  Problem problem{.schedule = schedule::ScheduleKind::kInterleaved1F1B,
+                  .num_stages = stages,
+                  .num_microbatches = microbatches,
+                  .num_chunks = chunks};
+  for (int s = 0; s < stages; ++s) {
+    for (int c = 0; c < chunks; ++c) {
+      const double imbalance = 1.0 + 0.08 * std::sin(1.7 * (s * chunks + c) + 0.3);
+      problem.forward_options.push_back(ClockOptions(forward_s * imbalance / chunks, 260.0));
+      problem.backward_options.push_back(ClockOptions(2.2 * forward_s * imbalance / chunks, 280.0));
+    }
+    problem.gpus_per_stage.push_back(8);
+  }
+  return problem;
+}
+
 double ThreadCpuS() {
   timespec ts{};
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
@@ -98,6 +147,7 @@ void TimeRuns(F solve, int runs, double* wall_s, double* cpu_s, R* out) {
   *cpu_s = Median(cpu);
 }
 
+// `reference_runs` 0: no reference (the frozen solver takes too long on the case).
 void Run(benchmark::State& state, const Problem& problem, int reference_runs) {
   const Options options{.unit_time_s = 1e-3, .p_static_w = 85.0};
   Result result;
@@ -124,6 +174,7 @@ void Run(benchmark::State& state, const Problem& problem, int reference_runs) {
   state.counters["descent_ms"] = 1e3 * result.summary.descent_wall_s;
   state.counters["realize_ms"] = 1e3 * result.summary.realize_wall_s;
   state.counters["fastest_ms"] = 1e3 * result.summary.fastest_point_wall_s;
+  if (reference_runs == 0) return;
   double reference_wall_s = 0.0;
   double reference_cpu_s = 0.0;
   pipeline_reference::Result reference;
@@ -163,6 +214,38 @@ void BM_Frontier16Stages128Microbatches(benchmark::State& state) {
   Run(state, MakeProblem(16, 128, 0.02), 1);
 }
 BENCHMARK(BM_Frontier16Stages128Microbatches)->Unit(benchmark::kMillisecond)->Iterations(1);
+
+void BM_Frontier8Stages256Microbatches(benchmark::State& state) {
+  Run(state, MakeProblem(8, 256, 0.04), 1);
+}
+BENCHMARK(BM_Frontier8Stages256Microbatches)->Unit(benchmark::kMillisecond)->Iterations(1);
+
+// Interleaved 1F1B, 2 model chunks per stage (8,192 instructions).
+void BM_FrontierInterleaved16Stages128Microbatches(benchmark::State& state) {
+  Run(state, MakeInterleavedProblem(16, 128, 2, 0.02), 1);
+}
+BENCHMARK(BM_FrontierInterleaved16Stages128Microbatches)
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(1);
+
+// The solver's input of `kareus run examples/llama3.3-70b-at-scale.yaml` (interleaved PP 8 x 2,
+// 64 microbatches, overlapped gradient sync; bench/data/README.md): Kareus's options per
+// instruction (31 forward, 84 backward) against Perseus's (18 clocks) on the same DAG, solved
+// in the same run; `kareus_over_perseus_cpu` is the ratio of their CPU times.
+void BM_AtScaleKareusVsPerseus(benchmark::State& state) {
+  const Problem kareus = ReadProblem("llama3.3-70b-at-scale.kareus.json");
+  const Problem perseus = ReadProblem("llama3.3-70b-at-scale.perseus.json");
+  Run(state, kareus, 0);
+  const Options options{.unit_time_s = 1e-3, .p_static_w = 85.0};
+  double wall_s = 0.0;
+  double cpu_s = 0.0;
+  Result result;
+  TimeRuns([&] { return Solve(perseus, options); }, 1, &wall_s, &cpu_s, &result);
+  state.counters["perseus_cpu_ms"] = 1e3 * cpu_s;
+  state.counters["perseus_points"] = static_cast<double>(result.points.size());
+  state.counters["kareus_over_perseus_cpu"] = state.counters["cpu_ms"] / (1e3 * cpu_s);
+}
+BENCHMARK(BM_AtScaleKareusVsPerseus)->Unit(benchmark::kMillisecond)->Iterations(1);
 
 }  // namespace
 }  // namespace kareus::pipeline

@@ -297,6 +297,7 @@ void Engine::FillResult(const Descent& d, std::chrono::steady_clock::time_point 
   summary.critical_edges_max = critical_arcs_max_;
   summary.realize_wall_s = realize_wall_s_;
   summary.fastest_point_wall_s = fastest_wall_s_;
+  summary.exact_search_work = exact_work_;
   summary.descent_wall_s = SecondsSince(started) - realize_wall_s_;
   summary.deadlines = static_cast<int64_t>(raw_.size());
   if (options_.keep_dominated) {

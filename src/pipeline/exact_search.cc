@@ -259,8 +259,12 @@ bool Engine::ExactAt(int64_t budget, double deadline, std::vector<int>& choice, 
     ExactLayer& to = layers[k + 1];
     const ExactStep step = PrepareStep(x, k, from, to, next);
     CollectCandidates(x, k, from, step, next, incumbent, candidates);
-    if (!KeepUndominated(from, step, candidates, beam, budget, work, to)) return false;
+    if (!KeepUndominated(from, step, candidates, beam, budget, work, to)) {
+      exact_work_ += work;
+      return false;
+    }
   }
+  exact_work_ += work;
   // Every complete state beats the incumbent (its bound was below): the cheapest one.
   const ExactLayer& last = layers[static_cast<std::size_t>(n_)];
   int best = -1;

@@ -243,34 +243,70 @@ bool Engine::OptimizeChain(const std::vector<int>& chain, std::vector<int>& choi
   }
   using State = ChainState;
   std::vector<std::vector<State>>& layers = scratch_.chain_layers;
-  std::vector<State>& candidates = scratch_.chain_candidates;
   layers.resize(length + 1);
   layers[0].assign(1, {0.0, 0.0, -1, -1});
   constexpr std::size_t kMaxStates = 2048;
+  // Per layer, the candidates (state k, option j) form one list per option j: along k the
+  // finishes grow and the energies fall (the states are a Pareto staircase). The lists are
+  // merged in order of (finish, energy) through a heap, and a list whose next entry the
+  // staircase already dominates jumps (binary search) to its first entry that is cheaper than
+  // the staircase's last state: the same states as sorting every candidate, without visiting
+  // the dominated ones.
+  std::vector<ChainHead>& heap = scratch_.chain_heap;
+  const auto later = [](const ChainHead& a, const ChainHead& b) {
+    return a.finish != b.finish ? a.finish > b.finish : a.energy > b.energy;
+  };
   for (std::size_t i = 0; i < length; ++i) {
     const Spec& spec = SpecOf(chain[i]);
     const std::vector<State>& from = layers[i];
-    candidates.clear();
-    for (std::size_t k = 0; k < from.size(); ++k) {
-      // States finishing before the release all start at the release: only the cheapest
-      // (the last of them) matters.
-      if (k + 1 < from.size() && from[k + 1].finish <= release[i]) continue;
-      const double begin = std::max(from[k].finish, release[i]);
-      for (std::size_t j = 0; j < spec.time.size(); ++j) {
-        const double finish = begin + spec.time[j];
-        if (finish > due[i] + time_tol_) break;
-        candidates.push_back(
-            {finish, from[k].energy + spec.eff[j], static_cast<int>(k), static_cast<int>(j)});
-      }
+    // States finishing before the release all start at the release: only the cheapest (the
+    // last of them) matters.
+    std::size_t k0 = 0;
+    while (k0 + 1 < from.size() && from[k0 + 1].finish <= release[i]) ++k0;
+    const auto begin = [&](std::size_t k) { return std::max(from[k].finish, release[i]); };
+    heap.clear();
+    for (std::size_t j = 0; j < spec.time.size(); ++j) {
+      const double finish = begin(k0) + spec.time[j];
+      if (finish > due[i] + time_tol_) break;  // slower options fit no state either
+      heap.push_back(
+          {finish, from[k0].energy + spec.eff[j], static_cast<int>(k0), static_cast<int>(j)});
     }
-    if (candidates.empty()) return false;  // the current choice is feasible; numerical trouble
-    std::sort(candidates.begin(), candidates.end(), [](const State& a, const State& b) {
-      return a.finish != b.finish ? a.finish < b.finish : a.energy < b.energy;
-    });
+    if (heap.empty()) return false;  // the current choice is feasible; numerical trouble
+    std::make_heap(heap.begin(), heap.end(), later);
     std::vector<State>& to = layers[i + 1];
     to.clear();
-    for (const State& c : candidates) {
-      if (to.empty() || c.energy < to.back().energy - 1e-12 * std::abs(c.energy)) to.push_back(c);
+    while (!heap.empty()) {
+      std::pop_heap(heap.begin(), heap.end(), later);
+      const ChainHead h = heap.back();
+      heap.pop_back();
+      if (to.empty() || h.energy < to.back().energy - 1e-12 * std::abs(h.energy))
+        to.push_back({h.finish, h.energy, h.state, h.option});
+      // The list's next entry that the staircase does not already dominate (energies only
+      // fall along the staircase, so one dominated now stays dominated).
+      // Galloping from the next state: the jump is usually short.
+      const double eff = spec.eff[static_cast<std::size_t>(h.option)];
+      const double best = to.back().energy;
+      const auto dominated = [&](std::size_t k) { return from[k].energy + eff >= best; };
+      std::size_t k = static_cast<std::size_t>(h.state) + 1;
+      if (k < from.size() && dominated(k)) {
+        std::size_t step = 1;
+        std::size_t low = k;  // dominated
+        while (low + step < from.size() && dominated(low + step)) {
+          low += step;
+          step *= 2;
+        }
+        const std::size_t high = std::min(low + step, from.size());  // not dominated, or the end
+        k = static_cast<std::size_t>(
+            std::partition_point(from.begin() + static_cast<std::ptrdiff_t>(low) + 1,
+                                 from.begin() + static_cast<std::ptrdiff_t>(high),
+                                 [&](const State& state) { return state.energy + eff >= best; }) -
+            from.begin());
+      }
+      if (k >= from.size()) continue;
+      const double finish = begin(k) + spec.time[static_cast<std::size_t>(h.option)];
+      if (finish > due[i] + time_tol_) continue;
+      heap.push_back({finish, from[k].energy + eff, static_cast<int>(k), h.option});
+      std::push_heap(heap.begin(), heap.end(), later);
     }
     if (to.size() > kMaxStates) {
       // Keep an evenly spread subset (always the fastest and the cheapest).

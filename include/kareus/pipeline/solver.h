@@ -138,6 +138,9 @@ struct Summary {
   // fresh BFS's (0 when the incremental max-flow is right); 0 otherwise.
   int64_t incremental_cut_mismatches = 0;
   int64_t incremental_cuts_checked = 0;  // incremental BFSs compared with a fresh one
+  // State comparisons the exact searches (and their beams) spent, every deadline together (at
+  // most 5 M per search; where the problem is small, every deadline searches).
+  int64_t exact_search_work = 0;
   // Where the time went (wall clock, for benchmarks; never compared in tests): the convex
   // descent (cuts, moves, passes), realizing every deadline's plan (fastest point included),
   // and of that the fastest point's extra searches.

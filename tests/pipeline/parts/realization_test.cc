@@ -154,5 +154,76 @@ TEST(ChainsTest, OneChainPerStageHoldingTheStagesInstructionsInOrder) {
   }
 }
 
+// OptimizeChain (a Pareto merge of one candidate list per option) against enumerating every
+// option combination of the chain, the other instructions' starts fixed: the same least energy
+// (chains short enough that no layer is thinned).
+TEST(ChainsTest, OptimizeChainFindsTheChainsLeastEnergyWithinItsWindows) {
+  Harness h(LadderProblem(3, 2, 5));
+  Engine& engine = h.Built();
+  const int n = EngineProbe::Nodes(engine);
+  const internal::Adjacency& preds = EngineProbe::Preds(engine);
+  const internal::Adjacency& succs = EngineProbe::Succs(engine);
+  const double t_min = engine.RealMakespan(std::vector<int>(n, 0));
+  std::mt19937_64 rng(11);
+  int improved = 0;
+  for (int trial = 0; trial < 12; ++trial) {
+    const double deadline = t_min * (1.0 + 0.04 * trial);
+    std::vector<int> choice(n, 0);
+    engine.Refine(choice, deadline, nullptr);
+    for (bool latest : {false, true}) {
+      std::vector<double> start;
+      engine.Schedule(choice, deadline, latest, start);
+      for (const std::vector<int>& chain : EngineProbe::Chains(engine)) {
+        const auto in_chain = [&](int v) {
+          return std::find(chain.begin(), chain.end(), v) != chain.end();
+        };
+        // Brute force: every combination, sequential on the chain, within the fixed windows.
+        double best = 1e300;
+        std::vector<int> combo(chain.size(), 0);
+        for (;;) {
+          double finish = 0.0;
+          double energy = 0.0;
+          bool feasible = true;
+          for (std::size_t i = 0; i < chain.size() && feasible; ++i) {
+            const int v = chain[i];
+            double release = finish;
+            for (int j = preds.start[v]; j < preds.start[v + 1]; ++j) {
+              const int p = preds.node[j];
+              if (in_chain(p)) continue;
+              release =
+                  std::max(release, start[p] + engine.SpecOf(p).time[choice[p]] + preds.lag[j]);
+            }
+            double due = deadline;
+            for (int j = succs.start[v]; j < succs.start[v + 1]; ++j) {
+              if (!in_chain(succs.node[j]))
+                due = std::min(due, start[succs.node[j]] - succs.lag[j]);
+            }
+            finish = release + engine.SpecOf(v).time[combo[i]];
+            energy += engine.SpecOf(v).eff[combo[i]];
+            feasible = finish <= due + 1e-9;
+          }
+          if (feasible) best = std::min(best, energy);
+          std::size_t i = 0;
+          while (i < chain.size() &&
+                 ++combo[i] == static_cast<int>(engine.SpecOf(chain[i]).time.size())) {
+            combo[i++] = 0;
+          }
+          if (i == chain.size()) break;
+        }
+        std::vector<int> trial_choice = choice;
+        double current = 0.0;
+        for (int v : chain) current += engine.SpecOf(v).eff[choice[v]];
+        const bool better = engine.OptimizeChain(chain, trial_choice, start, deadline);
+        double found = 0.0;
+        for (int v : chain) found += engine.SpecOf(v).eff[trial_choice[v]];
+        EXPECT_NEAR(better ? found : current, best, 1e-9 * std::abs(best))
+            << "trial " << trial << (latest ? " latest" : " earliest");
+        improved += better ? 1 : 0;
+      }
+    }
+  }
+  EXPECT_GT(improved, 0);  // the windows leave the chains something to gain
+}
+
 }  // namespace
 }  // namespace kareus::pipeline::parts_test
