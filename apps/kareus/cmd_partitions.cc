@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "commands.h"
+#include "flags.h"
 #include "kareus/common/json.h"
 #include "kareus/common/table.h"
 #include "kareus/workload/ops.h"
@@ -15,19 +16,21 @@ void AddPartitionsCommand(CLI::App& app) {
     std::string workload;
     bool json = false;
     bool program = false;
+    std::string gpu_overlay;
   };
   auto args = std::make_shared<Args>();
   auto* cmd = app.add_subcommand(
       "partitions", "Show the partition types, counts, slots, FLOPs and bytes of a workload");
   cmd->add_option("WORKLOAD", args->workload, "Workload file (YAML)")->required();
   auto* json = cmd->add_flag("--json", args->json, "Print JSON");
+  AddGpuOverlayOption(cmd, args->gpu_overlay);
   cmd->add_flag("--program", args->program,
                 "With --json: also every instruction's kernels and partition occurrences in "
                 "execution order, with their layers (what the kareus.torch executor runs)")
       ->needs(json);
   cmd->callback([args]() {
     const workload::WorkloadModel model =
-        workload::BuildWorkloadModel(workload::LoadWorkloadFile(args->workload));
+        workload::BuildWorkloadModel(LoadWorkload(args->workload, args->gpu_overlay));
     if (args->json) {
       std::fputs(DumpJson(workload::PartitionsJson(model, args->program)).c_str(), stdout);
       return;

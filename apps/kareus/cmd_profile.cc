@@ -31,6 +31,7 @@ void AddProfileCommand(CLI::App& app) {
     bool quiet = false;
     bool json = false;
     bool evaluations = false;
+    std::string gpu_overlay;
   };
   auto args = std::make_shared<Args>();
   auto* cmd = app.add_subcommand(
@@ -40,6 +41,7 @@ void AddProfileCommand(CLI::App& app) {
                    "SQLite measurement store: every measurement is committed as it arrives; a "
                    "rerun resumes without re-measuring");
   AddBackendFlags(cmd, args->backend);
+  AddGpuOverlayOption(cmd, args->gpu_overlay);
   AddDistributedFlags(cmd, args->distributed);
   AddSeedOption(cmd, args->seed, "Root seed (noise, designs, surrogates)");
   cmd->add_option("--partition", args->partitions, "Profile only these partition types");
@@ -59,7 +61,7 @@ void AddProfileCommand(CLI::App& app) {
     const auto make_spec = [args, rank_backend]() {
       distributed::WorkerSpec spec;
       spec.models.push_back(
-          workload::BuildWorkloadModel(workload::LoadWorkloadFile(args->workload)));
+          workload::BuildWorkloadModel(LoadWorkload(args->workload, args->gpu_overlay)));
       spec.make_backend = MakeBackendFactory(rank_backend(spec.models.front()));
       spec.seed = args->seed;
       return spec;
@@ -74,7 +76,7 @@ void AddProfileCommand(CLI::App& app) {
     const distributed::PlannerOptions planner_options =
         ToPlannerOptions(args->distributed, args->backend.backend);
     const workload::WorkloadModel model =
-        workload::BuildWorkloadModel(workload::LoadWorkloadFile(args->workload));
+        workload::BuildWorkloadModel(LoadWorkload(args->workload, args->gpu_overlay));
     const measure::BackendFactory make_backend = MakeBackendFactory(rank_backend(model));
     const std::unique_ptr<measure::Backend> backend = make_backend(model, args->seed);
     const Context context{.seed = args->seed, .quiet = args->quiet};

@@ -34,6 +34,7 @@ struct RunArgs {
   bool quiet = false;
   bool json = false;
   bool transfer = mobo::ProfileOptions{}.transfer;
+  std::string gpu_overlay;  // run only
 };
 
 std::string DefaultMethodNames() {
@@ -100,6 +101,7 @@ void AddRunCommand(CLI::App& app) {
   cmd->add_option("WORKLOAD", args->workloads, "Workload file (YAML)")->required()->expected(1);
   AddSharedOptions(cmd, *args,
                    "SQLite measurement store (default: OUT/measurements.sqlite); a rerun resumes");
+  AddGpuOverlayOption(cmd, args->gpu_overlay);
   cmd->callback([args]() {
     // Under mpirun every rank runs this command; ranks other than 0 measure the partition
     // units rank 0 plans; rank 0 runs the rest of the flow and writes every file.
@@ -107,15 +109,15 @@ void AddRunCommand(CLI::App& app) {
     // Under mpirun with --backend cuda each rank measures on GPUs of its own.
     const auto rank_backend = [args, &session]() {
       return RankBackendFlags(args->backend, *session, [args]() {
-        return MeasurementGroupGpus(
-            {workload::BuildWorkloadModel(workload::LoadWorkloadFile(args->workloads.front()))},
-            true);
+        return MeasurementGroupGpus({workload::BuildWorkloadModel(
+                                        LoadWorkload(args->workloads.front(), args->gpu_overlay))},
+                                    true);
       });
     };
     const auto make_spec = [args, rank_backend]() {
       distributed::WorkerSpec spec;
       spec.models.push_back(
-          workload::BuildWorkloadModel(workload::LoadWorkloadFile(args->workloads.front())));
+          workload::BuildWorkloadModel(LoadWorkload(args->workloads.front(), args->gpu_overlay)));
       spec.make_backend = MakeBackendFactory(rank_backend());
       spec.seed = args->seed;
       return spec;
@@ -130,7 +132,7 @@ void AddRunCommand(CLI::App& app) {
     const std::filesystem::path out = args->out;
     if (options.profile.store.empty()) options.profile.store = out / "measurements.sqlite";
     const measure::BackendFactory backend = MakeBackendFactory(rank_backend());
-    const auto workload = workload::LoadWorkloadFile(args->workloads.front());
+    const auto workload = LoadWorkload(args->workloads.front(), args->gpu_overlay);
     OutputFolder folder(out);  // checked now; the outputs replace OUT as a whole at the end
     folder.Keep(options.profile.store);
     std::unique_ptr<distributed::Planner> planner;

@@ -12,15 +12,22 @@
 #include <fmt/format.h>
 
 #include "commands.h"
+#include "flags.h"
 #include "kareus/common/error.h"
 #include "kareus/common/io.h"
 #include "kareus/common/json.h"
 #include "kareus/common/table.h"
 #include "kareus/emulator/emulator.h"
+#include "kareus/hw/gpu_overlay.h"
 #include "kareus/workload/ops.h"
 
 namespace kareus::cli {
 namespace {
+
+// The overlay of refitted constants the emulated GPU runs with, in the JSON (absent: the preset).
+void RecordOverlay(Json& j, const workload::WorkloadModel& model) {
+  if (model.workload.gpu_overlay) j["gpu_overlay"] = hw::ToJson(*model.workload.gpu_overlay);
+}
 
 struct SimulateArgs {
   std::string workload;
@@ -35,6 +42,7 @@ struct SimulateArgs {
   bool sweep = false;
   std::optional<double> power_limit_w;  // board power limit; the clock defaults to the maximum
   std::string csv;
+  std::string gpu_overlay;
   bool json = false;
 };
 
@@ -97,12 +105,12 @@ void RunPartition(const SimulateArgs& a, const workload::WorkloadModel& model) {
         row.update(emulator::ToJson(p.result));
         rows.push_back(row);
       }
-      std::fputs(DumpJson(Json{{"workload", model.workload.name},
-                               {"gpu", gpu.name},
-                               {"partition", type.name},
-                               {"points", rows}})
-                     .c_str(),
-                 stdout);
+      Json j{{"workload", model.workload.name},
+             {"gpu", gpu.name},
+             {"partition", type.name},
+             {"points", rows}};
+      RecordOverlay(j, model);
+      std::fputs(DumpJson(j).c_str(), stdout);
       return;
     }
     if (!a.csv.empty()) {
@@ -164,6 +172,7 @@ void RunPartition(const SimulateArgs& a, const workload::WorkloadModel& model) {
            {"freq_mhz", knobs.freq_mhz},      {"sms", knobs.sms}, {"slot", knobs.slot},
            {"power_limit_w", gpu.power.cap_w}};
     j.update(emulator::ToJson(r));
+    RecordOverlay(j, model);
     std::fputs(DumpJson(j).c_str(), stdout);
     return;
   }
@@ -252,6 +261,7 @@ void RunInstruction(const SimulateArgs& a, const workload::WorkloadModel& model)
              {"freq_mhz", f},
              {"power_limit_w", gpu.power.cap_w}};
       j.update(emulator::ToJson(r));
+      RecordOverlay(j, model);
       rows.push_back(j);
     }
     std::fputs(DumpJson(a.sweep ? rows : rows.front()).c_str(), stdout);
@@ -284,6 +294,7 @@ void AddSimulateCommand(CLI::App& app) {
       "comm SMs x launch slots");
   cmd->add_option("WORKLOAD", args->workload, "Workload file (YAML)")->required();
   cmd->add_option("--partition", args->partition, "Partition type (see `kareus partitions`)");
+  AddGpuOverlayOption(cmd, args->gpu_overlay);
   cmd->add_option("--stage", args->stage, "Pipeline stage (0-based) of the instruction");
   cmd->add_option("--instruction", args->instruction, "forward or backward");
   cmd->add_option("--freq", args->freq_mhz, "Locked SM clock, MHz (a clock of the GPU's grid)");
@@ -313,7 +324,7 @@ void AddSimulateCommand(CLI::App& app) {
     if (!args->csv.empty() && !args->sweep) {
       ThrowInput("--csv", args->csv, "only with --sweep");
     }
-    workload::Workload w = workload::LoadWorkloadFile(args->workload);
+    workload::Workload w = LoadWorkload(args->workload, args->gpu_overlay);
     if (args->power_limit_w) {
       hw::SetPowerLimit(w.gpu, *args->power_limit_w, "--power-limit");
       w.power_limit_w = *args->power_limit_w;

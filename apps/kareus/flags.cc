@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "kareus/common/json.h"
+#include "kareus/hw/gpu_overlay.h"
 #include "kareus/measure/cuda_backend.h"
 #include "kareus/measure/emulator_backend.h"
 #include "kareus/measure/torch_backend.h"
@@ -147,6 +148,21 @@ std::vector<std::string> BackendNames() {
   if (measure::CudaBackendBuilt()) names.push_back("cuda");
   names.push_back("torch");
   return names;
+}
+
+void AddGpuOverlayOption(CLI::App* cmd, std::string& path) {
+  cmd->add_option("--gpu-overlay", path,
+                  "Overlay of refitted GPU constants (kareus calibrate) for the workload's GPU, in "
+                  "place of any overlay the workload names; the backend description and every "
+                  "output record it");
+}
+
+workload::Workload LoadWorkload(const std::string& path, const std::string& gpu_overlay) {
+  workload::Workload w = workload::LoadWorkloadFile(path);
+  if (!gpu_overlay.empty()) {
+    workload::SetGpuOverlay(w, hw::LoadGpuOverlayFile(gpu_overlay), "--gpu-overlay " + gpu_overlay);
+  }
+  return w;
 }
 
 void AddBackendFlags(CLI::App* cmd, BackendFlags& flags) {

@@ -15,6 +15,7 @@
 #include "kareus/common/error.h"
 #include "kareus/measure/backend.h"
 #include "kareus/mobo/profiler.h"
+#include "kareus/workload/workload.h"
 
 namespace kareus::cli {
 
@@ -66,6 +67,13 @@ std::vector<FlagName> ProfilerFlagNames(const std::string& prefix);
 // --seed: a root seed from 0 to 2^64 - 1. A negative number is refused (InputError naming the
 // flag) where CLI11 would wrap it silently ("-1" -> 18446744073709551615).
 CLI::Option* AddSeedOption(CLI::App* cmd, uint64_t& seed, const std::string& help);
+
+// --gpu-overlay FILE: the emulator's GPU with the constants of an overlay file (kareus
+// calibrate), in place of any overlay the workload file names.
+void AddGpuOverlayOption(CLI::App* cmd, std::string& path);
+// The workload file, with the --gpu-overlay file's overlay when `gpu_overlay` is not empty.
+// InputError naming --gpu-overlay when the overlay is for another GPU or breaks a preset's rule.
+workload::Workload LoadWorkload(const std::string& path, const std::string& gpu_overlay);
 
 struct BackendFlags {
   std::string backend = "emulator";

@@ -129,6 +129,8 @@ std::string Workload::Signature() const {
   out << "model=" << model.name << ":" << model.hidden << "/" << model.heads << "/"
       << model.kv_groups << "/" << model.head_dim << "/" << model.ffn << "/" << model.vocab << "/"
       << (model.qk_norm ? "qk" : "-") << ";gpu=" << gpu.name;
+  // An overlay's constants change every measurement too.
+  if (gpu_overlay) out << "+" << gpu_overlay->Tag();
   // A power limit set by the workload changes every measurement.
   if (power_limit_w > 0.0) out << "@" << power_limit_w << "W";
   out << ";tp=" << parallelism.tp << ";cp=" << parallelism.cp << ";mbs=" << microbatch_size
@@ -161,6 +163,8 @@ Json Workload::ToJson() const {
   // chunk, so the record of every other workload reads as before.
   if (parallelism.virtual_stages > 1)
     j["parallelism"]["virtual_stages"] = parallelism.virtual_stages;
+  // The overlay's constants in full (absent without one), so the record rebuilds the GPU.
+  if (gpu_overlay) j["gpu_overlay"] = hw::ToJson(*gpu_overlay);
   return j;
 }
 
@@ -189,12 +193,20 @@ Workload WorkloadFromYaml(const std::string& yaml_text, const std::string& sourc
       throw InputError(source_name + ": " + e.what());
     }
   }
-  // `gpu: NAME`, or a mapping `{name: NAME, power_limit_w: W}` that sets the board's power
-  // limit (bounded by the board's range; A100 SXM4 80GB exists as 400 W and 500 W boards).
+  // `gpu: NAME`, or a mapping `{name: NAME, power_limit_w: W, overlay: FILE}` that sets the
+  // board's power limit (bounded by the board's range; A100 SXM4 80GB exists as 400 W and 500 W
+  // boards) and names an overlay of refitted constants (a file, relative to the workload
+  // file's folder, or the overlay's mapping inline).
   const bool gpu_section = root.IsMap("gpu");
   const std::optional<YamlMap> gpu_map =
       gpu_section ? std::optional<YamlMap>(root.Map("gpu")) : std::nullopt;
-  const std::string gpu_name = gpu_section ? gpu_map->String("name") : root.String("gpu");
+  // `preset` is another spelling of `name` in the mapping (the preset an overlay adjusts).
+  if (gpu_section && gpu_map->Has("preset") && gpu_map->Has("name")) {
+    gpu_map->Fail("preset", gpu_map->String("preset"), "give name or preset, not both");
+  }
+  const std::string gpu_name = !gpu_section
+                                   ? root.String("gpu")
+                                   : gpu_map->String(gpu_map->Has("preset") ? "preset" : "name");
   try {
     w.gpu = CachedPreset<hw::GpuSpec>(gpu_name, hw::GpuPreset);
   } catch (const InputError& e) {
@@ -204,6 +216,16 @@ Workload WorkloadFromYaml(const std::string& yaml_text, const std::string& sourc
     if (gpu_map->Has("power_limit_w")) {
       w.power_limit_w = gpu_map->Double("power_limit_w");
       hw::SetPowerLimit(w.gpu, w.power_limit_w, gpu_map->FieldName("power_limit_w"));
+    }
+    if (gpu_map->IsMap("overlay")) {
+      w.gpu_overlay = hw::ParseGpuOverlay(gpu_map->Map("overlay"));
+    } else if (gpu_map->Has("overlay")) {
+      const std::filesystem::path file = gpu_map->String("overlay");
+      w.gpu_overlay = hw::LoadGpuOverlayFile(
+          file.is_absolute() ? file : std::filesystem::path(source_name).parent_path() / file);
+    }
+    if (w.gpu_overlay) {
+      hw::ApplyGpuOverlay(w.gpu, *w.gpu_overlay, gpu_map->FieldName("overlay"));
     }
     gpu_map->RejectUnknownKeys();
   }
@@ -348,6 +370,7 @@ Workload WorkloadFromRecord(const Json& record, int virtual_stages,
   Json file = record;
   file.erase("nanobatching_possible");
   file.erase("power_limit_w");
+  file.erase("gpu_overlay");
   if (record.contains("power_limit_w") && record["power_limit_w"].is_number() &&
       record.contains("gpu") && record["gpu"].is_string()) {
     const double limit = record["power_limit_w"].get<double>();
@@ -356,6 +379,11 @@ Workload WorkloadFromRecord(const Json& record, int virtual_stages,
     if (limit != preset.power.cap_w) {
       file["gpu"] = Json{{"name", record["gpu"]}, {"power_limit_w", limit}};
     }
+  }
+  if (record.contains("gpu_overlay") && record["gpu_overlay"].is_object() &&
+      record.contains("gpu") && (record["gpu"].is_string() || record["gpu"].is_object())) {
+    if (file["gpu"].is_string()) file["gpu"] = Json{{"name", file["gpu"]}};
+    file["gpu"]["overlay"] = record["gpu_overlay"];
   }
   if (virtual_stages > 1 && file.contains("parallelism") && file["parallelism"].is_object()) {
     file["parallelism"]["virtual_stages"] = virtual_stages;
@@ -367,6 +395,15 @@ Workload WorkloadFromRecord(const Json& record, int virtual_stages,
     }
   }
   return WorkloadFromYaml(DumpJson(file), source_name);
+}
+
+void SetGpuOverlay(Workload& w, const std::optional<hw::GpuOverlay>& overlay,
+                   const std::string& where) {
+  hw::GpuSpec gpu = CachedPreset<hw::GpuSpec>(w.gpu.name, hw::GpuPreset);
+  if (w.power_limit_w > 0.0) hw::SetPowerLimit(gpu, w.power_limit_w);
+  if (overlay) hw::ApplyGpuOverlay(gpu, *overlay, where);
+  w.gpu = std::move(gpu);
+  w.gpu_overlay = overlay;
 }
 
 Workload LoadWorkloadFile(const std::filesystem::path& path) {

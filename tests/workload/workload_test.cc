@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 
 #include "kareus/common/error.h"
 #include "workload/expect_input_error.h"
@@ -215,6 +216,60 @@ TEST(Workload, SignatureSeparatesWhatChangesAMeasurement) {
       WorkloadFromYaml(Replace(kValid, "microbatches: 8", "microbatches: 16"), "w.yaml");
   EXPECT_NE(a.Signature(), b.Signature());
   EXPECT_EQ(a.Signature(), c.Signature());  // partitions do not depend on the microbatch count
+}
+
+// An overlay of refitted constants (kareus calibrate), inline or as a file beside the workload:
+// the GPU runs with its constants, the signature and the calibration name it (stores of the
+// preset are refused), and the record rebuilds the same GPU.
+TEST(Workload, GpuOverlayChangesTheGpuAndIsRecorded) {
+  const Workload plain = WorkloadFromYaml(kValid, "w.yaml");
+  const std::string inline_overlay =
+      "gpu: {preset: A100-SXM4-40GB, overlay: {preset: A100-SXM4-40GB, constants: "
+      "{dynamic_max_w: 700, hbm_efficiency: 0.8}}}";
+  const Workload a =
+      WorkloadFromYaml(Replace(kValid, "gpu: A100-SXM4-40GB", inline_overlay), "w.yaml");
+  ASSERT_TRUE(a.gpu_overlay.has_value());
+  EXPECT_DOUBLE_EQ(a.gpu.power.dynamic_max_w, 700.0);
+  EXPECT_DOUBLE_EQ(a.gpu.hbm_efficiency, 0.8);
+  EXPECT_EQ(a.gpu.name, plain.gpu.name);
+  EXPECT_NE(a.Signature(), plain.Signature());
+  EXPECT_NE(a.gpu.calibration, plain.gpu.calibration);
+  EXPECT_FALSE(plain.ToJson().contains("gpu_overlay"));
+  const Workload back = WorkloadFromRecord(a.ToJson(), 1, "plan.json");
+  EXPECT_EQ(back.Signature(), a.Signature());
+  EXPECT_DOUBLE_EQ(back.gpu.power.dynamic_max_w, 700.0);
+
+  // A file, relative to the workload file's folder.
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "kareus_overlay_wl";
+  std::filesystem::create_directories(dir / "sub");
+  std::ofstream(dir / "sub" / "o.yaml")
+      << "format: kareus.gpu_overlay/1\npreset: A100-SXM4-40GB\nconstants: {dynamic_max_w: 700, "
+         "hbm_efficiency: 0.8}\n";
+  std::ofstream(dir / "w.yaml") << Replace(kValid, "gpu: A100-SXM4-40GB",
+                                           "gpu: {name: A100-SXM4-40GB, overlay: sub/o.yaml}");
+  const Workload f = LoadWorkloadFile(dir / "w.yaml");
+  EXPECT_EQ(f.Signature(), a.Signature());
+
+  // --gpu-overlay's path: replace it, or take it away.
+  Workload g = plain;
+  SetGpuOverlay(g, a.gpu_overlay, "--gpu-overlay");
+  EXPECT_EQ(g.Signature(), a.Signature());
+  SetGpuOverlay(g, std::nullopt, "--gpu-overlay");
+  EXPECT_EQ(g.Signature(), plain.Signature());
+  EXPECT_DOUBLE_EQ(g.gpu.power.dynamic_max_w, plain.gpu.power.dynamic_max_w);
+  std::filesystem::remove_all(dir);
+
+  // For another GPU, a missing file, both spellings of the preset: named errors.
+  ExpectInputError(Replace(kValid, "gpu: A100-SXM4-40GB",
+                           "gpu: {name: A100-SXM4-40GB, overlay: {preset: A40, constants: "
+                           "{idle_w: 60}}}"),
+                   {"overlay", "another GPU"});
+  ExpectInputError(Replace(kValid, "gpu: A100-SXM4-40GB",
+                           "gpu: {name: A100-SXM4-40GB, overlay: no-such-overlay.yaml}"),
+                   {"no-such-overlay.yaml"});
+  ExpectInputError(
+      Replace(kValid, "gpu: A100-SXM4-40GB", "gpu: {name: A100-SXM4-40GB, preset: A40}"),
+      {"preset", "not both"});
 }
 
 TEST(Workload, EveryShippedExampleLoads) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kareus/common/json.h"
+#include "kareus/hw/gpu_overlay.h"
 #include "kareus/hw/gpu_spec.h"
 #include "kareus/schedule/schedule.h"
 
@@ -70,6 +71,9 @@ struct Workload {
   // The workload's `gpu.power_limit_w` (already applied to gpu.power.cap_w); 0 when the file
   // keeps the preset's default limit.
   double power_limit_w = 0.0;
+  // The workload's `gpu.overlay` (issue 32; already applied to gpu, whose calibration then ends
+  // in the overlay's tag): a preset's constants refitted by `kareus calibrate`.
+  std::optional<hw::GpuOverlay> gpu_overlay;
 
   // Interleaved 1F1B when the stages hold several model chunks, else 1F1B.
   schedule::ScheduleKind Schedule() const {
@@ -95,6 +99,11 @@ struct Workload {
 // microbatches a multiple of pp, each stage's layers a multiple of virtual_stages).
 Workload LoadWorkloadFile(const std::filesystem::path& path);
 Workload WorkloadFromYaml(const std::string& yaml_text, const std::string& source_name);
+// `w` with its GPU the preset's again, its power limit kept, and `overlay` applied (nullopt:
+// none): what --gpu-overlay does to a workload whatever overlay its file names. InputError when
+// the overlay is for another preset or breaks a preset's rule, naming `where`.
+void SetGpuOverlay(Workload& w, const std::optional<hw::GpuOverlay>& overlay,
+                   const std::string& where);
 // The workload a plan or frontier file records (their `workload`, written by
 // Workload::ToJson), loaded back through the same validation; `virtual_stages` is the plan's.
 // InputError when the record is missing (plans from `kareus solve`) or invalid.
