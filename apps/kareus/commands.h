@@ -18,6 +18,7 @@ void AddSolveCommand(CLI::App& app);
 void AddExportCommand(CLI::App& app);
 void AddDeviceCheckCommand(CLI::App& app);
 void AddValidateCommand(CLI::App& app);
+void AddCalibrateCommand(CLI::App& app);
 void AddScheduleCommand(CLI::App& app);
 void AddPickCommand(CLI::App& app);
 

@@ -67,6 +67,7 @@ int main(int argc, char** argv) {
   kareus::cli::AddPickCommand(app);
   kareus::cli::AddDeviceCheckCommand(app);
   kareus::cli::AddValidateCommand(app);
+  kareus::cli::AddCalibrateCommand(app);
   app.set_version_flag("--version", std::string("kareus ") + KAREUS_VERSION);
   // CLI11 alone answers a mistyped command with "A subcommand is required".
   if (argc > 1 && argv[1][0] != '-') {

@@ -301,9 +301,25 @@ ValidationReport ReplayDatasets(const ReplayOptions& options) {
   const std::filesystem::path manifest = dir / "datasets.yaml";
   const YamlMap root = YamlMap::Parse(ReadTextFile(manifest), manifest.string());
   ValidationReport report;
+  std::vector<std::string> names;
+  // The overlay of `gpu`'s preset, applied; where an overlay breaks a preset rule the message
+  // names the dataset.
+  const auto overlay = [&](hw::GpuSpec& gpu, DatasetResult& d) {
+    d.gpu_preset = gpu.name;
+    for (const hw::GpuOverlay& o : options.overlays) {
+      if (o.preset != gpu.name) continue;
+      hw::ApplyGpuOverlay(gpu, o, manifest.string() + ": dataset " + d.name + ": overlay");
+      d.overlay = o.Tag();
+    }
+  };
+  const auto wanted = [&](const std::string& name) {
+    return options.datasets.empty() || std::find(options.datasets.begin(), options.datasets.end(),
+                                                 name) != options.datasets.end();
+  };
   for (const YamlMap& entry : root.MapList("datasets")) {
     DatasetResult d;
     d.name = entry.String("name");
+    names.push_back(d.name);
     const std::string kind = entry.String("kind");
     bool known = false;
     for (DatasetKind k : {DatasetKind::kStageProfile, DatasetKind::kPowerLimitSweep,
@@ -320,18 +336,33 @@ ValidationReport ReplayDatasets(const ReplayOptions& options) {
       // A microbenchmark of the GPU alone: a preset, no workload.
       const std::string preset = entry.String("gpu");
       entry.RejectUnknownKeys();
-      internal::ReplayPowerProbe(dir / d.file, hw::GpuPreset(preset), d);
+      if (!wanted(d.name) || (!options.gpu.empty() && preset != options.gpu)) continue;
+      hw::GpuSpec gpu = hw::GpuPreset(preset);
+      overlay(gpu, d);
+      internal::ReplayPowerProbe(dir / d.file, gpu, d);
       report.datasets.push_back(std::move(d));
       continue;
     }
     d.workload = entry.String("workload");
+    if (entry.Has("compare")) {
+      const std::string compare = entry.String("compare");
+      if (compare == "absolute") {
+        d.absolute = true;
+      } else if (compare != "shape") {
+        entry.Fail("compare", compare, "valid: shape, absolute");
+      }
+    }
     entry.RejectUnknownKeys();
-    const workload::Workload w = workload::LoadWorkloadFile(dir / d.workload);
-    d.gpu = w.gpu.name + " (" + FormatFixed(w.gpu.power.cap_w, 0) + " W limit)";
     if (!known) {
       entry.Fail("kind", kind,
                  "valid: stage_profile, power_limit_sweep, device_check, power_probe");
-    } else if (d.kind == DatasetKind::kStageProfile) {
+    }
+    if (!wanted(d.name)) continue;
+    workload::Workload w = workload::LoadWorkloadFile(dir / d.workload);
+    if (!options.gpu.empty() && w.gpu.name != options.gpu) continue;
+    overlay(w.gpu, d);
+    d.gpu = w.gpu.name + " (" + FormatFixed(w.gpu.power.cap_w, 0) + " W limit)";
+    if (d.kind == DatasetKind::kStageProfile) {
       ReplayStageProfile(dir / d.file, w, d);
     } else if (d.kind == DatasetKind::kPowerLimitSweep) {
       ReplayPowerLimitSweep(dir / d.file, w, d);
@@ -341,7 +372,13 @@ ValidationReport ReplayDatasets(const ReplayOptions& options) {
     report.datasets.push_back(std::move(d));
   }
   root.RejectUnknownKeys();
-  if (report.datasets.empty()) throw InputError(manifest.string() + ": no datasets");
+  for (const std::string& name : options.datasets) {
+    if (std::find(names.begin(), names.end(), name) == names.end()) {
+      throw InputError(manifest.string() + ": no dataset named " + ShownValue(name) +
+                       " (datasets: " + JoinNames(names) + ")");
+    }
+  }
+  if (names.empty()) throw InputError(manifest.string() + ": no datasets");
   return report;
 }
 

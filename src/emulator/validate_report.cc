@@ -21,6 +21,9 @@ Json ToJson(const ValidationReport& report) {
            {"workload", d.workload},
            {"gpu", d.gpu},
            {"calibrates", d.calibrates}};
+    // Replayed with refitted constants (kareus validate --gpu-overlay); absent: the preset.
+    if (!d.overlay.empty()) j["overlay"] = d.overlay;
+    if (d.absolute) j["compare"] = "absolute";
     if (d.kind == DatasetKind::kStageProfile) {
       Json curves = Json::array();
       for (const StageCurve& c : d.curves) {
@@ -128,6 +131,7 @@ void RenderDeviceRows(const DatasetResult& d, std::ostringstream& out) {
   out << "  source: " << d.source << "\n";
   out << "  calibrated: " << (d.calibrates.empty() ? "nothing (validation only)" : d.calibrates)
       << "\n";
+  if (!d.overlay.empty()) out << "  with the overlay " << d.overlay << "\n";
   Table table({"section", "name", "shape", "t_us", "emu_t_us", "t_err_%", "E_err_%", "P_w",
                "emu_P_w", "P_err_%", "mhz", "emu_mhz", "f_err_%"});
   std::vector<std::string> notes;
@@ -175,6 +179,7 @@ std::string RenderValidation(const ValidationReport& report) {
     out << "  source: " << d.source << "\n";
     out << "  calibrated: " << (d.calibrates.empty() ? "nothing (validation only)" : d.calibrates)
         << "\n";
+    if (!d.overlay.empty()) out << "  with the overlay " << d.overlay << "\n";
     if (d.kind == DatasetKind::kStageProfile) {
       Table table({"stage", "instr", "time_rms_pt", "energy_rms_pt", "opt_mhz", "emu_opt_mhz",
                    "saving_%", "emu_saving_%", "P_top_w", "emu_P_top_w", "P_top_err_%", "fit_mhz",

@@ -20,7 +20,10 @@ namespace {
 
 const ValidationReport& Report() {
   static const ValidationReport report =
-      ReplayDatasets({.data_dir = testing::SourceDir() / "data" / "validation"});
+      ReplayDatasets({.data_dir = testing::SourceDir() / "data" / "validation",
+                      .datasets = {},
+                      .gpu = "",
+                      .overlays = {}});
   return report;
 }
 
@@ -247,7 +250,7 @@ TEST(Validation, DeviceCheckOnAnotherWorkloadIsRefused) {
       << "datasets:\n  - name: x\n    kind: device_check\n    file: h200-device/check.json\n"
          "    source: test\n    workload: workloads/w.yaml\n";
   try {
-    ReplayDatasets({.data_dir = dir});
+    ReplayDatasets({.data_dir = dir, .datasets = {}, .gpu = "", .overlays = {}});
     ADD_FAILURE() << "no error";
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("signature"), std::string::npos) << e.what();

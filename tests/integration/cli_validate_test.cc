@@ -3,6 +3,7 @@
 // tests/emulator/validation_test.cc), and `kareus simulate --power-limit` (power-limit mode).
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <string>
 
 #include "integration/cli_util.h"
@@ -88,6 +89,49 @@ TEST(CliSimulatePowerLimit, OutsideTheBoardRangeExitsTwoWithTheRange) {
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("--power-limit"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("100 to 400 W"), std::string::npos) << r.err;
+}
+
+// `kareus calibrate` writes an overlay that validate, simulate and run take; bad input exits 2
+// naming the field, and an overlay for another GPU is refused.
+TEST(CliCalibrate, WritesAnOverlayTheOtherCommandsTake) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "kareus_cli_calibrate";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string overlay = (dir / "h200.yaml").string();
+  const auto fit = RunKareus("calibrate --gpu H200-SXM --dataset h200-llama3.2-3b-card-a --out " +
+                             overlay + " --json");
+  ASSERT_EQ(fit.exit_code, 0) << fit.err;
+  const Json j = Json::parse(fit.out);
+  EXPECT_EQ(j["format"], "kareus.calibration/1");
+  ASSERT_TRUE(std::filesystem::exists(overlay));
+
+  const auto compared = RunKareus("validate --gpu-overlay " + overlay);
+  ASSERT_EQ(compared.exit_code, 0) << compared.err;
+  EXPECT_NE(compared.out.find("the preset against the overlay"), std::string::npos);
+
+  const std::string workload =
+      (SourceDir() / "data/validation/workloads/device-llama3.2-3b-tp8-h200.yaml").string();
+  const auto sim = RunKareus("simulate " + workload +
+                             " --partition fwd_trail --sms 20 --slot norm_0 --freq 1500 --json "
+                             "--gpu-overlay " +
+                             overlay);
+  ASSERT_EQ(sim.exit_code, 0) << sim.err;
+  EXPECT_TRUE(Json::parse(sim.out).contains("gpu_overlay"));
+
+  const auto wrong_gpu = RunKareus(
+      "simulate " + (SourceDir() / "examples/llama3.1-8b-h100.yaml").string() +
+      " --partition fwd_trail --sms 20 --slot norm_0 --freq 1500 --gpu-overlay " + overlay);
+  EXPECT_EQ(wrong_gpu.exit_code, 2);
+  EXPECT_NE(wrong_gpu.err.find("--gpu-overlay"), std::string::npos) << wrong_gpu.err;
+
+  const auto no_gpu = RunKareus("calibrate --gpu NOPE --out " + (dir / "x.yaml").string());
+  EXPECT_EQ(no_gpu.exit_code, 2);
+  EXPECT_FALSE(std::filesystem::exists(dir / "x.yaml"));
+  const auto bad_width =
+      RunKareus("calibrate --gpu A40 --prior-width -1 --out " + (dir / "x.yaml").string());
+  EXPECT_EQ(bad_width.exit_code, 2);
+  EXPECT_NE(bad_width.err.find("prior"), std::string::npos) << bad_width.err;
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

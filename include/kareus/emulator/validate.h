@@ -14,12 +14,20 @@
 #include <vector>
 
 #include "kareus/common/json.h"
+#include "kareus/hw/gpu_overlay.h"
 #include "kareus/workload/ops.h"
 
 namespace kareus::emulator {
 
 struct ReplayOptions {
   std::filesystem::path data_dir;  // holds datasets.yaml; empty: DataDir()/validation
+  // Only the datasets of these names (empty: all); InputError for a name the manifest lacks.
+  std::vector<std::string> datasets;
+  // Only the datasets measured on this GPU preset ("": all).
+  std::string gpu;
+  // Overlays of refitted constants (kareus calibrate): each applies to every dataset measured on
+  // its preset, on top of the preset and of any overlay the stand-in workload names.
+  std::vector<hw::GpuOverlay> overlays;
 };
 
 // One instruction of a stage profile (time and energy per locked clock), measured and emulated.
@@ -99,10 +107,17 @@ struct DeviceMedians {
 struct DatasetResult {
   std::string name;  // "gpt3-175b-a100", ...
   DatasetKind kind = DatasetKind::kStageProfile;
-  std::string file;                // the measured CSV, relative to the data directory
-  std::string source;              // repository @ commit : path
-  std::string workload;            // the stand-in workload file, relative to the data directory
-  std::string gpu;                 // preset, with the power limit the stand-in sets
+  std::string file;        // the measured CSV, relative to the data directory
+  std::string source;      // repository @ commit : path
+  std::string workload;    // the stand-in workload file, relative to the data directory
+  std::string gpu;         // preset, with the power limit the stand-in sets
+  std::string gpu_preset;  // the preset alone ("A40")
+  std::string overlay;     // the tag of the overlay replayed ("" = the preset as is)
+  // The manifest's `compare` (stage_profile, power_limit_sweep): false (`shape`, the default):
+  // the stand-in holds the measured work only in FLOPs, so only shapes are compared; true
+  // (`absolute`): the workload is the measured one, and kareus calibrate also fits the absolute
+  // time and energy.
+  bool absolute = false;
   std::string calibrates;          // which constants this dataset calibrated ("" = validation only)
   std::vector<StageCurve> curves;  // stage_profile
   std::vector<PowerLimitPoint> limits;  // power_limit_sweep, descending limits
