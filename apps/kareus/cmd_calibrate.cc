@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // `kareus calibrate`: a GPU preset's constants fitted to measurements, written as an overlay.
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -50,6 +51,14 @@ void AddCalibrateCommand(CLI::App& app) {
     ThrowAsFlag(args->options.Validate(),
                 {{"gpu", "--gpu"}, {"prior_width", "--prior-width"}, {"hold_out", "--hold-out"}});
     if (args->out.empty()) ThrowInput("--out", "\"\"", "an overlay file to write is required");
+    // Checked before the fit (seconds to minutes), not after it.
+    const std::filesystem::path out_dir = std::filesystem::path(args->out).parent_path();
+    if (!out_dir.empty() && !std::filesystem::is_directory(out_dir)) {
+      ThrowInput("--out", args->out, "its folder " + out_dir.string() + " does not exist");
+    }
+    if (std::filesystem::is_directory(args->out)) {
+      ThrowInput("--out", args->out, "is a folder; name the overlay file to write");
+    }
     args->options.data.assign(args->data.begin(), args->data.end());
     const emulator::GpuCalibration c = emulator::CalibrateGpu(args->options);
     const hw::GpuSpec preset = hw::GpuPreset(args->options.gpu);

@@ -131,6 +131,10 @@ TEST(CliCalibrate, WritesAnOverlayTheOtherCommandsTake) {
       RunKareus("calibrate --gpu A40 --prior-width -1 --out " + (dir / "x.yaml").string());
   EXPECT_EQ(bad_width.exit_code, 2);
   EXPECT_NE(bad_width.err.find("prior"), std::string::npos) << bad_width.err;
+  const auto no_folder =
+      RunKareus("calibrate --gpu A40 --out " + (dir / "missing" / "x.yaml").string());
+  EXPECT_EQ(no_folder.exit_code, 2);
+  EXPECT_NE(no_folder.err.find("does not exist"), std::string::npos) << no_folder.err;
   std::filesystem::remove_all(dir);
 }
 
