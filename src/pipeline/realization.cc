@@ -249,9 +249,9 @@ bool Engine::OptimizeChain(const std::vector<int>& chain, std::vector<int>& choi
   // Per layer, the candidates (state k, option j) form one list per option j: along k the
   // finishes grow and the energies fall (the states are a Pareto staircase). The lists are
   // merged in order of (finish, energy) through a heap, and a list whose next entry the
-  // staircase already dominates jumps (binary search) to its first entry that is cheaper than
-  // the staircase's last state: the same states as sorting every candidate, without visiting
-  // the dominated ones.
+  // staircase already dominates jumps (galloping: doubling steps, then a binary search within the
+  // last one) to its first entry that is cheaper than the staircase's last state: the same states
+  // as sorting every candidate, without visiting the dominated ones.
   std::vector<ChainHead>& heap = scratch_.chain_heap;
   const auto later = [](const ChainHead& a, const ChainHead& b) {
     return a.finish != b.finish ? a.finish > b.finish : a.energy > b.energy;
