@@ -7,7 +7,6 @@
 
 #include "commands.h"
 #include "kareus/common/json.h"
-#include "kareus/emulator/calibrate.h"
 #include "kareus/emulator/validate.h"
 #include "kareus/hw/gpu_overlay.h"
 

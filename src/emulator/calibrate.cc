@@ -5,9 +5,10 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <map>
+#include <set>
 #include <sstream>
 
+#include "emulator/validate_internal.h"
 #include "kareus/common/error.h"
 #include "kareus/common/io.h"
 #include "kareus/common/table.h"
@@ -15,6 +16,8 @@
 
 namespace kareus::emulator {
 namespace {
+
+using internal::Cell;
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
@@ -378,16 +381,14 @@ GpuCalibration CalibrateGpu(const CalibrateOptions& options) {
       const DatasetResult& after = out.calibrated[i].datasets[j];
       DatasetFit fit{.name = before.name, .manifest = manifests[i].folder, .kind = before.kind};
       std::vector<double> part[2][2];
+      std::set<int> rows[2];  // the rows fitted and held out
       for (int when = 0; when < 2; ++when) {
         for (const Residual& x : Residuals(when == 0 ? before : after)) {
           const int which = fitted_row(before.name, x.row) ? 0 : 1;
           part[which][when].push_back(x.value);
           pooled[which][when].push_back(x.value);
+          if (when == 0) rows[which].insert(x.row);
         }
-      }
-      std::map<int, bool> rows[2];
-      for (const Residual& x : Residuals(before)) {
-        rows[fitted_row(before.name, x.row) ? 0 : 1][x.row] = true;
       }
       fit.fit_rows = int(rows[0].size());
       fit.held_rows = int(rows[1].size());
@@ -409,78 +410,7 @@ namespace {
 
 Json Number(double value) { return std::isfinite(value) ? Json(value) : Json(); }
 
-std::string Cell(double value, int decimals) {
-  return std::isfinite(value) ? FormatFixed(value, decimals) : "-";
-}
-
-// validate's headline metrics of one dataset: (metric, measured, emulated) rows.
-struct Metric {
-  std::string name;
-  double measured = kNaN;
-  double emulated = kNaN;
-};
-
-std::vector<Metric> Headline(const DatasetResult& d) {
-  std::vector<Metric> out;
-  switch (d.kind) {
-    case DatasetKind::kStageProfile:
-      for (const StageCurve& c : d.curves) {
-        const std::string at =
-            "stage " + std::to_string(c.stage) + " " + schedule::ToString(c.direction) + " ";
-        out.push_back({at + "saving %", c.measured_saving_pct, c.emulated_saving_pct});
-        out.push_back(
-            {at + "optimum MHz", double(c.measured_optimal_mhz), double(c.emulated_optimal_mhz)});
-        out.push_back({at + "time RMS pt", kNaN, c.time_rms_points});
-        out.push_back({at + "energy RMS pt", kNaN, c.energy_rms_points});
-        out.push_back({at + "P top W", c.measured_top_power_w, c.emulated_top_power_w});
-      }
-      break;
-    case DatasetKind::kPowerLimitSweep: {
-      double worst = 0.0;
-      for (const PowerLimitPoint& p : d.limits) {
-        out.push_back({"time ratio at " + FormatFixed(p.limit_w, 0) + " W", p.measured_time_ratio,
-                       p.emulated_time_ratio});
-        worst = std::max(worst, std::abs(p.time_ratio_error_pct));
-      }
-      out.push_back({"worst |ratio error| %", kNaN, worst});
-      break;
-    }
-    case DatasetKind::kDeviceCheck:
-    case DatasetKind::kPowerProbe: {
-      const DeviceMedians& m = d.kind == DatasetKind::kPowerProbe ? d.probe : d.partitions;
-      const std::string of = d.kind == DatasetKind::kPowerProbe ? "loads" : "partitions";
-      out.push_back({of + " median |time err| %", kNaN, m.time_pct});
-      out.push_back({of + " median |energy err| %", kNaN, m.energy_pct});
-      out.push_back({of + " median |power err| %", kNaN, m.power_pct});
-      if (d.kind == DatasetKind::kDeviceCheck) {
-        out.push_back({"kernels median |time err| %", kNaN, d.kernels.time_pct});
-      }
-      break;
-    }
-  }
-  return out;
-}
-
 }  // namespace
-
-std::string RenderComparison(const ValidationReport& preset, const ValidationReport& overlay) {
-  std::ostringstream out;
-  for (const DatasetResult& before : preset.datasets) {
-    const auto it = std::find_if(overlay.datasets.begin(), overlay.datasets.end(),
-                                 [&](const DatasetResult& d) { return d.name == before.name; });
-    if (it == overlay.datasets.end()) continue;
-    out << before.name << " (" << ToString(before.kind) << ", " << before.gpu_preset
-        << "): the preset against the overlay " << it->overlay << "\n";
-    Table table({"metric", "measured", "preset", "overlay"});
-    const std::vector<Metric> a = Headline(before), b = Headline(*it);
-    for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
-      table.AddRow(
-          {a[i].name, Cell(a[i].measured, 2), Cell(a[i].emulated, 2), Cell(b[i].emulated, 2)});
-    }
-    out << table.ToString() << "\n";
-  }
-  return out.str();
-}
 
 Json ToJson(const GpuCalibration& c) {
   Json params = Json::array();

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <filesystem>
+#include <string>
 
 #include "kareus/emulator/validate.h"
 #include "kareus/hw/gpu_spec.h"
@@ -12,6 +13,8 @@
 namespace kareus::emulator::internal {
 
 inline double Percent(double value) { return 100.0 * value; }
+// A table cell: the value with `decimals` decimals, "-" when it is not finite.
+std::string Cell(double value, int decimals);
 
 // A device_check JSON file (kareus device-check --json) replayed on the emulator.
 void ReplayDeviceCheck(const std::filesystem::path& path, const workload::Workload& w,

@@ -1,8 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 // kareus validate's report: validation.json (ToJson) and the terminal tables (RenderValidation).
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "emulator/validate_internal.h"
 #include "kareus/common/json.h"
@@ -113,10 +116,62 @@ Json ToJson(const ValidationReport& report) {
   return Json{{"format", "kareus.validation/1"}, {"datasets", datasets}};
 }
 
+std::string internal::Cell(double value, int decimals) {
+  return std::isfinite(value) ? FormatFixed(value, decimals) : std::string("-");
+}
+
 namespace {
 
-std::string Cell(double value, int decimals) {
-  return std::isfinite(value) ? FormatFixed(value, decimals) : std::string("-");
+using internal::Cell;
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+// validate's headline metrics of one dataset: (metric, measured, emulated) rows.
+struct Metric {
+  std::string name;
+  double measured = kNaN;
+  double emulated = kNaN;
+};
+
+std::vector<Metric> Headline(const DatasetResult& d) {
+  std::vector<Metric> out;
+  switch (d.kind) {
+    case DatasetKind::kStageProfile:
+      for (const StageCurve& c : d.curves) {
+        const std::string at =
+            "stage " + std::to_string(c.stage) + " " + schedule::ToString(c.direction) + " ";
+        out.push_back({at + "saving %", c.measured_saving_pct, c.emulated_saving_pct});
+        out.push_back(
+            {at + "optimum MHz", double(c.measured_optimal_mhz), double(c.emulated_optimal_mhz)});
+        out.push_back({at + "time RMS pt", kNaN, c.time_rms_points});
+        out.push_back({at + "energy RMS pt", kNaN, c.energy_rms_points});
+        out.push_back({at + "P top W", c.measured_top_power_w, c.emulated_top_power_w});
+      }
+      break;
+    case DatasetKind::kPowerLimitSweep: {
+      double worst = 0.0;
+      for (const PowerLimitPoint& p : d.limits) {
+        out.push_back({"time ratio at " + FormatFixed(p.limit_w, 0) + " W", p.measured_time_ratio,
+                       p.emulated_time_ratio});
+        worst = std::max(worst, std::abs(p.time_ratio_error_pct));
+      }
+      out.push_back({"worst |ratio error| %", kNaN, worst});
+      break;
+    }
+    case DatasetKind::kDeviceCheck:
+    case DatasetKind::kPowerProbe: {
+      const DeviceMedians& m = d.kind == DatasetKind::kPowerProbe ? d.probe : d.partitions;
+      const std::string of = d.kind == DatasetKind::kPowerProbe ? "loads" : "partitions";
+      out.push_back({of + " median |time err| %", kNaN, m.time_pct});
+      out.push_back({of + " median |energy err| %", kNaN, m.energy_pct});
+      out.push_back({of + " median |power err| %", kNaN, m.power_pct});
+      if (d.kind == DatasetKind::kDeviceCheck) {
+        out.push_back({"kernels median |time err| %", kNaN, d.kernels.time_pct});
+      }
+      break;
+    }
+  }
+  return out;
 }
 
 std::string MediansLine(const DeviceMedians& m) {
@@ -208,6 +263,25 @@ std::string RenderValidation(const ValidationReport& report) {
       out << table.ToString();
     }
     out << "\n";
+  }
+  return out.str();
+}
+
+std::string RenderComparison(const ValidationReport& preset, const ValidationReport& overlay) {
+  std::ostringstream out;
+  for (const DatasetResult& before : preset.datasets) {
+    const auto it = std::find_if(overlay.datasets.begin(), overlay.datasets.end(),
+                                 [&](const DatasetResult& d) { return d.name == before.name; });
+    if (it == overlay.datasets.end()) continue;
+    out << before.name << " (" << ToString(before.kind) << ", " << before.gpu_preset
+        << "): the preset against the overlay " << it->overlay << "\n";
+    Table table({"metric", "measured", "preset", "overlay"});
+    const std::vector<Metric> a = Headline(before), b = Headline(*it);
+    for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+      table.AddRow(
+          {a[i].name, Cell(a[i].measured, 2), Cell(a[i].emulated, 2), Cell(b[i].emulated, 2)});
+    }
+    out << table.ToString() << "\n";
   }
   return out.str();
 }

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "emulator/test_util.h"
+#include "emulator/validation_criteria.h"
 #include "kareus/common/error.h"
 #include "kareus/hw/gpu_spec.h"
 
@@ -222,16 +223,7 @@ TEST(ShippedOverlays, A40ForwardMeetsTheCriteriaBackwardIsPinned) {
 // Fitted on the A100 GPT-3 stage profile: the A100 criteria still hold.
 TEST(ShippedOverlays, A100KeepsItsCriteria) {
   const ValidationReport r = ReplayWith("a100-sxm4-80gb.yaml", "A100-SXM4-80GB");
-  const DatasetResult& d = Named(r, "gpt3-175b-a100");
-  ASSERT_EQ(d.curves.size(), 16u);
-  for (const StageCurve& c : d.curves) {
-    SCOPED_TRACE("stage " + std::to_string(c.stage) + " " + schedule::ToString(c.direction));
-    EXPECT_LE(c.time_rms_points, 3.0);
-    EXPECT_LE(std::abs(c.emulated_optimal_mhz - c.measured_optimal_mhz), 45);
-    EXPECT_LE(std::abs(c.emulated_saving_pct - c.measured_saving_pct), 3.0);
-    EXPECT_LE(std::abs(c.top_power_error_pct), 10.0);
-    EXPECT_LE(c.energy_rms_points, 3.0);
-  }
+  testing::ExpectStageProfileCriteria(Named(r, "gpt3-175b-a100"));
 }
 
 // Fitted on card A's 3B device check: card A's partition energy error falls from 18.3 to under

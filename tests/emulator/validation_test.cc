@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "emulator/test_util.h"
+#include "emulator/validation_criteria.h"
 #include "kareus/emulator/validate.h"
 
 namespace kareus::emulator {
@@ -39,16 +40,7 @@ const DatasetResult& Dataset(const std::string& name) {
 // Every stage and both directions: the same workload shape was profiled per stage (stages 0-6
 // are one profile, stage 7 adds the output layer).
 TEST(Validation, A100Gpt3StageProfilesMeetTheTolerances) {
-  const DatasetResult& d = Dataset("gpt3-175b-a100");
-  ASSERT_EQ(d.curves.size(), 16u);
-  for (const StageCurve& c : d.curves) {
-    SCOPED_TRACE("stage " + std::to_string(c.stage) + " " + schedule::ToString(c.direction));
-    EXPECT_LE(c.time_rms_points, 3.0);
-    EXPECT_LE(std::abs(c.emulated_optimal_mhz - c.measured_optimal_mhz), 45);
-    EXPECT_LE(std::abs(c.emulated_saving_pct - c.measured_saving_pct), 3.0);
-    EXPECT_LE(std::abs(c.top_power_error_pct), 10.0);
-    EXPECT_LE(c.energy_rms_points, 3.0);
-  }
+  testing::ExpectStageProfileCriteria(Dataset("gpt3-175b-a100"));
 }
 
 // The A40 stage profiles: the power model meets the tolerances (power at the top clock, the

@@ -85,8 +85,4 @@ Json ToJson(const GpuCalibration& calibration);
 // The terminal report: the parameters, the errors per dataset, and validate's metrics compared.
 std::string RenderCalibration(const GpuCalibration& calibration);
 
-// kareus validate's headline metrics of each dataset, on the preset and with an overlay, side
-// by side (the reports of the same manifest, without and with the overlay).
-std::string RenderComparison(const ValidationReport& preset, const ValidationReport& overlay);
-
 }  // namespace kareus::emulator

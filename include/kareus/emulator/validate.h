@@ -141,5 +141,9 @@ ValidationReport ReplayDatasets(const ReplayOptions& options = {});
 Json ToJson(const ValidationReport& report);
 // The terminal tables, one per dataset.
 std::string RenderValidation(const ValidationReport& report);
+// The headline metrics of each dataset, on the preset and with an overlay, side by side (the
+// reports of the same manifest, without and with the overlay: kareus validate --gpu-overlay,
+// kareus calibrate).
+std::string RenderComparison(const ValidationReport& preset, const ValidationReport& overlay);
 
 }  // namespace kareus::emulator
