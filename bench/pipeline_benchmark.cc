@@ -165,6 +165,7 @@ void Run(benchmark::State& state, const Problem& problem, int reference_runs) {
       static_cast<double>(result.points.size() * result.dag.nodes.size() * sizeof(int)) /
       (1024.0 * 1024.0);
   state.counters["cuts"] = static_cast<double>(result.summary.steps);
+  state.counters["full_passes"] = static_cast<double>(result.summary.full_passes);
   state.counters["deadlines"] = static_cast<double>(result.summary.deadlines);
   state.counters["points"] = static_cast<double>(result.points.size());
   state.counters["critical_edges_max"] = static_cast<double>(result.summary.critical_edges_max);

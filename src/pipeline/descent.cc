@@ -172,6 +172,7 @@ void Engine::RealizePassed(Descent& d, double delta) {
 double Engine::SelectCut() {
   shorten_.clear();
   lengthen_.clear();
+  cut_back_fixed_ = 0;
   double delta = kInf;
   // Every critical activity arc across the cut was stopped by its residual capacity in some
   // Scan, so it is in boundary_; entries now inside the source side or off the critical
@@ -186,6 +187,10 @@ double Engine::SelectCut() {
     }
     boundary_[kept++] = a;
     const int v = arc_act_[a];
+    if (v < 0) {  // a lag edge (infinite capacity forwards): back across the cut, not moved
+      cut_back_fixed_ += from_side ? 0 : 1;
+      continue;
+    }
     if (from_side) {  // source side to sink side: shortened
       const int p = pos_[v];
       const int target = p % 2 == 1 ? p / 2 : p / 2 - 1;
@@ -197,6 +202,8 @@ double Engine::SelectCut() {
       rate_[v] = 1;
       delta =
           std::min(delta, SpecOf(v).hull_time[static_cast<std::size_t>(pos_[v] / 2 + 1)] - dur_[v]);
+    } else {
+      ++cut_back_fixed_;
     }
   }
   boundary_.resize(kept);
@@ -243,8 +250,22 @@ bool Engine::DescentStep(Descent& d) {
     return false;
   }
   ++steps_;
-  // ... no further than where another path becomes critical.
-  const double reached = ClampMove(d.makespan, delta);
+  // ... no further than where another path becomes critical: a move that fits in the float
+  // budget cannot reach one, and leaves the critical sub-DAG as it is.
+  const double used = (1.0 + static_cast<double>(lengthen_.size())) * delta;
+  const bool full = cut_back_fixed_ > 0 || !(used < float_budget_ - time_tol_);
+  const bool check = !full && options_.check_incremental_cuts;
+  double reached = d.makespan - delta;
+  if (full) {
+    reached = ClampMove(d.makespan, delta);
+    ++full_passes_;
+  } else if (check) {
+    const double planned = delta;
+    reached = ClampMove(d.makespan, delta);
+    if (delta < planned) ++pass_mismatches_;  // a path would have overtaken
+  } else {
+    float_budget_ -= used;
+  }
   if (options_.progress) {
     options_.progress({.step = steps_,
                        .time_now_s = reached,
@@ -262,7 +283,10 @@ bool Engine::DescentStep(Descent& d) {
     return false;
   }
   d.makespan = reached;
-  BackwardPass(d.makespan);
+  if (full || check) {
+    const int64_t changed = BackwardPass(d.makespan);
+    if (check && changed > 0) ++pass_mismatches_;
+  }
   return true;
 }
 
@@ -298,6 +322,8 @@ void Engine::FillResult(const Descent& d, std::chrono::steady_clock::time_point 
   summary.realize_wall_s = realize_wall_s_;
   summary.fastest_point_wall_s = fastest_wall_s_;
   summary.exact_search_work = exact_work_;
+  summary.full_passes = full_passes_;
+  summary.skipped_pass_mismatches = pass_mismatches_;
   summary.descent_wall_s = SecondsSince(started) - realize_wall_s_;
   summary.deadlines = static_cast<int64_t>(raw_.size());
   if (options_.keep_dominated) {

@@ -229,7 +229,8 @@ class Engine {
   // The passes run over the DAG's nodes (activity-on-node: event 2v+1 has the one in-arc v,
   // event 2v the one out-arc v), not over the events.
   double ForwardPass() { return MakespanAfter(0.0, &scratch_base_, &scratch_rate_); }
-  void BackwardPass(double makespan);  // latest_ and critical_ (needs earliest_)
+  // latest_ and critical_ (needs earliest_); returns how many arcs' criticality changed.
+  int64_t BackwardPass(double makespan);
   // Augments the flow to a maximum on the critical sub-DAG; false when it is unbounded (a
   // critical path cannot be shortened). Leaves side_ = the source side of a minimum cut.
   bool MaxFlow();
@@ -246,7 +247,8 @@ class Engine {
   // Realizes the deadlines reached `delta` into the current move.
   void RealizePassed(Descent& d, double delta);
   // The current cut's nodes (shorten_, lengthen_, rate_) and the largest move along it before
-  // some node reaches a hull vertex.
+  // some node reaches a hull vertex; counts the critical arcs back across the cut that are not
+  // lengthened (cut_back_fixed_).
   double SelectCut();
   // Shrinks `delta` until no path off the critical sub-DAG overtakes; the makespan reached.
   double ClampMove(double makespan, double& delta);
@@ -393,13 +395,24 @@ class Engine {
   // capacity changed or that joined the critical sub-DAG, whose source-side ends are in rescan_.
   bool source_side_valid_ = false;
   std::vector<int> rescan_;
-  // The activity arcs a Scan found critical but without residual capacity (a superset of the
-  // cut's critical arcs while the source side is kept), each once (in_boundary_).
+  // The arcs a Scan found critical but without residual capacity (a superset of the cut's
+  // critical arcs while the source side is kept), each once (in_boundary_).
   std::vector<int> boundary_;
   std::vector<char> in_boundary_;
   std::vector<int> shorten_;
   std::vector<int> lengthen_;
   std::vector<int8_t> rate_;  // per node: -1 shortened, +1 lengthened, 0 otherwise
+  // Critical arcs from the sink side back to the source side that the move does not lengthen
+  // (a critical path through one crosses the cut forward twice and falls off the critical
+  // sub-DAG): with none, every critical path shortens by exactly the move.
+  int cut_back_fixed_ = 0;
+  // The least float (slack) of a non-critical arc at the last BackwardPass, less what the moves
+  // since may have used of it: a move of delta with L lengthened nodes takes at most
+  // (1 + L) delta from any float. While a move fits in it, no path overtakes and no arc's
+  // criticality changes, so the move needs neither ClampMove's nor BackwardPass's pass.
+  double float_budget_ = 0.0;
+  int64_t full_passes_ = 0;
+  int64_t pass_mismatches_ = 0;  // Options::check_incremental_cuts
   std::vector<double> path_base_;
   std::vector<double> path_rate_;
   double flow_value_ = 0.0;

@@ -29,12 +29,15 @@ void Engine::SetCapacity(int v) {
   lo_[v] = k == spec.last_vertex() ? 0.0 : spec.slope[static_cast<std::size_t>(k)];
 }
 
-void Engine::BackwardPass(double makespan) {
+int64_t Engine::BackwardPass(double makespan) {
   // An arc is critical when its slack is zero; one carrying flow is critical in exact
   // arithmetic (every flow path is a critical path shortened by exactly the move).
   int64_t count = 0;
+  int64_t changed = 0;
+  float_budget_ = kInf;
   auto mark = [&](int a, double slack) {
     const bool critical = slack <= time_tol_ || flow_[a] > flow_tol_;
+    if (!critical) float_budget_ = std::min(float_budget_, slack);
     if (critical != (critical_[a] != 0)) {
       const int from = arc_from_[a];
       const int to = arc_to_[a];
@@ -45,6 +48,7 @@ void Engine::BackwardPass(double makespan) {
         source_side_valid_ = false;
       }
       critical_[a] = critical ? 1 : 0;
+      ++changed;
     }
     count += critical ? 1 : 0;
   };
@@ -72,12 +76,13 @@ void Engine::BackwardPass(double makespan) {
   }
   latest_[source_] = source_latest;
   critical_arcs_max_ = std::max(critical_arcs_max_, count);
+  return changed;
 }
 
 void Engine::Scan(int u) {
-  // A critical activity arc stopped by its residual capacity may cross the cut: remembered.
+  // A critical arc stopped by its residual capacity may cross the cut: remembered.
   auto stopped = [&](int a) {
-    if (a < n_ && !in_boundary_[a]) {
+    if (!in_boundary_[a]) {
       in_boundary_[a] = 1;
       boundary_.push_back(a);
     }

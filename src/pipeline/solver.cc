@@ -18,7 +18,13 @@
 //    critical sub-DAG) unless an augmentation or an arc leaving the critical sub-DAG inside the
 //    source side forces a fresh BFS; the cut's arcs are the BFS's boundary (critical activity
 //    arcs it stopped at), not a scan of the source side. The longest-path passes run over the
-//    nodes (each node's start and end event), capacities are flat per-arc arrays.
+//    nodes (each node's start and end event), capacities are flat per-arc arrays. A move skips
+//    them when it provably changes nothing they would find: when no critical arc crosses the
+//    cut backwards without being lengthened, every critical path shortens by exactly the move,
+//    and a path off the critical sub-DAG loses at most (1 + lengthened nodes) x the move of its
+//    float; while the moves since the last passes fit in the least float they left (the float
+//    budget), no path overtakes and no arc joins or leaves the critical sub-DAG. (16 x 128
+//    benchmark: 39 k of 82 k moves ran the passes.)
 // 2. Realization: at every deadline T_min + k * unit_time_s the descent passes, the convex
 //    durations are rounded down to real options (the cheapest option that fits), then slack is
 //    filled in real time (forward/backward passes, first within each instruction's convex

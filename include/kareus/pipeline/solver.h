@@ -85,6 +85,9 @@ struct Options {
   // from the previous cut), run a fresh BFS from the source too, count the cuts whose source
   // sides differ (Summary::incremental_cut_mismatches) and continue from the fresh one. The
   // incremental source side must always equal the fresh one; the count says when it did not.
+  // Likewise every move that skipped the longest-path passes (its float budget sufficed) runs
+  // them anyway and counts where they would have changed the move or the critical sub-DAG
+  // (Summary::skipped_pass_mismatches), continuing from what they found.
   bool check_incremental_cuts = false;
 
   // The first invalid field, its value and the rule; nullopt when valid.
@@ -141,6 +144,12 @@ struct Summary {
   // State comparisons the exact searches (and their beams) spent, every deadline together (at
   // most 5 M per search; where the problem is small, every deadline searches).
   int64_t exact_search_work = 0;
+  // Moves that needed the longest-path passes (a path might overtake, or the float budget ran
+  // out); the others moved along the cut without them (see solver.cc, part 1).
+  int64_t full_passes = 0;
+  // With Options::check_incremental_cuts: skipped passes that would have shortened the move or
+  // changed an arc's criticality (0 when the float budget is right); 0 otherwise.
+  int64_t skipped_pass_mismatches = 0;
   // Where the time went (wall clock, for benchmarks; never compared in tests): the convex
   // descent (cuts, moves, passes), realizing every deadline's plan (fastest point included),
   // and of that the fastest point's extra searches.

@@ -84,6 +84,7 @@ TEST(MaxFlowTest, TheKeptSourceSideMatchesAFreshSearchAfterEveryMove) {
   EXPECT_EQ(result.summary.status, Status::kReachedMinimumTime);
   EXPECT_GT(result.summary.incremental_cuts_checked, 0);
   EXPECT_EQ(result.summary.incremental_cut_mismatches, 0);
+  EXPECT_EQ(result.summary.skipped_pass_mismatches, 0);
 }
 
 }  // namespace
