@@ -50,6 +50,8 @@ constexpr int64_t kExchangeBudget = 40'000'000;
 // never finished within its budget nor improved the plan in the benchmark's cases (8 x 64,
 // 16 x 128: 0.2-1 s spent for nothing).
 constexpr int kExactMaxNodes = 256;
+// Realized points kept before the first dominance compaction (Engine::CompactPoints).
+constexpr std::size_t kFirstCompaction = 4096;
 // NeighborhoodSearch: the exact search's budget on each neighbourhood.
 constexpr int64_t kNeighborhoodBudget = 300'000;
 
@@ -302,6 +304,10 @@ class Engine {
   // chain improves (at most `rounds` sweeps).
   void ChainSearch(std::vector<int>& choice, double deadline, int rounds) const;
   void RecordPoint(double deadline, int64_t k, double offset);
+  // Drops the points of raw_ another dominates (pareto::Filter's rule: among exact duplicates
+  // the first realized stays), keeping the others in their order: the final filter then gives
+  // what it gives on every point (dominance is transitive).
+  void CompactPoints();
   // The least-energy plan with time <= deadline by dynamic programming over a topological
   // order (branch and bound): a state is the finish times of the placed instructions that still
   // have unplaced successors, the makespan so far and the effective energy; dominated states
@@ -417,7 +423,12 @@ class Engine {
   std::vector<double> path_rate_;
   double flow_value_ = 0.0;
 
+  // The realized points, in the order realized; without Options::keep_dominated (and outside
+  // deadline_s mode) the dominated ones are dropped whenever raw_ reaches compact_at_
+  // (CompactPoints), so it holds at most 1.5 x the non-dominated points so far.
   std::vector<IterationPoint> raw_;
+  int64_t deadlines_realized_ = 0;
+  std::size_t compact_at_ = kFirstCompaction;
   int64_t steps_ = 0;
   int64_t augmentations_ = 0;
   int64_t cuts_checked_ = 0;  // Options::check_incremental_cuts

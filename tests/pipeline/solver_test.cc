@@ -409,6 +409,58 @@ TEST(Solver, IncrementalSourceSideEqualsFreshBfs) {
   EXPECT_GT(skipped, 100);
 }
 
+// Without keep_dominated the solver drops dominated points as it goes (Engine::CompactPoints,
+// first at 4,096 realized points, then whenever 1.5 x the survivors have accumulated): the
+// result must be what filtering every realized point gives (keep_dominated), plans, deadlines
+// and counts included.
+TEST(Solver, DroppingDominatedPointsOnTheWayChangesNothing) {
+  // The benchmark's shape (bench/pipeline_benchmark.cc): 4 x 16, 20 clocks per instruction
+  // (too many options for the exact search at every deadline); 0.1 ms quanta give ~15 k
+  // deadlines.
+  Problem problem{.num_stages = 4, .num_microbatches = 16};
+  for (int s = 0; s < problem.num_stages; ++s) {
+    for (const double t0 : {0.07, 0.154}) {
+      std::vector<Alternative>& options = t0 < 0.1 ? problem.forward_options.emplace_back()
+                                                   : problem.backward_options.emplace_back();
+      for (int f = 1410; f >= 840; f -= 30) {
+        const double r = f / 1410.0;
+        const double time_s = t0 * (1.0 + 0.08 * std::sin(1.7 * s + 0.3)) / std::pow(r, 0.9);
+        options.push_back(
+            {.time_s = time_s, .energy_j = (85.0 + 260.0 * std::pow(r, 2.5)) * time_s});
+      }
+    }
+  }
+  const Options options{.unit_time_s = 1e-4, .p_static_w = 85.0};
+  Options every_point = options;
+  every_point.keep_dominated = true;
+  const Result filtered = Solve(problem, options);
+  const Result every = Solve(problem, every_point);
+  ASSERT_EQ(filtered.summary.status, Status::kReachedMinimumTime) << filtered.summary.message;
+  ASSERT_GT(every.points.size(), 3u * 4096u);  // several compactions
+  std::vector<pareto::Point> points;
+  for (std::size_t i = 0; i < every.points.size(); ++i) {
+    points.push_back({.time_s = every.points[i].cost.time_s,
+                      .energy_j = every.points[i].cost.energy_j,
+                      .payload = static_cast<int64_t>(i)});
+  }
+  const std::vector<pareto::Point> front = pareto::Filter(points);
+  ASSERT_EQ(filtered.points.size(), front.size());
+  for (std::size_t k = 0; k < front.size(); ++k) {
+    // The result runs slowest first.
+    const IterationPoint& a = filtered.points[k];
+    const IterationPoint& b = every.points[front[front.size() - 1 - k].payload];
+    EXPECT_EQ(a.cost.time_s, b.cost.time_s) << k;
+    EXPECT_EQ(a.cost.energy_j, b.cost.energy_j) << k;
+    EXPECT_EQ(a.deadline_s, b.deadline_s) << k;
+    EXPECT_EQ(a.model_energy_j, b.model_energy_j) << k;
+    EXPECT_EQ(a.choice, b.choice) << k;
+  }
+  EXPECT_EQ(filtered.summary.deadlines, every.summary.deadlines);
+  EXPECT_EQ(filtered.summary.deadlines, static_cast<int64_t>(every.points.size()));
+  EXPECT_EQ(filtered.summary.points_dominated,
+            static_cast<int64_t>(every.points.size() - front.size()));
+}
+
 TEST(Solver, SingleOptionPerInstructionGivesOnePoint) {
   Problem problem{.num_stages = 2, .num_microbatches = 3};
   problem.forward_options = {{{0.010, 2.0}}, {{0.012, 2.5}}};
