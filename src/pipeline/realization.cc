@@ -245,7 +245,14 @@ bool Engine::OptimizeChain(const std::vector<int>& chain, std::vector<int>& choi
   std::vector<std::vector<State>>& layers = scratch_.chain_layers;
   layers.resize(length + 1);
   layers[0].assign(1, {0.0, 0.0, -1, -1});
-  constexpr std::size_t kMaxStates = 2048;
+  // At most kChainStates states per layer, fewer on long chains of many options: a layer's
+  // merge visits about states x options candidates, so the chain's whole program stays within
+  // about kChainWork of them (the at-scale example's stage chains, 256 instructions of 31-84
+  // options, keep 287; every benchmark case of 20 clocks keeps at least 800).
+  std::size_t options_total = 0;
+  for (int v : chain) options_total += SpecOf(v).time.size();
+  const std::size_t kMaxStates = std::clamp<std::size_t>(
+      kChainWork / std::max<std::size_t>(options_total, 1), kChainStatesMin, kChainStates);
   // Per layer, the candidates (state k, option j) form one list per option j: along k the
   // finishes grow and the energies fall (the states are a Pareto staircase). The lists are
   // merged in order of (finish, energy) through a heap, and a list whose next entry the
