@@ -6,7 +6,9 @@
 // Each case also runs the solver as it was before issue 17's speed work
 // (pipeline_reference_solver.cc, pipeline_reference::Solve) on the same problem in the same
 // process, and reports both medians (wall and this thread's CPU time) and their ratio:
-// `speedup_cpu` = reference CPU time / current CPU time. The peak resident memory is read right
+// `speedup_cpu` = reference CPU time / current CPU time; `worst_energy_vs_ref_pct` and
+// `median_energy_vs_ref_pct` compare the two frontiers at 400 deadlines (CompareFrontiers;
+// positive: the current solver's plan costs more). The peak resident memory is read right
 // after the current solver's runs (before the reference runs; cases run smallest first).
 #include <sys/resource.h>
 
@@ -14,6 +16,8 @@
 #include <chrono>
 #include <cmath>
 #include <ctime>
+#include <limits>
+#include <utility>
 #include <vector>
 
 #include <benchmark/benchmark.h>
@@ -147,6 +151,38 @@ void TimeRuns(F solve, int runs, double* wall_s, double* cpu_s, R* out) {
   *cpu_s = Median(cpu);
 }
 
+// Both frontiers as staircases (the least energy of a plan no slower than t), compared at 400
+// deadlines evenly spread from the later of the two fastest times to the reference's slowest:
+// current / reference - 1 in %, the worst (largest) and the median.
+template <typename Points, typename ReferencePoints>
+void CompareFrontiers(const Points& current, const ReferencePoints& reference, double* worst_pct,
+                      double* median_pct) {
+  std::vector<std::pair<double, double>> a;
+  std::vector<std::pair<double, double>> b;
+  for (const auto& p : current) a.emplace_back(p.cost.time_s, p.cost.energy_j);
+  for (const auto& p : reference) b.emplace_back(p.cost.time_s, p.cost.energy_j);
+  std::sort(a.begin(), a.end());
+  std::sort(b.begin(), b.end());
+  // Least energy at time <= t: a running minimum over the points sorted by time.
+  const auto at = [](const std::vector<std::pair<double, double>>& front, double t) {
+    double best = std::numeric_limits<double>::infinity();
+    for (const auto& [time, energy] : front) {
+      if (time > t) break;
+      best = std::min(best, energy);
+    }
+    return best;
+  };
+  const double from = std::max(a.front().first, b.front().first);
+  const double to = b.back().first;
+  std::vector<double> ratios;
+  for (int k = 0; k < 400; ++k) {
+    const double t = from + (to - from) * k / 399.0;
+    ratios.push_back(100.0 * (at(a, t) / at(b, t) - 1.0));
+  }
+  *worst_pct = *std::max_element(ratios.begin(), ratios.end());
+  *median_pct = Median(ratios);
+}
+
 // `reference_runs` 0: no reference (the frozen solver takes too long on the case).
 void Run(benchmark::State& state, const Problem& problem, int reference_runs) {
   const Options options{.unit_time_s = 1e-3, .p_static_w = 85.0};
@@ -191,6 +227,11 @@ void Run(benchmark::State& state, const Problem& problem, int reference_runs) {
   if (!result.points.empty() && !reference.points.empty()) {
     state.counters["fastest_energy_vs_ref_pct"] =
         100.0 * (result.points.back().cost.energy_j / reference.points.back().cost.energy_j - 1.0);
+    double worst = 0.0;
+    double median = 0.0;
+    CompareFrontiers(result.points, reference.points, &worst, &median);
+    state.counters["worst_energy_vs_ref_pct"] = worst;
+    state.counters["median_energy_vs_ref_pct"] = median;
   }
 }
 

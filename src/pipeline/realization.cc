@@ -293,20 +293,19 @@ bool Engine::OptimizeChain(const std::vector<int>& chain, std::vector<int>& choi
       // Galloping from the next state: the jump is usually short.
       const double eff = spec.eff[static_cast<std::size_t>(h.option)];
       const double best = to.back().energy;
-      const auto dominated = [&](std::size_t k) { return from[k].energy + eff >= best; };
+      const auto dominated = [&](const State& state) { return state.energy + eff >= best; };
       std::size_t k = static_cast<std::size_t>(h.state) + 1;
-      if (k < from.size() && dominated(k)) {
+      if (k < from.size() && dominated(from[k])) {
         std::size_t step = 1;
         std::size_t low = k;  // dominated
-        while (low + step < from.size() && dominated(low + step)) {
+        while (low + step < from.size() && dominated(from[low + step])) {
           low += step;
           step *= 2;
         }
         const std::size_t high = std::min(low + step, from.size());  // not dominated, or the end
         k = static_cast<std::size_t>(
             std::partition_point(from.begin() + static_cast<std::ptrdiff_t>(low) + 1,
-                                 from.begin() + static_cast<std::ptrdiff_t>(high),
-                                 [&](const State& state) { return state.energy + eff >= best; }) -
+                                 from.begin() + static_cast<std::ptrdiff_t>(high), dominated) -
             from.begin());
       }
       if (k >= from.size()) continue;

@@ -30,15 +30,16 @@
 //    filled in real time (forward/backward passes, first within each instruction's convex
 //    segment, then freely), and the result is re-evaluated from the real options.
 // 3. The fastest point (T_min), and every deadline of small problems, is improved further:
-//    chain search (each stage's compute chain, all its chunks, re-optimized exactly with the
-//    other stages' start times fixed), one-exchange local search (within a work budget), then,
-//    on DAGs of at most kExactMaxNodes nodes, an exact dynamic program over a topological order
-//    (ExactAt: dominance, a per-stage knapsack completion bound, the incumbent); within its
-//    budget it proves the point optimal, past it the same search runs as a beam (a heuristic),
-//    then (small problems) the same exact search on neighbourhoods of the plan (every pair of
-//    stages, windows of the topological order; the other nodes' options fixed). Gradient-sync
-//    nodes are in no chain (they run beside the compute stream): the bound counts each alone,
-//    at its cheapest option that fits.
+//    chain search (each stage's compute chain, all its chunks, re-optimized with the other
+//    stages' start times fixed: exact while its Pareto layers stay within their cap, which
+//    shrinks on long chains of many options, kChainWork), one-exchange local search (within a work
+//    budget), then, on DAGs of at most kExactMaxNodes nodes, an exact dynamic program over a
+//    topological order (ExactAt: dominance, a per-stage knapsack completion bound, the incumbent);
+//    within its budget it proves the point optimal, past it the same search runs as a beam (a
+//    heuristic), then (small problems) the same exact search on neighbourhoods of the plan (every
+//    pair of stages, windows of the topological order; the other nodes' options fixed).
+//    Gradient-sync nodes are in no chain (they run beside the compute stream): the bound counts
+//    each alone, at its cheapest option that fits.
 // Options, specs and GPU counts are per DAG node class (schedule::NodeClasses: forward/backward per
 // (stage, chunk), the last backward per stage, the gradient-sync nodes).
 #include "kareus/pipeline/solver.h"
