@@ -53,8 +53,9 @@ constexpr int kExactMaxNodes = 256;
 // OptimizeChain's states per layer (an evenly spread subset beyond): at most kChainStates, and
 // at most kChainWork / (the chain's options, summed over its instructions), but at least
 // kChainStatesMin. Measured on the at-scale example's fastest point (bench/data, 8 chains of 256
-// instructions with 31-84 options): 2,048 states cost 15.5 s for 0.0032 % less energy than 287
-// (1.7 s); the benchmark cases' fastest points are the same with 256 as with 2,048.
+// instructions with 31-84 options): 2,048 states cost 15.5 s for 0.0032 % less energy than the
+// cap's ~285 (2.1 s). The benchmark cases (20 clocks) keep 409-2,048, and their frontiers are
+// the same as with 2,048 everywhere.
 constexpr std::size_t kChainStates = 2048;
 constexpr std::size_t kChainStatesMin = 256;
 constexpr std::size_t kChainWork = std::size_t{1} << 22;

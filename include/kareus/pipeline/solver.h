@@ -144,8 +144,9 @@ struct Summary {
   // State comparisons the exact searches (and their beams) spent, every deadline together (at
   // most 5 M per search; where the problem is small, every deadline searches).
   int64_t exact_search_work = 0;
-  // Moves that needed the longest-path passes (a path might overtake, or the float budget ran
-  // out); the others moved along the cut without them (see solver.cc, part 1).
+  // Moves that needed the longest-path passes (a critical arc crossed the cut backwards without
+  // being lengthened, or the move did not fit in the float budget, so a path might overtake);
+  // the others moved along the cut without them (see solver.cc, part 1).
   int64_t full_passes = 0;
   // With Options::check_incremental_cuts: skipped passes that would have shortened the move or
   // changed an arc's criticality (0 when the float budget is right); 0 otherwise.
