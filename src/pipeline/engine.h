@@ -54,8 +54,9 @@ constexpr int kExactMaxNodes = 256;
 // at most kChainWork / (the chain's options, summed over its instructions), but at least
 // kChainStatesMin. Measured on the at-scale example's fastest point (bench/data, 8 chains of 256
 // instructions with 31-84 options): 2,048 states cost 15.5 s for 0.0032 % less energy than the
-// cap's ~285 (2.1 s). The benchmark cases (20 clocks) keep 409-2,048, and their frontiers are
-// the same as with 2,048 everywhere.
+// cap's ~285 (2.1 s). The benchmark cases (20 clocks) keep 409-2,048: their frontiers are the
+// same as with 2,048 except the interleaved 16 x 128 x 2 case's fastest end (its chains of 512
+// instructions keep 409; +0.004 % there, the fastest point 25 s -> 6.7 s).
 constexpr std::size_t kChainStates = 2048;
 constexpr std::size_t kChainStatesMin = 256;
 constexpr std::size_t kChainWork = std::size_t{1} << 22;

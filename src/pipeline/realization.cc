@@ -248,7 +248,7 @@ bool Engine::OptimizeChain(const std::vector<int>& chain, std::vector<int>& choi
   // At most kChainStates states per layer, fewer on long chains of many options: a layer's
   // merge visits about states x options candidates, so the chain's whole program stays within
   // about kChainWork of them (the at-scale example's stage chains, 256 instructions of 31-84
-  // options, keep ~285; the benchmark cases of 20 clocks 409-2,048).
+  // options, keep ~285; the benchmark cases of 20 clocks 409-2,048; see kChainWork).
   std::size_t options_total = 0;
   for (int v : chain) options_total += SpecOf(v).time.size();
   const std::size_t kMaxStates = std::clamp<std::size_t>(
