@@ -158,9 +158,7 @@ void Engine::RecordPoint(double deadline, int64_t k, double offset) {
   realize_wall_s_ += SecondsSince(started);
 }
 
-void Engine::CompactPoints() {
-  // At most 1.5 x the survivors between compactions (the plans dominate the memory: one int per
-  // node and point; 1,000 microbatches realize 226 k deadlines, of which 99 k survive).
+std::vector<pareto::Point> Engine::RawFront() const {
   std::vector<pareto::Point> points;
   points.reserve(raw_.size());
   for (std::size_t i = 0; i < raw_.size(); ++i) {
@@ -168,9 +166,14 @@ void Engine::CompactPoints() {
                       .energy_j = raw_[i].cost.energy_j,
                       .payload = static_cast<int64_t>(i)});
   }
+  return pareto::Filter(std::move(points));
+}
+
+void Engine::CompactPoints() {
+  // At most 1.5 x the survivors between compactions (the plans dominate the memory: one int per
+  // node and point; 1,000 microbatches realize 226 k deadlines, of which 99 k survive).
   std::vector<std::size_t> keep;
-  for (const pareto::Point& p : pareto::Filter(std::move(points)))
-    keep.push_back(static_cast<std::size_t>(p.payload));
+  for (const pareto::Point& p : RawFront()) keep.push_back(static_cast<std::size_t>(p.payload));
   std::sort(keep.begin(), keep.end());
   std::vector<IterationPoint> kept;
   kept.reserve(keep.size());
@@ -353,13 +356,7 @@ void Engine::FillResult(const Descent& d, std::chrono::steady_clock::time_point 
   if (options_.keep_dominated) {
     result.points = std::move(raw_);
   } else {
-    std::vector<pareto::Point> points;
-    for (std::size_t i = 0; i < raw_.size(); ++i) {
-      points.push_back({.time_s = raw_[i].cost.time_s,
-                        .energy_j = raw_[i].cost.energy_j,
-                        .payload = static_cast<int64_t>(i)});
-    }
-    const auto front = pareto::Filter(points);
+    const std::vector<pareto::Point> front = RawFront();
     for (auto it = front.rbegin(); it != front.rend(); ++it) {
       result.points.push_back(std::move(raw_[static_cast<std::size_t>(it->payload)]));
     }

@@ -22,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include "kareus/pareto/pareto.h"
 #include "kareus/pipeline/solver.h"
 #include "kareus/schedule/node_classes.h"
 #include "kareus/schedule/schedule.h"
@@ -318,6 +319,8 @@ class Engine {
   // the first realized stays), keeping the others in their order: the final filter then gives
   // what it gives on every point (dominance is transitive).
   void CompactPoints();
+  // raw_'s non-dominated points (pareto::Filter), each with its index in raw_ as payload.
+  std::vector<pareto::Point> RawFront() const;
   // The least-energy plan with time <= deadline by dynamic programming over a topological
   // order (branch and bound): a state is the finish times of the placed instructions that still
   // have unplaced successors, the makespan so far and the effective energy; dominated states

@@ -251,7 +251,7 @@ bool Engine::OptimizeChain(const std::vector<int>& chain, std::vector<int>& choi
   // options, keep ~285; the benchmark cases of 20 clocks 409-2,048; see kChainWork).
   std::size_t options_total = 0;
   for (int v : chain) options_total += SpecOf(v).time.size();
-  const std::size_t kMaxStates = std::clamp<std::size_t>(
+  const std::size_t max_states = std::clamp<std::size_t>(
       kChainWork / std::max<std::size_t>(options_total, 1), kChainStatesMin, kChainStates);
   // Per layer, the candidates (state k, option j) form one list per option j: along k the
   // finishes grow and the energies fall (the states are a Pareto staircase). The lists are
@@ -314,11 +314,11 @@ bool Engine::OptimizeChain(const std::vector<int>& chain, std::vector<int>& choi
       heap.push_back({finish, from[k].energy + eff, static_cast<int>(k), h.option});
       std::push_heap(heap.begin(), heap.end(), later);
     }
-    if (to.size() > kMaxStates) {
+    if (to.size() > max_states) {
       // Keep an evenly spread subset (always the fastest and the cheapest).
       std::vector<State> kept;
-      for (std::size_t q = 0; q < kMaxStates; ++q)
-        kept.push_back(to[q * (to.size() - 1) / (kMaxStates - 1)]);
+      for (std::size_t q = 0; q < max_states; ++q)
+        kept.push_back(to[q * (to.size() - 1) / (max_states - 1)]);
       to.swap(kept);
     }
   }
