@@ -119,25 +119,9 @@ void Engine::RecordPoint(double deadline, int64_t k, double offset) {
       ChainSearch(choice, deadline, 8);
       Exchange(choice, deadline);
       ChainSearch(choice, deadline, 8);
-      const int64_t budget = k <= 0 ? kFastestBudget : kSmallBudget;
-      exact = n_ <= kExactMaxNodes && ExactAt(budget, deadline, choice, 0);
-      if (!exact && n_ <= kExactMaxNodes) {
-        // Out of budget: a beam as wide as the budget allows (states x options x kept states
-        // per step), then the local searches again from its plan.
-        const double per_step = static_cast<double>(node_options_) + 1.0;  // ~ n x options
-        const auto beam = static_cast<std::size_t>(
-            std::clamp(std::sqrt(static_cast<double>(budget) / per_step), 4.0, 4096.0));
-        const std::vector<int> before = choice;
-        ExactAt(budget, deadline, choice, beam);
-        // The neighbourhood search on small problems only: at the fastest point of the 4 x 16
-        // benchmark (128 nodes, 20 options) its 27 neighbourhoods cost 0.2 s and improved
-        // nothing (no neighbourhood finished within its budget; the beams found no better plan).
-        const bool moved = small_ && NeighborhoodSearch(choice, deadline, 4);
-        if (choice != before || moved) {
-          ChainSearch(choice, deadline, 8);
-          Exchange(choice, deadline);
-        }
-      }
+      // Small problems search every deadline at once after the descent (ExactFrontier).
+      if (k <= 0 || !defer_exact_)
+        exact = SearchExactly(choice, deadline, k <= 0 ? kFastestBudget : kSmallBudget);
       if (k <= 0) fastest_wall_s_ += SecondsSince(searched);
     }
   }
@@ -153,7 +137,8 @@ void Engine::RecordPoint(double deadline, int64_t k, double offset) {
   point.exact = exact;
   raw_.push_back(std::move(point));
   ++deadlines_realized_;
-  if (!options_.keep_dominated && !(options_.deadline_s > 0.0) && raw_.size() >= compact_at_)
+  if (!options_.keep_dominated && !(options_.deadline_s > 0.0) && !defer_exact_ &&
+      raw_.size() >= compact_at_)
     CompactPoints();
   realize_wall_s_ += SecondsSince(started);
 }
@@ -180,6 +165,42 @@ void Engine::CompactPoints() {
   for (std::size_t i : keep) kept.push_back(std::move(raw_[i]));
   raw_.swap(kept);
   compact_at_ = std::max(kFirstCompaction, raw_.size() + raw_.size() / 2);
+}
+
+bool Engine::SearchExactly(std::vector<int>& choice, double deadline, int64_t budget) {
+  if (n_ > kExactMaxNodes) return false;
+  if (ExactAt(budget, deadline, choice, 0)) return true;
+  // Out of budget: a beam as wide as the budget allows (states x options x kept states per
+  // step), then the local searches again from its plan.
+  const double per_step = static_cast<double>(node_options_) + 1.0;  // ~ n x options
+  const auto beam = static_cast<std::size_t>(
+      std::clamp(std::sqrt(static_cast<double>(budget) / per_step), 4.0, 4096.0));
+  const std::vector<int> before = choice;
+  ExactAt(budget, deadline, choice, beam);
+  // The neighbourhood search on small problems only: at the fastest point of the 4 x 16
+  // benchmark (128 nodes, 20 options) its 27 neighbourhoods cost 0.2 s and improved nothing
+  // (no neighbourhood finished within its budget; the beams found no better plan).
+  const bool moved = small_ && NeighborhoodSearch(choice, deadline, 4);
+  if (choice != before || moved) {
+    ChainSearch(choice, deadline, 8);
+    Exchange(choice, deadline);
+  }
+  return false;
+}
+
+void Engine::SearchDeferred() {
+  const auto started = std::chrono::steady_clock::now();
+  exact_frontier_ = ExactFrontier(kFrontierBudget);
+  if (!exact_frontier_) {
+    // Past its budget: each deadline's own search.
+    for (IterationPoint& point : raw_) {
+      if (point.quanta <= 0) continue;  // the fastest point was searched when realized
+      std::vector<int> choice = FrontChoice(point);
+      const bool exact = SearchExactly(choice, point.deadline_s, kSmallBudget);
+      SetPlan(point, choice, exact);
+    }
+  }
+  realize_wall_s_ += SecondsSince(started);
 }
 
 void Engine::RealizePassed(Descent& d, double delta) {
@@ -350,6 +371,7 @@ void Engine::FillResult(const Descent& d, std::chrono::steady_clock::time_point 
   summary.fastest_point_wall_s = fastest_wall_s_;
   summary.exact_search_work = exact_work_;
   summary.full_passes = full_passes_;
+  summary.exact_frontier = exact_frontier_;
   summary.skipped_pass_mismatches = pass_mismatches_;
   summary.descent_wall_s = SecondsSince(started) - realize_wall_s_;
   summary.deadlines = deadlines_realized_;
@@ -372,6 +394,7 @@ Result Engine::Run() {
   BuildChains();
   for (int v = 0; v < n_; ++v) node_options_ += static_cast<int64_t>(SpecOf(v).time.size());
   small_ = node_options_ <= kSmallOptions;
+  defer_exact_ = small_ && options_.reclaim_slack && !(options_.deadline_s > 0.0);
   std::vector<int> fastest(static_cast<std::size_t>(n_), 0);
   std::vector<int> cheapest(static_cast<std::size_t>(n_));
   for (int v = 0; v < n_; ++v) cheapest[v] = static_cast<int>(SpecOf(v).time.size()) - 1;
@@ -408,6 +431,7 @@ Result Engine::Run() {
     // current durations, repaired): the remaining deadlines.
     RealizePassed(d, kInf);
   }
+  if (defer_exact_) SearchDeferred();
   FinishPoints(d);
   FillResult(d, started, result);
   return result;

@@ -36,15 +36,19 @@ using schedule::Instruction;
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 // The exact dynamic program (ExactAt) runs at the fastest point with this budget (state
-// comparisons), and at every other deadline of problems with at most kSmallOptions node-options
-// (sum over nodes of their real front's size) with kSmallBudget; past its budget the same
-// search runs as a beam within the same budget. Not bounded per solve: on small problems that
-// are hard for the exact search (2 stages x 2 microbatches of 18 clocks: 5 M exhausted at 737
-// of 750 deadlines) it costs 14-21 s; a solve-wide budget (10 M, 200 M) bounded that but lost
-// the GLPK property test's quality (15-30 of 240 deadlines above 0.1 %), so it is not here.
+// comparisons); past its budget the same search runs as a beam within the same budget.
+// Problems with at most kSmallOptions node-options (sum over nodes of their real front's size)
+// search every other deadline too: all at once after the descent (ExactFrontier, within
+// kFrontierBudget, counting candidates and comparisons), and where that runs out, each on its
+// own with kSmallBudget (then not bounded per solve: 2 stages x 2 microbatches of 18 clocks
+// exhausted 5 M at 737 of 750 deadlines, 11 s; a solve-wide budget bounded that but lost the
+// GLPK property test's quality, 15-30 of 240 deadlines above 0.1 %). Measured: the GLPK test's
+// 40 random DAGs need at most 69 M in ExactFrontier (every sampled deadline exact), the 2 x 2
+// case 170 M (2.3 s, against 11 s for its 750 searches).
 constexpr int64_t kFastestBudget = 5'000'000;
 constexpr int64_t kSmallOptions = 160;
 constexpr int64_t kSmallBudget = 5'000'000;
+constexpr int64_t kFrontierBudget = 500'000'000;
 // The one-exchange local search (Exchange) stops after this many node visits.
 constexpr int64_t kExchangeBudget = 40'000'000;
 // The exact search (and its beam) runs on DAGs of at most this many nodes: on larger ones it
@@ -171,6 +175,7 @@ struct Descent {
 // heads and tails, and the completion bounds.
 struct ExactSearch {
   static constexpr std::size_t kCells = 2049;  // the chain knapsack's duration grid
+  static constexpr int kBoundSlices = 16;      // ExactFrontier's bound, per slice of time
   double deadline = 0.0;
   std::vector<std::size_t> first;  // per node: its first allowed front index
   std::vector<std::size_t> end;    // per node: one past its last allowed front index
@@ -205,6 +210,19 @@ struct ExactStep {
   // Per chain with an unplaced suffix: where its last placed finish comes from (-2: none placed
   // yet; -1: the placed node itself; else a slot of from.open).
   std::vector<std::pair<std::size_t, int>> chain_sources;
+};
+
+// What an exact search's completions must beat: the least energy of the known plans that finish
+// by a given time, a staircase (times ascending, energies non-increasing). ExactAt's has one
+// step at -inf (its one plan, whatever the makespan); ExactFrontier's holds every realized plan.
+struct Incumbents {
+  std::vector<double> time;
+  std::vector<double> energy;
+  // The least energy of a plan with time <= t (+inf when none).
+  double At(double t) const {
+    const auto it = std::upper_bound(time.begin(), time.end(), t);
+    return it == time.begin() ? kInf : energy[static_cast<std::size_t>(it - time.begin()) - 1];
+  }
 };
 
 // A state the next layer may keep.
@@ -338,15 +356,58 @@ class Engine {
   ExactSearch PrepareExact(double deadline, const std::vector<int>& choice,
                            const std::vector<char>* free_nodes) const;
   void BuildCompletionBounds(ExactSearch& x) const;
-  double ChainBound(const ExactSearch& x, std::size_t c, int next, double free_from) const;
+  // The chain's suffix from `next` placed from `free_from` on, finishing by `deadline` (at most
+  // the search's).
+  double ChainBound(const ExactSearch& x, std::size_t c, int next, double free_from,
+                    double deadline = kInf) const;
   ExactStep PrepareStep(const ExactSearch& x, int k, const ExactLayer& from, ExactLayer& to,
                         std::vector<int>& next) const;
   void CollectCandidates(const ExactSearch& x, int k, const ExactLayer& from, const ExactStep& step,
-                         const std::vector<int>& next, double incumbent,
+                         const std::vector<int>& next, const Incumbents& incumbents,
                          std::vector<ExactCandidate>& candidates) const;
+  // KeepUndominated's exact mode when a state has at most two dimensions to compare besides its
+  // energy (its open finishes and, unless all are equal, the makespan): a staircase, O(log n)
+  // per candidate instead of the kept states. False when it does not apply or past the budget
+  // (then `work` > budget).
+  bool KeepUndominatedByStaircase(const ExactLayer& from, const ExactStep& step,
+                                  const std::vector<ExactCandidate>& candidates, int64_t budget,
+                                  bool measured, int64_t& work, ExactLayer& to) const;
+  // KeepUndominated's exact mode otherwise: only the kept states whose summed finishes and
+  // makespan are no larger than the candidate's are compared.
+  bool KeepUndominatedBySum(const ExactLayer& from, const ExactStep& step,
+                            const std::vector<ExactCandidate>& candidates, int64_t budget,
+                            bool measured, int64_t& work, ExactLayer& to) const;
+  // ExactAt's layers from a prepared search: false when past the budget (work counts the state
+  // comparisons, as ExactAt's budget does).
+  bool RunLayers(const ExactSearch& x, const Incumbents& incumbents, std::size_t beam,
+                 int64_t budget, bool measured, int64_t& work,
+                 std::vector<ExactLayer>& layers) const;
+  // Small problems (small_): the exact search for every realized deadline at once, one dynamic
+  // program without a deadline (bounded by the slowest one) whose completions must beat the
+  // realized plans that finish by their makespan bound (Incumbents); its last layer holds, for
+  // every deadline, a plan at least as cheap as any other. Upgrades each raw_ point whose plan
+  // it beats and marks the points it proved; false (nothing changed) when past `budget`.
+  bool ExactFrontier(int64_t budget);
+  // The plan of the last layer's state `s` (front indices, into `choice`).
+  void TraceBack(const ExactSearch& x, const std::vector<ExactLayer>& layers, int s,
+                 std::vector<int>& choice) const;
+  // A realized point's plan as front indices, and back: its options, cost and exactness.
+  std::vector<int> FrontChoice(const IterationPoint& point) const;
+  void SetPlan(IterationPoint& point, const std::vector<int>& choice, bool exact) const;
+  // The exact search at one deadline after the local searches (RecordPoint; on small problems
+  // whose ExactFrontier ran out of budget, for every realized point): ExactAt, and past its
+  // budget a beam, the neighbourhood search (small problems) and the local searches again.
+  // True when proven optimal.
+  bool SearchExactly(std::vector<int>& choice, double deadline, int64_t budget);
+  // After the descent on small problems (defer_exact_): ExactFrontier, and past its budget
+  // SearchExactly at every realized deadline but the fastest.
+  void SearchDeferred();
+  // `measured`: work counts the candidates and the comparisons made; else, per candidate, the
+  // states kept so far (an upper bound of the comparisons: ExactAt's budget, whose plans the
+  // faster dominance tests below leave as they were).
   bool KeepUndominated(const ExactLayer& from, const ExactStep& step,
                        std::vector<ExactCandidate>& candidates, std::size_t beam, int64_t budget,
-                       int64_t& work, ExactLayer& to) const;
+                       bool measured, int64_t& work, ExactLayer& to) const;
   // Large-neighbourhood search: ExactAt on every pair of stages and on sliding windows of the
   // topological order, every other node fixed at its option, until no neighbourhood improves
   // (at most `rounds` sweeps); true when the plan changed.
@@ -360,9 +421,11 @@ class Engine {
   Dag dag_;
   int n_ = 0;
   std::vector<Spec> specs_;
-  std::vector<int> class_;    // per node: index into specs_
-  bool small_ = false;        // few node-options: exact search at every deadline
-  int64_t node_options_ = 0;  // sum over nodes of their real front's size
+  std::vector<int> class_;       // per node: index into specs_
+  bool small_ = false;           // few node-options: exact search at every deadline
+  bool defer_exact_ = false;     // small_, the whole frontier: searched at once (SearchDeferred)
+  bool exact_frontier_ = false;  // ExactFrontier ran within its budget
+  int64_t node_options_ = 0;     // sum over nodes of their real front's size
   double gpus_total_ = 0.0;
   double pg_ = 0.0;        // static power of all GPUs, W
   double time_tol_ = 0.0;  // times closer than this are equal

@@ -2,6 +2,7 @@
 // The exact dynamic program over a topological order (ExactAt; a beam past its budget) and
 // the neighbourhood search built on it. See solver.cc, part 3.
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -110,10 +111,11 @@ void Engine::BuildCompletionBounds(ExactSearch& x) const {
   }
 }
 
-double Engine::ChainBound(const ExactSearch& x, std::size_t c, int next, double free_from) const {
+double Engine::ChainBound(const ExactSearch& x, std::size_t c, int next, double free_from,
+                          double deadline) const {
   const std::size_t cells = ExactSearch::kCells;
   const std::vector<int>& chain = chains_[c];
-  const double span = x.deadline - x.tail[chain.back()] - free_from;
+  const double span = std::min(deadline, x.deadline) - x.tail[chain.back()] - free_from;
   if (span < -time_tol_) return kInf;
   const double units = std::floor(std::max(0.0, span) / x.grid + 1e-9);
   const std::size_t b =
@@ -160,7 +162,8 @@ ExactStep Engine::PrepareStep(const ExactSearch& x, int k, const ExactLayer& fro
 
 void Engine::CollectCandidates(const ExactSearch& x, int k, const ExactLayer& from,
                                const ExactStep& step, const std::vector<int>& next,
-                               double incumbent, std::vector<ExactCandidate>& candidates) const {
+                               const Incumbents& incumbents,
+                               std::vector<ExactCandidate>& candidates) const {
   const int v = x.order[k];
   const std::size_t d_from = from.open.size();
   const std::size_t count = from.energy.size();
@@ -181,16 +184,39 @@ void Engine::CollectCandidates(const ExactSearch& x, int k, const ExactLayer& fr
           x.last_use[v] < 0 ? std::max(from.makespan[s], finish) : from.makespan[s];
       const double makespan_low = std::max({makespan, finish + x.tail[v], open_low});
       if (makespan_low > x.deadline + time_tol_) continue;
-      double low = from.energy[s] + spec.eff[j] + pg_ * makespan_low +
-                   x.loose_after[static_cast<std::size_t>(k)];
-      for (auto [c, src] : step.chain_sources) {
-        const double free_from =
-            src == -2
-                ? x.head[chains_[c][static_cast<std::size_t>(next[c])]]
-                : (src == -1 ? finish : from.finish[s * d_from + static_cast<std::size_t>(src)]);
-        low += ChainBound(x, c, next[c], free_from);
+      const double base = from.energy[s] + spec.eff[j] + pg_ * makespan_low +
+                          x.loose_after[static_cast<std::size_t>(k)];
+      // The bound of the completions that finish by `deadline`.
+      const auto bound = [&](double deadline) {
+        double low = base;
+        for (auto [c, src] : step.chain_sources) {
+          const double free_from =
+              src == -2
+                  ? x.head[chains_[c][static_cast<std::size_t>(next[c])]]
+                  : (src == -1 ? finish : from.finish[s * d_from + static_cast<std::size_t>(src)]);
+          low += ChainBound(x, c, next[c], free_from, deadline);
+        }
+        return low;
+      };
+      const double low = bound(x.deadline);
+      if (low >= incumbents.At(makespan_low + time_tol_) * (1 - 1e-12)) {
+        continue;
+      } else if (incumbents.time.size() > 1) {
+        // Many incumbents (ExactFrontier, the first one the fastest plan: no completion is
+        // faster): the completions finishing in each of kBoundSlices slices of
+        // [max(makespan_low, fastest), deadline] against the incumbent at the slice's start
+        // (and the static energy until then).
+        const double earliest = std::max(makespan_low, incumbents.time.front());
+        bool useful = false;
+        for (int i = 1; i <= ExactSearch::kBoundSlices && !useful; ++i) {
+          const double from_t =
+              earliest + (x.deadline - earliest) * (i - 1) / ExactSearch::kBoundSlices;
+          const double to_t = earliest + (x.deadline - earliest) * i / ExactSearch::kBoundSlices;
+          useful = bound(to_t) + pg_ * (from_t - makespan_low) <
+                   incumbents.At(from_t + time_tol_) * (1 - 1e-12);
+        }
+        if (!useful) continue;
       }
-      if (low >= incumbent * (1 - 1e-12)) continue;
       candidates.push_back({from.energy[s] + spec.eff[j], static_cast<int>(s), static_cast<int>(j),
                             makespan, finish, low});
     }
@@ -199,7 +225,7 @@ void Engine::CollectCandidates(const ExactSearch& x, int k, const ExactLayer& fr
 
 bool Engine::KeepUndominated(const ExactLayer& from, const ExactStep& step,
                              std::vector<ExactCandidate>& candidates, std::size_t beam,
-                             int64_t budget, int64_t& work, ExactLayer& to) const {
+                             int64_t budget, bool measured, int64_t& work, ExactLayer& to) const {
   const std::size_t d_from = from.open.size();
   const std::size_t d_to = to.open.size();
   // Exact: cheapest first (a kept state is then never more energetic than a later one). Beam:
@@ -212,6 +238,11 @@ bool Engine::KeepUndominated(const ExactLayer& from, const ExactStep& step,
               [](const ExactCandidate& a, const ExactCandidate& b) { return a.low < b.low; });
   }
   std::vector<double> vec(d_to);
+  if (beam == 0) {
+    if (KeepUndominatedByStaircase(from, step, candidates, budget, measured, work, to)) return true;
+    if (work > budget) return false;
+    return KeepUndominatedBySum(from, step, candidates, budget, measured, work, to);
+  }
   for (const ExactCandidate& c : candidates) {
     if (beam > 0 && to.energy.size() >= beam) break;
     for (std::size_t i = 0; i < d_to; ++i) {
@@ -242,12 +273,109 @@ bool Engine::KeepUndominated(const ExactLayer& from, const ExactStep& step,
   return true;
 }
 
-bool Engine::ExactAt(int64_t budget, double deadline, std::vector<int>& choice, std::size_t beam,
-                     const std::vector<char>* free_nodes) const {
-  const double incumbent = Energy(choice);
-  int64_t work = 0;
-  const ExactSearch x = PrepareExact(deadline, choice, free_nodes);
-  std::vector<ExactLayer> layers(static_cast<std::size_t>(n_) + 1);
+bool Engine::KeepUndominatedByStaircase(const ExactLayer& from, const ExactStep& step,
+                                        const std::vector<ExactCandidate>& candidates,
+                                        int64_t budget, bool measured, int64_t& work,
+                                        ExactLayer& to) const {
+  // The dimensions a kept state must not exceed: the open finishes, and the makespan unless
+  // every candidate has the same. With at most two, in the order of energy, a candidate is
+  // dominated when the staircase of the kept states (ascending in the first dimension,
+  // descending in the second; a kept state another dominates in both is not on it) has, among
+  // its entries no later in the first, one no later in the second: the last of them.
+  const std::size_t d_from = from.open.size();
+  const std::size_t d_to = to.open.size();
+  bool same_makespan = true;
+  for (const ExactCandidate& c : candidates) same_makespan &= c.makespan == candidates[0].makespan;
+  const std::size_t dims = d_to + (same_makespan ? 0 : 1);
+  if (dims > 2 || candidates.empty()) return false;
+  const auto coordinate = [&](const ExactCandidate& c, std::size_t i) {
+    if (i == d_to) return c.makespan;
+    return step.source[i] < 0 ? c.finish
+                              : from.finish[static_cast<std::size_t>(c.parent) * d_from +
+                                            static_cast<std::size_t>(step.source[i])];
+  };
+  std::vector<std::pair<double, double>> stairs;  // (first, second)
+  for (const ExactCandidate& c : candidates) {
+    const double a = dims > 0 ? coordinate(c, 0) : 0.0;
+    const double b = dims > 1 ? coordinate(c, 1) : 0.0;
+    auto it = std::upper_bound(stairs.begin(), stairs.end(), a + time_tol_,
+                               [](double t, const auto& e) { return t < e.first; });
+    work += measured ? 1 + static_cast<int64_t>(std::bit_width(stairs.size()))
+                     : static_cast<int64_t>(to.energy.size()) + 1;
+    if (work > budget) return false;
+    if (it != stairs.begin() && std::prev(it)->second <= b + time_tol_) continue;
+    // Kept: off the staircase go the entries it dominates in both (first >= a, second >= b).
+    it = std::lower_bound(stairs.begin(), stairs.end(), a,
+                          [](const auto& e, double t) { return e.first < t; });
+    auto end = it;
+    while (end != stairs.end() && end->second >= b) ++end;
+    if (measured) work += end - it;
+    it = stairs.erase(it, end);
+    stairs.insert(it, {a, b});
+    for (std::size_t i = 0; i < d_to; ++i) to.finish.push_back(coordinate(c, i));
+    to.makespan.push_back(c.makespan);
+    to.energy.push_back(c.energy);
+    to.parent.push_back(c.parent);
+    to.option.push_back(c.option);
+  }
+  return true;
+}
+
+bool Engine::KeepUndominatedBySum(const ExactLayer& from, const ExactStep& step,
+                                  const std::vector<ExactCandidate>& candidates, int64_t budget,
+                                  bool measured, int64_t& work, ExactLayer& to) const {
+  // A state that dominates another (no later in the makespan and any open finish) has a sum of
+  // those no larger (within the tolerances): only the kept states up to the candidate's sum are
+  // compared, in the order of their sums. In the order of energy the later candidates tend to
+  // be the faster ones, with the smaller sums.
+  const std::size_t d_from = from.open.size();
+  const std::size_t d_to = to.open.size();
+  const double slack = static_cast<double>(d_to + 1) * time_tol_;
+  std::vector<std::pair<double, std::size_t>> by_sum;  // (sum, kept state), ascending
+  std::vector<double> vec(d_to);
+  for (const ExactCandidate& c : candidates) {
+    double sum = c.makespan;
+    for (std::size_t i = 0; i < d_to; ++i) {
+      vec[i] = step.source[i] < 0 ? c.finish
+                                  : from.finish[static_cast<std::size_t>(c.parent) * d_from +
+                                                static_cast<std::size_t>(step.source[i])];
+      sum += vec[i];
+    }
+    if (!measured) {
+      work += static_cast<int64_t>(to.energy.size()) + 1;
+      if (work > budget) return false;
+    }
+    const auto end = std::upper_bound(by_sum.begin(), by_sum.end(), sum + slack,
+                                      [](double t, const auto& e) { return t < e.first; });
+    bool dominated = false;
+    for (auto it = by_sum.begin(); it != end && !dominated; ++it) {
+      const std::size_t q = it->second;
+      work += measured ? 1 : 0;
+      if (to.makespan[q] > c.makespan + time_tol_) continue;
+      bool no_later = true;
+      for (std::size_t i = 0; i < d_to && no_later; ++i) {
+        no_later = to.finish[q * d_to + i] <= vec[i] + time_tol_;
+      }
+      dominated = no_later;
+    }
+    if (measured && ++work > budget) return false;
+    if (dominated) continue;
+    by_sum.insert(std::upper_bound(by_sum.begin(), by_sum.end(), sum,
+                                   [](double t, const auto& e) { return t < e.first; }),
+                  {sum, to.energy.size()});
+    to.finish.insert(to.finish.end(), vec.begin(), vec.end());
+    to.makespan.push_back(c.makespan);
+    to.energy.push_back(c.energy);
+    to.parent.push_back(c.parent);
+    to.option.push_back(c.option);
+  }
+  return true;
+}
+
+bool Engine::RunLayers(const ExactSearch& x, const Incumbents& incumbents, std::size_t beam,
+                       int64_t budget, bool measured, int64_t& work,
+                       std::vector<ExactLayer>& layers) const {
+  layers.assign(static_cast<std::size_t>(n_) + 1, ExactLayer{});
   layers[0].makespan = {0.0};
   layers[0].energy = {0.0};
   layers[0].parent = {-1};
@@ -258,13 +386,34 @@ bool Engine::ExactAt(int64_t budget, double deadline, std::vector<int>& choice, 
     const ExactLayer& from = layers[k];
     ExactLayer& to = layers[k + 1];
     const ExactStep step = PrepareStep(x, k, from, to, next);
-    CollectCandidates(x, k, from, step, next, incumbent, candidates);
-    if (!KeepUndominated(from, step, candidates, beam, budget, work, to)) {
-      exact_work_ += work;
-      return false;
-    }
+    if (measured)
+      work += static_cast<int64_t>(from.energy.size() * (x.end[x.order[k]] - x.first[x.order[k]]));
+    CollectCandidates(x, k, from, step, next, incumbents, candidates);
+    if (!KeepUndominated(from, step, candidates, beam, budget, measured, work, to)) return false;
   }
+  return true;
+}
+
+// The plan of the last layer's state `s`, written into `choice` (front indices).
+void Engine::TraceBack(const ExactSearch& x, const std::vector<ExactLayer>& layers, int s,
+                       std::vector<int>& choice) const {
+  for (int k = n_; k > 0; --k) {
+    const ExactLayer& layer = layers[static_cast<std::size_t>(k)];
+    choice[x.order[k - 1]] = layer.option[static_cast<std::size_t>(s)];
+    s = layer.parent[static_cast<std::size_t>(s)];
+  }
+}
+
+bool Engine::ExactAt(int64_t budget, double deadline, std::vector<int>& choice, std::size_t beam,
+                     const std::vector<char>* free_nodes) const {
+  const double incumbent = Energy(choice);
+  int64_t work = 0;
+  const ExactSearch x = PrepareExact(deadline, choice, free_nodes);
+  std::vector<ExactLayer> layers;
+  const bool finished =
+      RunLayers(x, {.time = {-kInf}, .energy = {incumbent}}, beam, budget, false, work, layers);
   exact_work_ += work;
+  if (!finished) return false;
   // Every complete state beats the incumbent (its bound was below): the cheapest one.
   const ExactLayer& last = layers[static_cast<std::size_t>(n_)];
   int best = -1;
@@ -276,14 +425,97 @@ bool Engine::ExactAt(int64_t budget, double deadline, std::vector<int>& choice, 
       best = static_cast<int>(s);
     }
   }
-  if (best >= 0) {
-    for (int k = n_; k > 0; --k) {
-      const ExactLayer& layer = layers[static_cast<std::size_t>(k)];
-      choice[x.order[k - 1]] = layer.option[static_cast<std::size_t>(best)];
-      best = layer.parent[static_cast<std::size_t>(best)];
+  if (best >= 0) TraceBack(x, layers, best, choice);
+  return beam == 0;
+}
+
+std::vector<int> Engine::FrontChoice(const IterationPoint& point) const {
+  std::vector<int> choice(static_cast<std::size_t>(n_));
+  for (int v = 0; v < n_; ++v) {
+    const std::vector<int>& options = SpecOf(v).option;
+    choice[v] = static_cast<int>(std::find(options.begin(), options.end(), point.choice[v]) -
+                                 options.begin());
+  }
+  return choice;
+}
+
+void Engine::SetPlan(IterationPoint& point, const std::vector<int>& choice, bool exact) const {
+  for (int v = 0; v < n_; ++v)
+    point.choice[v] = SpecOf(v).option[static_cast<std::size_t>(choice[v])];
+  point.cost = EvaluateWith(problem_, dag_, point.choice, options_.p_static_w);
+  point.exact = exact;
+  if (exact) point.model_energy_j = point.cost.energy_j;
+}
+
+bool Engine::ExactFrontier(int64_t budget) {
+  // The realized plans as a staircase: each point's engine energy, at its time.
+  std::vector<std::vector<int>> choices;
+  std::vector<double> energies;
+  std::vector<std::size_t> by_time;
+  double slowest = 0.0;
+  for (std::size_t i = 0; i < raw_.size(); ++i) {
+    choices.push_back(FrontChoice(raw_[i]));
+    energies.push_back(Energy(choices.back()));
+    by_time.push_back(i);
+    slowest = std::max(slowest, raw_[i].deadline_s);
+  }
+  std::sort(by_time.begin(), by_time.end(), [&](std::size_t a, std::size_t b) {
+    return raw_[a].cost.time_s < raw_[b].cost.time_s;
+  });
+  Incumbents incumbents;
+  std::vector<std::size_t> incumbent_of;  // per step of the staircase: the point behind it
+  for (std::size_t i : by_time) {
+    const bool cheaper = incumbents.energy.empty() || energies[i] < incumbents.energy.back();
+    incumbents.time.push_back(raw_[i].cost.time_s);
+    incumbents.energy.push_back(cheaper ? energies[i] : incumbents.energy.back());
+    incumbent_of.push_back(cheaper ? i : incumbent_of.back());
+  }
+  int64_t work = 0;
+  const ExactSearch x = PrepareExact(slowest, choices.front(), nullptr);
+  std::vector<ExactLayer> layers;
+  const bool finished = RunLayers(x, incumbents, 0, budget, true, work, layers);
+  exact_work_ += work;
+  if (!finished) return false;
+  // The complete states by makespan, each with the cheapest state up to it.
+  const ExactLayer& last = layers[static_cast<std::size_t>(n_)];
+  std::vector<int> states(last.energy.size());
+  std::iota(states.begin(), states.end(), 0);
+  std::sort(states.begin(), states.end(),
+            [&](int a, int b) { return last.makespan[a] < last.makespan[b]; });
+  std::vector<double> makespans;
+  std::vector<int> cheapest;
+  double least = kInf;
+  for (int s : states) {
+    const double total = last.energy[s] + pg_ * last.makespan[s];
+    makespans.push_back(last.makespan[s]);
+    if (cheapest.empty() || total < least) {
+      least = total;
+      cheapest.push_back(s);
+    } else {
+      cheapest.push_back(cheapest.back());
     }
   }
-  return beam == 0;
+  // Each deadline's least energy: the cheapest complete state that meets it, unless a realized
+  // plan that meets it is no costlier (the states no cheaper than one were dropped).
+  std::vector<int> plan(static_cast<std::size_t>(n_));
+  for (IterationPoint& point : raw_) {
+    const double deadline = point.deadline_s + time_tol_;
+    const auto step = std::upper_bound(incumbents.time.begin(), incumbents.time.end(), deadline);
+    const std::size_t own = static_cast<std::size_t>(&point - raw_.data());
+    const std::size_t known =
+        step == incumbents.time.begin()
+            ? own
+            : incumbent_of[static_cast<std::size_t>(step - incumbents.time.begin()) - 1];
+    plan = choices[known];
+    const auto it = std::upper_bound(makespans.begin(), makespans.end(), deadline);
+    if (it != makespans.begin()) {
+      const int s = cheapest[static_cast<std::size_t>(it - makespans.begin()) - 1];
+      if (last.energy[s] + pg_ * last.makespan[s] < energies[known] * (1 - 1e-12))
+        TraceBack(x, layers, s, plan);
+    }
+    SetPlan(point, plan, true);
+  }
+  return true;
 }
 
 bool Engine::NeighborhoodSearch(std::vector<int>& choice, double deadline, int rounds) const {

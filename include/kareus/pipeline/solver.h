@@ -142,8 +142,13 @@ struct Summary {
   int64_t incremental_cut_mismatches = 0;
   int64_t incremental_cuts_checked = 0;  // incremental BFSs compared with a fresh one
   // State comparisons the exact searches (and their beams) spent, every deadline together (at
-  // most 5 M per search; where the problem is small, every deadline searches).
+  // most 5 M per search at the fastest point or a deadline; the whole-frontier search of small
+  // problems also counts the candidates it examined, at most 500 M).
   int64_t exact_search_work = 0;
+  // Small problems (at most 160 node-options): every deadline's least-energy plan found by one
+  // exact search over the whole frontier (then every point is exact); false when there was none
+  // or it ran out of budget (then each deadline was searched on its own, as before).
+  bool exact_frontier = false;
   // Moves that needed the longest-path passes (a critical arc crossed the cut backwards without
   // being lengthened, or the move did not fit in the float budget, so a path might overtake);
   // the others moved along the cut without them (see solver.cc, part 1).
