@@ -23,6 +23,7 @@
 #include <benchmark/benchmark.h>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 
@@ -288,6 +289,55 @@ void BM_AtScaleKareusVsPerseus(benchmark::State& state) {
   state.counters["kareus_over_perseus_cpu"] = state.counters["cpu_ms"] / (1e3 * cpu_s);
 }
 BENCHMARK(BM_AtScaleKareusVsPerseus)->Unit(benchmark::kMillisecond)->Iterations(1);
+
+// Issue 33's pathology: an input fuzzer's 2-stage profile (tests/pipeline/data, from
+// ../shared/cases/) solved with 1 ms deadlines for 1 to 256 microbatches. A smooth cost follows
+// the work: `us_per_deadline_node` (CPU per realized deadline and DAG node) should stay flat.
+// 1 and 2 microbatches are small problems (at most 160 node-options): their exact search covers
+// the whole frontier (`exact_frontier`, `exact_search_work`).
+void BM_DegenerateProfile(benchmark::State& state) {
+  const auto microbatches = static_cast<int>(state.range(0));
+  const std::string path =
+      std::string(KAREUS_BENCH_SOURCE_DIR) + "/tests/pipeline/data/solver-degenerate-profile.csv";
+  std::ifstream csv(path);
+  if (!csv) throw std::runtime_error("cannot read " + path);
+  Problem problem{.num_stages = 2, .num_microbatches = microbatches};
+  problem.forward_options.resize(2);
+  problem.backward_options.resize(2);
+  std::string line;
+  std::getline(csv, line);  // header: stage,instruction,frequency,time,energy
+  while (std::getline(csv, line)) {
+    std::istringstream row(line);
+    std::string stage, kind, frequency, time, energy;
+    std::getline(row, stage, ',');
+    std::getline(row, kind, ',');
+    std::getline(row, frequency, ',');
+    std::getline(row, time, ',');
+    std::getline(row, energy, ',');
+    auto& lists = kind == "forward" ? problem.forward_options : problem.backward_options;
+    lists[static_cast<std::size_t>(std::stoi(stage))].push_back(
+        {.time_s = std::stod(time), .energy_j = std::stod(energy)});
+  }
+  Run(state, problem, 0);
+  const Result result = Solve(problem, {.unit_time_s = 1e-3, .p_static_w = 85.0});
+  state.counters["us_per_deadline_node"] = 1e3 * state.counters["cpu_ms"] /
+                                           (static_cast<double>(result.summary.deadlines) *
+                                            static_cast<double>(result.dag.nodes.size()));
+  state.counters["exact_search_work"] = static_cast<double>(result.summary.exact_search_work);
+  state.counters["exact_frontier"] = result.summary.exact_frontier ? 1.0 : 0.0;
+}
+BENCHMARK(BM_DegenerateProfile)
+    ->Arg(1)
+    ->Arg(2)
+    ->Arg(3)
+    ->Arg(4)
+    ->Arg(8)
+    ->Arg(16)
+    ->Arg(32)
+    ->Arg(64)
+    ->Arg(256)
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(1);
 
 }  // namespace
 }  // namespace kareus::pipeline
