@@ -43,14 +43,17 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 // own with kSmallBudget (then not bounded per solve: 2 stages x 2 microbatches of 18 clocks
 // exhausted 5 M at 737 of 750 deadlines, 11 s; a solve-wide budget bounded that but lost the
 // GLPK property test's quality, 15-30 of 240 deadlines above 0.1 %). Measured: the GLPK test's
-// 40 random DAGs need at most 69 M in ExactFrontier (every sampled deadline exact), the 2 x 2
-// case 170 M (2.3 s, against 11 s for its 750 searches); ~7 ns per unit. Where it runs out
-// (3 stages x 3 microbatches of ~7 options: > 500 M) the searches one by one still cost 10 s,
-// and searching only some of those deadlines lost up to 0.14-0.28 % at others.
+// 40 random DAGs need at most 55 M (fastest point included; every sampled deadline exact), the
+// 2 x 2 case 29 M (0.86 s, against 11 s for its 750 searches). Where it runs out (3 stages x 3
+// microbatches of ~7 options: > 500 M) the searches one by one still cost 10 s, and searching
+// only some of those deadlines lost up to 0.14-0.28 % at others.
 constexpr int64_t kFastestBudget = 5'000'000;
 constexpr int64_t kSmallOptions = 160;
 constexpr int64_t kSmallBudget = 5'000'000;
-constexpr int64_t kFrontierBudget = 250'000'000;
+constexpr int64_t kFrontierBudget = 100'000'000;
+// KeepUndominated's exact mode keeps layers of at least this many candidates in a tree
+// (KeepUndominatedByTree), smaller ones by the ordered sums.
+constexpr std::size_t kTreeCandidates = 4096;
 // The one-exchange local search (Exchange) stops after this many node visits.
 constexpr int64_t kExchangeBudget = 40'000'000;
 // The exact search (and its beam) runs on DAGs of at most this many nodes: on larger ones it
@@ -379,6 +382,11 @@ class Engine {
   bool KeepUndominatedBySum(const ExactLayer& from, const ExactStep& step,
                             const std::vector<ExactCandidate>& candidates, int64_t budget,
                             bool measured, int64_t& work, ExactLayer& to) const;
+  // The same by a segment tree over the candidates' first finishes whose nodes hold their
+  // kept states' least other dimensions.
+  bool KeepUndominatedByTree(const ExactLayer& from, const ExactStep& step,
+                             const std::vector<ExactCandidate>& candidates, int64_t budget,
+                             bool measured, int64_t& work, ExactLayer& to) const;
   // ExactAt's layers from a prepared search: false when past the budget (work counts the state
   // comparisons, as ExactAt's budget does).
   bool RunLayers(const ExactSearch& x, const Incumbents& incumbents, std::size_t beam,

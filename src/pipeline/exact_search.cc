@@ -241,7 +241,10 @@ bool Engine::KeepUndominated(const ExactLayer& from, const ExactStep& step,
   if (beam == 0) {
     if (KeepUndominatedByStaircase(from, step, candidates, budget, measured, work, to)) return true;
     if (work > budget) return false;
-    return KeepUndominatedBySum(from, step, candidates, budget, measured, work, to);
+    // The tree pays for its sort and nodes on large layers only.
+    return candidates.size() >= kTreeCandidates
+               ? KeepUndominatedByTree(from, step, candidates, budget, measured, work, to)
+               : KeepUndominatedBySum(from, step, candidates, budget, measured, work, to);
   }
   for (const ExactCandidate& c : candidates) {
     if (beam > 0 && to.energy.size() >= beam) break;
@@ -313,6 +316,95 @@ bool Engine::KeepUndominatedByStaircase(const ExactLayer& from, const ExactStep&
     it = stairs.erase(it, end);
     stairs.insert(it, {a, b});
     for (std::size_t i = 0; i < d_to; ++i) to.finish.push_back(coordinate(c, i));
+    to.makespan.push_back(c.makespan);
+    to.energy.push_back(c.energy);
+    to.parent.push_back(c.parent);
+    to.option.push_back(c.option);
+  }
+  return true;
+}
+
+bool Engine::KeepUndominatedByTree(const ExactLayer& from, const ExactStep& step,
+                                   const std::vector<ExactCandidate>& candidates, int64_t budget,
+                                   bool measured, int64_t& work, ExactLayer& to) const {
+  // A segment tree over the candidates in the order of their first open finish: a leaf holds a
+  // kept state's other dimensions (the other finishes and the makespan), an inner node their
+  // least per dimension. The kept states no later in the first finish are a prefix of the
+  // leaves; a subtree whose least values are later than the candidate's in some dimension holds
+  // no state that dominates it, so the search descends only where one may.
+  const std::size_t d_from = from.open.size();
+  const std::size_t d_to = to.open.size();
+  const std::size_t count = candidates.size();
+  const std::size_t others = d_to;  // finishes 1.. and the makespan
+  const auto coordinate = [&](const ExactCandidate& c, std::size_t i) {
+    if (i == d_to) return c.makespan;
+    return step.source[i] < 0 ? c.finish
+                              : from.finish[static_cast<std::size_t>(c.parent) * d_from +
+                                            static_cast<std::size_t>(step.source[i])];
+  };
+  std::vector<std::size_t> by_first(count);
+  std::iota(by_first.begin(), by_first.end(), std::size_t{0});
+  std::vector<double> first(count);
+  for (std::size_t i = 0; i < count; ++i) first[i] = coordinate(candidates[i], 0);
+  std::stable_sort(by_first.begin(), by_first.end(),
+                   [&](std::size_t a, std::size_t b) { return first[a] < first[b]; });
+  std::vector<std::size_t> leaf_of(count);
+  std::vector<double> sorted_first(count);
+  for (std::size_t r = 0; r < count; ++r) {
+    leaf_of[by_first[r]] = r;
+    sorted_first[r] = first[by_first[r]];
+  }
+  std::size_t leaves = 1;
+  while (leaves < count) leaves *= 2;
+  std::vector<double> least(2 * leaves * others, kInf);  // per node, per other dimension
+  struct Node {
+    std::size_t index;  // heap order: 1 is the root, 2i and 2i + 1 its children
+    std::size_t lo;     // its first leaf
+    std::size_t span;   // its leaves
+  };
+  std::vector<Node> stack;
+  std::vector<double> row(d_to + 1);
+  for (std::size_t i = 0; i < count; ++i) {
+    const ExactCandidate& c = candidates[i];
+    for (std::size_t k = 0; k <= d_to; ++k) row[k] = coordinate(c, k);
+    if (!measured) {
+      work += static_cast<int64_t>(to.energy.size()) + 1;
+      if (work > budget) return false;
+    }
+    // Leaves [0, prefix) are no later in the first finish.
+    const std::size_t prefix = static_cast<std::size_t>(
+        std::upper_bound(sorted_first.begin(), sorted_first.end(), row[0] + time_tol_) -
+        sorted_first.begin());
+    bool dominated = false;
+    stack.assign(1, {.index = 1, .lo = 0, .span = leaves});
+    int64_t visited = 0;
+    while (!stack.empty() && !dominated) {
+      const Node node = stack.back();
+      stack.pop_back();
+      ++visited;
+      if (node.lo >= prefix) continue;
+      bool may = true;
+      const double* m = &least[node.index * others];
+      for (std::size_t k = 0; k < others && may; ++k) may = m[k] <= row[k + 1] + time_tol_;
+      if (!may) continue;
+      if (node.span == 1) {
+        dominated = true;  // a kept state no later anywhere
+      } else {
+        const std::size_t half = node.span / 2;
+        stack.push_back({.index = 2 * node.index + 1, .lo = node.lo + half, .span = half});
+        stack.push_back({.index = 2 * node.index, .lo = node.lo, .span = half});
+      }
+    }
+    if (measured) {
+      work += visited + 1;
+      if (work > budget) return false;
+    }
+    if (dominated) continue;
+    for (std::size_t node = leaves + leaf_of[i]; node >= 1; node /= 2) {
+      double* m = &least[node * others];
+      for (std::size_t k = 0; k < others; ++k) m[k] = std::min(m[k], row[k + 1]);
+    }
+    for (std::size_t k = 0; k < d_to; ++k) to.finish.push_back(row[k]);
     to.makespan.push_back(c.makespan);
     to.energy.push_back(c.energy);
     to.parent.push_back(c.parent);

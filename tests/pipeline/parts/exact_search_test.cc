@@ -237,16 +237,20 @@ INSTANTIATE_TEST_SUITE_P(Shapes, ExactFrontierTest,
                          ::testing::Values(FrontierCase{2, 2, 5}, FrontierCase{3, 2, 3},
                                            FrontierCase{2, 3, 3}));
 
-// KeepUndominated's exact mode (the staircase for at most two dimensions, the ordered sums
-// beyond) keeps exactly the states the plain pairwise scan keeps, and without `measured` counts
-// the same work, candidate by candidate (ExactAt's budget: the same plans as before).
+// KeepUndominated's exact mode (the staircase for at most two dimensions, beyond the ordered
+// sums or, on large layers, the tree) keeps exactly the states the plain pairwise scan keeps, and
+// without `measured` counts the same work, candidate by candidate (ExactAt's budget: the same plans
+// as before).
 TEST(KeepUndominatedTest, KeepsWhatThePairwiseScanKeeps) {
   std::mt19937_64 rng(11);
   std::uniform_real_distribution<double> unit(0.0, 1.0);
   int cases = 0;
   for (int d_from = 0; d_from <= 3; ++d_from) {
     for (int d_to = 0; d_to <= 3; ++d_to) {
-      for (int same_makespan = 0; same_makespan <= 1; ++same_makespan) {
+      for (int shape = 0; shape < 4; ++shape) {
+        const bool same_makespan = shape % 2 == 1;
+        // Past internal::kTreeCandidates candidates, the tree (else the ordered sums).
+        const int count = shape < 2 ? 600 : static_cast<int>(internal::kTreeCandidates) + 900;
         Harness h(LadderProblem(2, 2, 3));
         Engine& engine = h.Built();
         const double tol = EngineProbe::TimeTolerance(engine);
@@ -265,7 +269,7 @@ TEST(KeepUndominatedTest, KeepsWhatThePairwiseScanKeeps) {
           step.source.push_back(d_from == 0 || i == d_to - 1 ? -1 : i % d_from);
         }
         std::vector<internal::ExactCandidate> candidates;
-        for (int c = 0; c < 600; ++c) {
+        for (int c = 0; c < count; ++c) {
           candidates.push_back(
               {.energy = unit(rng) * 100.0,  // distinct: the sort's order is the reference's
                .parent = static_cast<int>(unit(rng) * parents),
@@ -325,7 +329,7 @@ TEST(KeepUndominatedTest, KeepsWhatThePairwiseScanKeeps) {
       }
     }
   }
-  EXPECT_EQ(cases, 32);
+  EXPECT_EQ(cases, 64);
 }
 
 }  // namespace
