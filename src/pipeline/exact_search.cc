@@ -540,6 +540,7 @@ void Engine::SetPlan(IterationPoint& point, const std::vector<int>& choice, bool
 }
 
 bool Engine::ExactFrontier(int64_t budget) {
+  if (raw_.empty()) return false;
   // The realized plans as a staircase: each point's engine energy, at its time.
   std::vector<std::vector<int>> choices;
   std::vector<double> energies;
