@@ -54,6 +54,9 @@ constexpr int64_t kFrontierBudget = 100'000'000;
 // KeepUndominated's exact mode keeps layers of at least this many candidates in a tree
 // (KeepUndominatedByTree), smaller ones by the ordered sums.
 constexpr std::size_t kTreeCandidates = 4096;
+// ExactFrontier gives up at a layer of more candidates than this (40 B each, and the tree's
+// 2 x 8 B per leaf and dimension: ~0.4 GB with three); the 2 x 2 case's largest has 1.4 M.
+constexpr std::size_t kFrontierLayerCandidates = std::size_t{1} << 22;
 // The one-exchange local search (Exchange) stops after this many node visits.
 constexpr int64_t kExchangeBudget = 40'000'000;
 // The exact search (and its beam) runs on DAGs of at most this many nodes: on larger ones it
@@ -387,16 +390,17 @@ class Engine {
   bool KeepUndominatedByTree(const ExactLayer& from, const ExactStep& step,
                              const std::vector<ExactCandidate>& candidates, int64_t budget,
                              bool measured, int64_t& work, ExactLayer& to) const;
-  // ExactAt's layers from a prepared search: false when past the budget (work counts the state
-  // comparisons, as ExactAt's budget does).
+  // ExactAt's layers from a prepared search: false when past the budget (`work` counted as
+  // KeepUndominated's `measured` says, plus, when measured, every candidate examined).
   bool RunLayers(const ExactSearch& x, const Incumbents& incumbents, std::size_t beam,
                  int64_t budget, bool measured, int64_t& work,
                  std::vector<ExactLayer>& layers) const;
   // Small problems (small_): the exact search for every realized deadline at once, one dynamic
   // program without a deadline (bounded by the slowest one) whose completions must beat the
   // realized plans that finish by their makespan bound (Incumbents); its last layer holds, for
-  // every deadline, a plan at least as cheap as any other. Upgrades each raw_ point whose plan
-  // it beats and marks the points it proved; false (nothing changed) when past `budget`.
+  // every deadline, a plan at least as cheap as any other. Gives each raw_ point the cheapest
+  // plan that meets its deadline (a complete state's, or a realized plan no costlier) and marks
+  // it exact; false (nothing changed) when past `budget` or with no points.
   bool ExactFrontier(int64_t budget);
   // The plan of the last layer's state `s` (front indices, into `choice`).
   void TraceBack(const ExactSearch& x, const std::vector<ExactLayer>& layers, int s,

@@ -478,8 +478,13 @@ bool Engine::RunLayers(const ExactSearch& x, const Incumbents& incumbents, std::
     const ExactLayer& from = layers[k];
     ExactLayer& to = layers[k + 1];
     const ExactStep step = PrepareStep(x, k, from, to, next);
-    if (measured)
-      work += static_cast<int64_t>(from.energy.size() * (x.end[x.order[k]] - x.first[x.order[k]]));
+    if (measured) {
+      // Past the budget before the candidates exist, and never a layer whose candidates (and
+      // the dominance tree over them) would take more than a few hundred MB.
+      const std::size_t examined = from.energy.size() * (x.end[x.order[k]] - x.first[x.order[k]]);
+      work += static_cast<int64_t>(examined);
+      if (work > budget || examined > kFrontierLayerCandidates) return false;
+    }
     CollectCandidates(x, k, from, step, next, incumbents, candidates);
     if (!KeepUndominated(from, step, candidates, beam, budget, measured, work, to)) return false;
   }
