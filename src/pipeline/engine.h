@@ -51,11 +51,13 @@ constexpr int64_t kFastestBudget = 5'000'000;
 constexpr int64_t kSmallOptions = 160;
 constexpr int64_t kSmallBudget = 5'000'000;
 constexpr int64_t kFrontierBudget = 100'000'000;
-// KeepUndominated's exact mode keeps layers of at least this many candidates in a tree
-// (KeepUndominatedByTree), smaller ones by the ordered sums.
+// KeepUndominated's exact mode, where the staircase does not apply (more than two dimensions),
+// keeps layers of at least this many candidates in a tree (KeepUndominatedByTree), smaller ones
+// by the ordered sums.
 constexpr std::size_t kTreeCandidates = 4096;
-// ExactFrontier gives up at a layer of more candidates than this (40 B each, and the tree's
-// 2 x 8 B per leaf and dimension: ~0.4 GB with three); the 2 x 2 case's largest has 1.4 M.
+// ExactFrontier gives up at a layer of more candidates than this: 40 B each, and the tree's
+// 2 x (leaves, a power of two) nodes of 8 B per dimension, with a few more arrays of 8 B per
+// candidate: ~0.6 GB with three dimensions. The 2 x 2 case's largest layer has 1.4 M.
 constexpr std::size_t kFrontierLayerCandidates = std::size_t{1} << 22;
 // The one-exchange local search (Exchange) stops after this many node visits.
 constexpr int64_t kExchangeBudget = 40'000'000;
@@ -226,6 +228,7 @@ struct ExactStep {
 struct Incumbents {
   std::vector<double> time;
   std::vector<double> energy;
+  double fastest = -kInf;  // no plan finishes sooner (ExactFrontier: every node at its fastest)
   // The least energy of a plan with time <= t (+inf when none).
   double At(double t) const {
     const auto it = std::upper_bound(time.begin(), time.end(), t);

@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "kareus/common/error.h"
 #include "pipeline/engine.h"
 
 namespace kareus::pipeline::internal {
@@ -199,21 +200,22 @@ void Engine::CollectCandidates(const ExactSearch& x, int k, const ExactLayer& fr
         return low;
       };
       const double low = bound(x.deadline);
-      if (low >= incumbents.At(makespan_low + time_tol_) * (1 - 1e-12)) {
+      // (A plan counts against a completion when it finishes no later, without the tolerance:
+      // the points then pick among the plans and states that meet their deadline within it.)
+      if (low >= incumbents.At(makespan_low) * (1 - 1e-12)) {
         continue;
       } else if (incumbents.time.size() > 1) {
-        // Many incumbents (ExactFrontier, the first one the fastest plan: no completion is
-        // faster): the completions finishing in each of kBoundSlices slices of
-        // [max(makespan_low, fastest), deadline] against the incumbent at the slice's start
-        // (and the static energy until then).
-        const double earliest = std::max(makespan_low, incumbents.time.front());
+        // Many incumbents (ExactFrontier): the completions finishing in each of kBoundSlices
+        // slices of [max(makespan_low, fastest), deadline] against the incumbent at the slice's
+        // start (and the static energy until then); no plan is faster than `fastest`.
+        const double earliest = std::max(makespan_low, incumbents.fastest);
         bool useful = false;
         for (int i = 1; i <= ExactSearch::kBoundSlices && !useful; ++i) {
           const double from_t =
               earliest + (x.deadline - earliest) * (i - 1) / ExactSearch::kBoundSlices;
           const double to_t = earliest + (x.deadline - earliest) * i / ExactSearch::kBoundSlices;
-          useful = bound(to_t) + pg_ * (from_t - makespan_low) <
-                   incumbents.At(from_t + time_tol_) * (1 - 1e-12);
+          useful =
+              bound(to_t) + pg_ * (from_t - makespan_low) < incumbents.At(from_t) * (1 - 1e-12);
         }
         if (!useful) continue;
       }
@@ -437,7 +439,9 @@ bool Engine::KeepUndominatedBySum(const ExactLayer& from, const ExactStep& step,
       work += static_cast<int64_t>(to.energy.size()) + 1;
       if (work > budget) return false;
     }
-    const auto end = std::upper_bound(by_sum.begin(), by_sum.end(), sum + slack,
+    // (A few ulps more: a dominating state's sum may round above the candidate's + slack.)
+    const double limit = sum + slack + 8 * std::numeric_limits<double>::epsilon() * std::abs(sum);
+    const auto end = std::upper_bound(by_sum.begin(), by_sum.end(), limit,
                                       [](double t, const auto& e) { return t < e.first; });
     bool dominated = false;
     for (auto it = by_sum.begin(); it != end && !dominated; ++it) {
@@ -530,8 +534,10 @@ std::vector<int> Engine::FrontChoice(const IterationPoint& point) const {
   std::vector<int> choice(static_cast<std::size_t>(n_));
   for (int v = 0; v < n_; ++v) {
     const std::vector<int>& options = SpecOf(v).option;
-    choice[v] = static_cast<int>(std::find(options.begin(), options.end(), point.choice[v]) -
-                                 options.begin());
+    const auto it = std::find(options.begin(), options.end(), point.choice[v]);
+    KAREUS_CHECK(it != options.end())
+        << "node " << v << ": option " << point.choice[v] << " is on no front entry";
+    choice[v] = static_cast<int>(it - options.begin());
   }
   return choice;
 }
@@ -561,6 +567,7 @@ bool Engine::ExactFrontier(int64_t budget) {
     return raw_[a].cost.time_s < raw_[b].cost.time_s;
   });
   Incumbents incumbents;
+  incumbents.fastest = RealMakespan(std::vector<int>(static_cast<std::size_t>(n_), 0));
   std::vector<std::size_t> incumbent_of;  // per step of the staircase: the point behind it
   for (std::size_t i : by_time) {
     const bool cheaper = incumbents.energy.empty() || energies[i] < incumbents.energy.back();

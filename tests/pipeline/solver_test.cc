@@ -270,6 +270,9 @@ TEST(Solver, MatchesExactOptimumOnRandomSmallDags) {
       above, fastest_exact, instances, exact_frontiers, static_cast<long long>(most_work),
       lp_checked);
   EXPECT_GT(lp_checked, 100);
+  // Every instance is small, and its whole-frontier search finished within its budget (the
+  // budget's margin: kFrontierBudget, 100 M, against the most work printed above).
+  EXPECT_EQ(exact_frontiers, instances);
   std::printf(
       "stage-wise Lagrangian bound at T_min: closes %.1f %% of the LP's gap to the exact "
       "minimum on average over the %d instances with a gap; label-setting search exact "
@@ -737,6 +740,14 @@ TEST(Solver, SmallProblemsSearchTheirWholeFrontierOnce) {
                 static_cast<long long>(result.summary.exact_search_work),
                 result.summary.exact_frontier ? "yes" : "no", cpu);
     EXPECT_LE(result.summary.exact_search_work, kGenerous) << c.name;
+    // Every small case (by the options as given, at least its node-options) searched its whole
+    // frontier at once (3 and 4 microbatches of the degenerate profile are not small).
+    const bool small = c.problem.num_microbatches * c.problem.num_stages * 2 *
+                           static_cast<int>(c.problem.forward_options[0].size()) <=
+                       160;
+    if (small) {
+      EXPECT_TRUE(result.summary.exact_frontier) << c.name;
+    }
   }
 }
 

@@ -143,7 +143,8 @@ struct Summary {
   int64_t incremental_cuts_checked = 0;  // incremental BFSs compared with a fresh one
   // State comparisons the exact searches (and their beams) spent, every deadline together (at
   // most 5 M per search at the fastest point or a deadline; the whole-frontier search of small
-  // problems also counts the candidates it examined, at most 100 M).
+  // problems also counts the candidates it examined, ~100 M at most: it stops at the first
+  // layer past that).
   int64_t exact_search_work = 0;
   // Small problems (at most 160 node-options): every deadline's least-energy plan found by one
   // exact search over the whole frontier (then every point is exact); false when there was none

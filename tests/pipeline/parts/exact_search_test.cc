@@ -223,7 +223,9 @@ TEST_P(ExactFrontierTest, EveryDeadlineGetsTheBruteForceOptimum) {
     const double best = StaircaseAt(stairs, t + 1e-12);
     EXPECT_NEAR(ours, best, 1e-9 * best) << "deadline " << t;
   }
-  // The same descent without the searches is worse somewhere (else this proves nothing).
+  // The same descent without the searches is worse somewhere (else this proves nothing). Without
+  // the dynamic program's plans (each point keeping the best realized plan, marked exact) all
+  // three shapes fail the checks above.
   options.reclaim_slack = false;
   Harness convex(problem, options);
   for (const IterationPoint& point : convex.engine().Run().points) {
@@ -239,8 +241,10 @@ INSTANTIATE_TEST_SUITE_P(Shapes, ExactFrontierTest,
 
 // KeepUndominated's exact mode (the staircase for at most two dimensions, beyond the ordered
 // sums or, on large layers, the tree) keeps exactly the states the plain pairwise scan keeps, and
-// without `measured` counts the same work, candidate by candidate (ExactAt's budget: the same plans
-// as before).
+// without `measured` counts the same work: the same total, and a budget runs out at the same
+// candidate (the last, the middle) with the same states kept (ExactAt's budget: the same plans
+// as before). Energies are distinct (the order of equal ones is the sort's); the times lie on a
+// coarse grid, some moved by half the tolerance, so ties within it occur.
 TEST(KeepUndominatedTest, KeepsWhatThePairwiseScanKeeps) {
   std::mt19937_64 rng(11);
   std::uniform_real_distribution<double> unit(0.0, 1.0);
@@ -285,7 +289,13 @@ TEST(KeepUndominatedTest, KeepsWhatThePairwiseScanKeeps) {
         std::vector<int> kept_options;
         std::vector<std::vector<double>> kept;  // per kept state: its finishes, then makespan
         int64_t reference_work = 0;
+        // At the middle candidate: the work counted once it is reached, and the states kept
+        // before it.
+        const std::size_t middle = sorted.size() / 2;
+        int64_t middle_work = 0;
+        std::vector<int> kept_before_middle;
         for (const auto& c : sorted) {
+          if (&c == &sorted[middle]) kept_before_middle = kept_options;
           std::vector<double> vec;
           for (int i = 0; i < d_to; ++i) {
             vec.push_back(step.source[i] < 0 ? c.finish
@@ -293,6 +303,7 @@ TEST(KeepUndominatedTest, KeepsWhatThePairwiseScanKeeps) {
           }
           vec.push_back(c.makespan);
           reference_work += static_cast<int64_t>(kept.size()) + 1;
+          if (&c == &sorted[middle]) middle_work = reference_work;
           bool dominated = false;
           for (const auto& q : kept) {
             bool no_later = true;
@@ -315,14 +326,19 @@ TEST(KeepUndominatedTest, KeepsWhatThePairwiseScanKeeps) {
           if (!measured) {
             EXPECT_EQ(work, reference_work);
           }
-          // Past the budget: false, as the reference would be at that candidate.
-          internal::ExactLayer short_out;
-          short_out.open = to.open;
-          work_list = candidates;
-          int64_t short_work = 0;
-          if (!measured) {
-            EXPECT_FALSE(engine.KeepUndominated(from, step, work_list, 0, reference_work - 1,
-                                                measured, short_work, short_out));
+          // Past the budget: false at the same candidate as the reference, the last one or the
+          // middle one, with the states kept before it.
+          for (const int64_t budget : {reference_work - 1, middle_work - 1}) {
+            if (measured) break;
+            internal::ExactLayer short_out;
+            short_out.open = to.open;
+            work_list = candidates;
+            int64_t short_work = 0;
+            EXPECT_FALSE(engine.KeepUndominated(from, step, work_list, 0, budget, measured,
+                                                short_work, short_out));
+            if (budget == middle_work - 1) {
+              EXPECT_EQ(short_out.option, kept_before_middle);
+            }
           }
         }
         ++cases;
