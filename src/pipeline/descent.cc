@@ -129,7 +129,7 @@ void Engine::RecordPoint(double deadline, int64_t k, double offset) {
   point.choice.resize(static_cast<std::size_t>(n_));
   for (int v = 0; v < n_; ++v)
     point.choice[v] = SpecOf(v).option[static_cast<std::size_t>(choice[v])];
-  point.cost = EvaluateWith(problem_, dag_, point.choice, options_.p_static_w);
+  point.cost = EvaluateFront(choice);
   point.step = steps_;
   point.quanta = k;
   point.deadline_s = deadline;

@@ -156,9 +156,15 @@ struct ChainHead {
 // Reusable buffers of the realization's const methods (one engine per solve, one thread): owned
 // by the engine, named per use (FillForward and FillBackward never run nested, so they share).
 struct Scratch {
-  std::vector<double> real_finish;    // RealMakespan
-  std::vector<double> fill_latest;    // FillForward: latest finishes; FillBackward: latest starts
-  std::vector<double> fill_earliest;  // FillForward: finishes; FillBackward: earliest starts
+  std::vector<double> real_finish;  // RealMakespan
+  // FillForward reads fill_latest (latest finishes) and writes fill_earliest (earliest
+  // starts); FillBackward the other way round, so that Refine's next pass reads them as they
+  // are. fill_dur: each node's duration in the plan being filled.
+  std::vector<double> fill_latest;
+  std::vector<double> fill_earliest;
+  std::vector<double> fill_finish;        // FillForward's finishes
+  std::vector<double> fill_latest_start;  // FillBackward's latest starts
+  std::vector<double> fill_dur;
   std::vector<std::vector<ChainState>> chain_layers;  // OptimizeChain
   std::vector<ChainHead> chain_heap;                  // OptimizeChain
 };
@@ -321,11 +327,15 @@ class Engine {
     return finish;
   }
   double RealMakespan(const std::vector<int>& front_choice) const;
+  // EvaluateWith of the plan (front indices), bit for bit, without rebuilding the node classes.
+  Evaluation EvaluateFront(const std::vector<int>& front_choice) const;
   double Energy(const std::vector<int>& front_choice) const;
   void Repair(std::vector<int>& choice, double deadline) const;
-  bool FillForward(std::vector<int>& choice, double deadline, const std::vector<double>* cap) const;
-  bool FillBackward(std::vector<int>& choice, double deadline,
-                    const std::vector<double>* cap) const;
+  // `carried`: the other pass just ran on this choice and deadline (see Scratch).
+  bool FillForward(std::vector<int>& choice, double deadline, const std::vector<double>* cap,
+                   bool carried = false) const;
+  bool FillBackward(std::vector<int>& choice, double deadline, const std::vector<double>* cap,
+                    bool carried = false) const;
   // Returns the passes it ran (each visits every node).
   int Refine(std::vector<int>& choice, double deadline, const std::vector<double>* cap) const;
   void Exchange(std::vector<int>& choice, double deadline) const;

@@ -545,7 +545,7 @@ std::vector<int> Engine::FrontChoice(const IterationPoint& point) const {
 void Engine::SetPlan(IterationPoint& point, const std::vector<int>& choice, bool exact) const {
   for (int v = 0; v < n_; ++v)
     point.choice[v] = SpecOf(v).option[static_cast<std::size_t>(choice[v])];
-  point.cost = EvaluateWith(problem_, dag_, point.choice, options_.p_static_w);
+  point.cost = EvaluateFront(choice);
   point.exact = exact;
   if (exact) point.model_energy_j = point.cost.energy_j;
 }

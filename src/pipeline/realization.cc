@@ -62,60 +62,87 @@ void Engine::Repair(std::vector<int>& choice, double deadline) const {
 
 // Forward pass in topological order with latest finishes from the current durations (a node's
 // successors are unchanged when it is visited): each node takes the cheapest option that fits
-// its window (and `cap`, when given). True when anything changed.
-bool Engine::FillForward(std::vector<int>& choice, double deadline,
-                         const std::vector<double>* cap) const {
+// its window (and `cap`, when given). True when anything changed. With `carried` the latest
+// finishes and durations in scratch_ are the previous FillBackward's (of this `choice` and
+// `deadline`): the same values this pass would compute, so it skips computing them.
+bool Engine::FillForward(std::vector<int>& choice, double deadline, const std::vector<double>* cap,
+                         bool carried) const {
   std::vector<double>& latest_finish = scratch_.fill_latest;
-  std::vector<double>& finish = scratch_.fill_earliest;
-  latest_finish.assign(static_cast<std::size_t>(n_), 0.0);
-  finish.assign(static_cast<std::size_t>(n_), 0.0);
-  for (auto it = dag_.topological_order.rbegin(); it != dag_.topological_order.rend(); ++it) {
-    const int v = *it;
-    latest_finish[v] = LatestFinish(v, deadline, [&](int w) {
-      return latest_finish[w] - SpecOf(w).time[static_cast<std::size_t>(choice[w])];
-    });
+  std::vector<double>& start = scratch_.fill_earliest;  // left for a carried FillBackward
+  std::vector<double>& finish = scratch_.fill_finish;
+  std::vector<double>& dur = scratch_.fill_dur;
+  const auto n = static_cast<std::size_t>(n_);
+  if (!carried) {
+    dur.resize(n);
+    for (int v = 0; v < n_; ++v) dur[v] = SpecOf(v).time[static_cast<std::size_t>(choice[v])];
+    latest_finish.resize(n);
+    for (auto it = dag_.topological_order.rbegin(); it != dag_.topological_order.rend(); ++it) {
+      const int v = *it;
+      latest_finish[v] =
+          LatestFinish(v, deadline, [&](int w) { return latest_finish[w] - dur[w]; });
+    }
   }
+  start.resize(n);
+  finish.resize(n);
   bool changed = false;
   for (int v : dag_.topological_order) {
     const double es = EarliestStart(v, [&](int p) { return finish[p]; });
+    start[v] = es;
     double window = latest_finish[v] - es;
     if (cap != nullptr) window = std::min(window, (*cap)[v]);
     const Spec& spec = SpecOf(v);
-    const int j = spec.Fit(window + time_tol_);
-    if (j > choice[v] && spec.time[static_cast<std::size_t>(j)] <= window + time_tol_) {
-      choice[v] = j;
-      changed = true;
+    const auto next = static_cast<std::size_t>(choice[v]) + 1;
+    // The next slower option does not fit: no slower one does (times ascend).
+    if (next < spec.time.size() && spec.time[next] <= window + time_tol_) {
+      const int j = spec.Fit(window + time_tol_);
+      if (j > choice[v] && spec.time[static_cast<std::size_t>(j)] <= window + time_tol_) {
+        choice[v] = j;
+        dur[v] = spec.time[static_cast<std::size_t>(j)];
+        changed = true;
+      }
     }
-    finish[v] = es + spec.time[static_cast<std::size_t>(choice[v])];
+    finish[v] = es + dur[v];
   }
   return changed;
 }
 
-// The mirror image: reverse topological order with earliest starts from the current durations.
-bool Engine::FillBackward(std::vector<int>& choice, double deadline,
-                          const std::vector<double>* cap) const {
+// The mirror image: reverse topological order with earliest starts from the current durations
+// (with `carried`: the previous FillForward's).
+bool Engine::FillBackward(std::vector<int>& choice, double deadline, const std::vector<double>* cap,
+                          bool carried) const {
   std::vector<double>& earliest_start = scratch_.fill_earliest;
-  std::vector<double>& latest_start = scratch_.fill_latest;
-  earliest_start.assign(static_cast<std::size_t>(n_), 0.0);
-  latest_start.assign(static_cast<std::size_t>(n_), 0.0);
-  for (int v : dag_.topological_order) {
-    earliest_start[v] = EarliestStart(v, [&](int p) {
-      return earliest_start[p] + SpecOf(p).time[static_cast<std::size_t>(choice[p])];
-    });
+  std::vector<double>& latest_finish = scratch_.fill_latest;  // left for a carried FillForward
+  std::vector<double>& latest_start = scratch_.fill_latest_start;
+  std::vector<double>& dur = scratch_.fill_dur;
+  const auto n = static_cast<std::size_t>(n_);
+  if (!carried) {
+    dur.resize(n);
+    for (int v = 0; v < n_; ++v) dur[v] = SpecOf(v).time[static_cast<std::size_t>(choice[v])];
+    earliest_start.resize(n);
+    for (int v : dag_.topological_order) {
+      earliest_start[v] = EarliestStart(v, [&](int p) { return earliest_start[p] + dur[p]; });
+    }
   }
+  latest_finish.resize(n);
+  latest_start.resize(n);
   bool changed = false;
   for (auto it = dag_.topological_order.rbegin(); it != dag_.topological_order.rend(); ++it) {
     const int v = *it;
     const double lf = LatestFinish(v, deadline, [&](int w) { return latest_start[w]; });
+    latest_finish[v] = lf;
     double window = lf - earliest_start[v];
     if (cap != nullptr) window = std::min(window, (*cap)[v]);
     const Spec& spec = SpecOf(v);
-    const int j = spec.Fit(window + time_tol_);
-    if (j > choice[v] && spec.time[static_cast<std::size_t>(j)] <= window + time_tol_) {
-      choice[v] = j;
-      changed = true;
+    const auto next = static_cast<std::size_t>(choice[v]) + 1;
+    if (next < spec.time.size() && spec.time[next] <= window + time_tol_) {
+      const int j = spec.Fit(window + time_tol_);
+      if (j > choice[v] && spec.time[static_cast<std::size_t>(j)] <= window + time_tol_) {
+        choice[v] = j;
+        dur[v] = spec.time[static_cast<std::size_t>(j)];
+        changed = true;
+      }
     }
-    latest_start[v] = lf - spec.time[static_cast<std::size_t>(choice[v])];
+    latest_start[v] = lf - dur[v];
   }
   return changed;
 }
@@ -125,19 +152,23 @@ bool Engine::FillBackward(std::vector<int>& choice, double deadline,
 // freely, forward and backward until nothing changes.
 int Engine::Refine(std::vector<int>& choice, double deadline,
                    const std::vector<double>* cap) const {
+  // Each pass hands the next the windows' other ends (carried), so only the first computes them.
   int passes = 0;
+  bool carried = false;
   if (cap != nullptr) {
-    FillForward(choice, deadline, cap);
-    FillBackward(choice, deadline, cap);
+    FillForward(choice, deadline, cap, false);
+    FillBackward(choice, deadline, cap, true);
     passes += 2;
+    carried = true;
   }
   // A pass that changes nothing leaves a plan where no instruction's float fits a slower option:
   // the other direction would change nothing either.
   for (int round = 0; round < 8; ++round) {
     ++passes;
-    if (!FillForward(choice, deadline, nullptr)) break;
+    if (!FillForward(choice, deadline, nullptr, carried)) break;
+    carried = true;
     ++passes;
-    if (!FillBackward(choice, deadline, nullptr)) break;
+    if (!FillBackward(choice, deadline, nullptr, true)) break;
   }
   return passes;
 }

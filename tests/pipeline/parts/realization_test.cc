@@ -49,6 +49,44 @@ class RealizationTest : public ::testing::Test {
   std::mt19937_64 rng_{7};
 };
 
+// EvaluateFront is what RecordPoint and SetPlan report: it must be EvaluateWith bit for bit, on
+// every schedule shape (plain 1F1B with transfers and unequal GPUs, interleaved, an overlapped
+// gradient sync).
+TEST(EvaluateFrontTest, IsThePublicEvaluationBitForBit) {
+  std::vector<Problem> problems;
+  problems.push_back(LadderProblem(3, 5, 4));
+  problems.back().p2p_time_s = 0.0015;
+  problems.back().gpus_per_stage = {1, 2, 3};
+  problems.push_back(LadderProblem(2, 4, 5));
+  problems.back().schedule = schedule::ScheduleKind::kInterleaved1F1B;
+  problems.back().num_chunks = 2;
+  problems.back().forward_options.push_back(Ladder(0.007, 3));
+  problems.back().forward_options.push_back(Ladder(0.009, 4));
+  problems.back().backward_options.push_back(Ladder(0.015, 3));
+  problems.back().backward_options.push_back(Ladder(0.017, 2));
+  problems.back().p2p_time_s = 0.0007;
+  problems.push_back(LadderProblem(2, 3, 3));
+  problems.back().gradient_sync = schedule::GradientSync::kOverlapped;
+  problems.back().last_backward_options = {Ladder(0.031, 3), Ladder(0.033, 4)};
+  problems.back().gradient_sync_options = {Ladder(0.004, 2), Ladder(0.005, 3)};
+  std::mt19937_64 rng(11);
+  for (std::size_t i = 0; i < problems.size(); ++i) {
+    ASSERT_EQ(internal::FindInputError(problems[i], StaticPower(83.7)), "") << "problem " << i;
+    Harness h(problems[i], StaticPower(83.7));
+    Engine& engine = h.Built();
+    for (int trial = 0; trial < 20; ++trial) {
+      const std::vector<int> choice = Random(engine, rng);
+      const Evaluation want = internal::EvaluateWith(h.problem(), EngineProbe::DagOf(engine),
+                                                     Options(engine, choice), 83.7);
+      const Evaluation got = engine.EvaluateFront(choice);
+      EXPECT_EQ(got.time_s, want.time_s) << "problem " << i;
+      EXPECT_EQ(got.energy_j, want.energy_j) << "problem " << i;
+      EXPECT_EQ(got.static_energy_j, want.static_energy_j) << "problem " << i;
+      EXPECT_EQ(got.dynamic_energy_j, want.dynamic_energy_j) << "problem " << i;
+    }
+  }
+}
+
 TEST_F(RealizationTest, MakespanAndEnergyAgreeWithThePublicEvaluation) {
   for (int trial = 0; trial < 20; ++trial) {
     const std::vector<int> choice = Random(engine_, rng_);
