@@ -76,6 +76,9 @@ void Engine::BuildCompletionBounds(ExactSearch& x) const {
     const std::vector<int>& chain = chains_[c];
     auto& t = x.table[c];
     t.assign(chain.size() + 1, std::vector<double>(cells, 0.0));
+    // Cells of the suffix at its slowest allowed options: from there on its row is constant
+    // (every term reads the next row where that row is constant), bit for bit.
+    std::size_t saturated = 0;
     for (std::size_t i = chain.size(); i-- > 0;) {
       const int v = chain[i];
       x.chain_of[v] = static_cast<int>(c);
@@ -85,13 +88,19 @@ void Engine::BuildCompletionBounds(ExactSearch& x) const {
       for (std::size_t j = 0; j < spec.time.size(); ++j) {
         units[j] = static_cast<std::size_t>(std::floor(spec.time[j] / x.grid));
       }
-      for (std::size_t b = 0; b < cells; ++b) {
+      saturated += units[x.end[v] - 1];
+      const std::size_t computed = std::min(cells, saturated + 1);
+      // Front times ascend, so do their units: the options that fit b cells are a prefix.
+      const std::vector<double>& after = t[i + 1];
+      for (std::size_t b = 0; b < computed; ++b) {
         double best = kInf;
-        for (std::size_t j = x.first[v]; j < x.end[v]; ++j) {
-          if (units[j] <= b) best = std::min(best, spec.eff[j] + t[i + 1][b - units[j]]);
+        for (std::size_t j = x.first[v]; j < x.end[v] && units[j] <= b; ++j) {
+          best = std::min(best, spec.eff[j] + after[b - units[j]]);
         }
         t[i][b] = best;
       }
+      std::fill(t[i].begin() + static_cast<std::ptrdiff_t>(computed), t[i].end(),
+                t[i][computed - 1]);
     }
   }
   // Nodes in no chain (gradient syncs), each at its cheapest option that fits between its
