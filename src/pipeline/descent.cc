@@ -112,9 +112,11 @@ void Engine::RecordPoint(double deadline, int64_t k, double offset) {
   }
   if (RealMakespan(choice) > deadline + time_tol_) Repair(choice, deadline);
   bool exact = false;
+  double makespan = -1.0;  // unknown
   if (options_.reclaim_slack) {
-    Refine(choice, deadline, &cap);
+    Refine(choice, deadline, &cap, &makespan);
     if (k <= 0 || small_) {
+      makespan = -1.0;
       const auto searched = std::chrono::steady_clock::now();
       ChainSearch(choice, deadline, 8);
       Exchange(choice, deadline);
@@ -129,7 +131,7 @@ void Engine::RecordPoint(double deadline, int64_t k, double offset) {
   point.choice.resize(static_cast<std::size_t>(n_));
   for (int v = 0; v < n_; ++v)
     point.choice[v] = SpecOf(v).option[static_cast<std::size_t>(choice[v])];
-  point.cost = EvaluateFront(choice);
+  point.cost = EvaluateFront(choice, makespan);
   point.step = steps_;
   point.quanta = k;
   point.deadline_s = deadline;

@@ -327,17 +327,22 @@ class Engine {
     return finish;
   }
   double RealMakespan(const std::vector<int>& front_choice) const;
-  // EvaluateWith of the plan (front indices), bit for bit, without rebuilding the node classes.
-  Evaluation EvaluateFront(const std::vector<int>& front_choice) const;
+  // EvaluateWith of the plan (front indices), bit for bit, without rebuilding the node classes;
+  // `makespan` >= 0 is its RealMakespan, known.
+  Evaluation EvaluateFront(const std::vector<int>& front_choice, double makespan = -1.0) const;
   double Energy(const std::vector<int>& front_choice) const;
+  // The same with the plan's makespan known (RealMakespan's value).
+  double Energy(const std::vector<int>& front_choice, double makespan) const;
   void Repair(std::vector<int>& choice, double deadline) const;
   // `carried`: the other pass just ran on this choice and deadline (see Scratch).
   bool FillForward(std::vector<int>& choice, double deadline, const std::vector<double>* cap,
                    bool carried = false) const;
   bool FillBackward(std::vector<int>& choice, double deadline, const std::vector<double>* cap,
                     bool carried = false) const;
-  // Returns the passes it ran (each visits every node).
-  int Refine(std::vector<int>& choice, double deadline, const std::vector<double>* cap) const;
+  // Returns the passes it ran (each visits every node); `makespan`, when given, receives the
+  // refined plan's RealMakespan (from the last pass's arrays where it changed nothing).
+  int Refine(std::vector<int>& choice, double deadline, const std::vector<double>* cap,
+             double* makespan = nullptr) const;
   void Exchange(std::vector<int>& choice, double deadline) const;
   // Chains: the maximal paths of same-stage edges (a stage's instructions in order); empty when
   // some node has two same-stage predecessors or successors.

@@ -676,8 +676,9 @@ bool Engine::NeighborhoodSearch(std::vector<int>& choice, double deadline, int r
         ExactAt(kNeighborhoodBudget, deadline, trial, beam, &mask);
       }
       if (trial == choice) continue;
-      Refine(trial, deadline, nullptr);
-      if (Energy(trial) < before * (1 - 1e-12)) {
+      double makespan = 0.0;
+      Refine(trial, deadline, nullptr, &makespan);
+      if (Energy(trial, makespan) < before * (1 - 1e-12)) {
         choice.swap(trial);
         improved = true;
         changed = true;

@@ -31,9 +31,13 @@ double Engine::RealMakespan(const std::vector<int>& choice) const {
 }
 
 double Engine::Energy(const std::vector<int>& choice) const {
+  return Energy(choice, RealMakespan(choice));
+}
+
+double Engine::Energy(const std::vector<int>& choice, double makespan) const {
   double effective = 0.0;
   for (int v = 0; v < n_; ++v) effective += SpecOf(v).eff[static_cast<std::size_t>(choice[v])];
-  return effective + pg_ * RealMakespan(choice);
+  return effective + pg_ * makespan;
 }
 
 // Makes `choice` meet `deadline` by moving instructions that finish too late to their fastest
@@ -150,8 +154,8 @@ bool Engine::FillBackward(std::vector<int>& choice, double deadline, const std::
 // Slack refinement within `deadline`: first each instruction may only move up to the slower end
 // of its convex segment (`cap`: spreads the slack the way the convex optimum does), then
 // freely, forward and backward until nothing changes.
-int Engine::Refine(std::vector<int>& choice, double deadline,
-                   const std::vector<double>* cap) const {
+int Engine::Refine(std::vector<int>& choice, double deadline, const std::vector<double>* cap,
+                   double* makespan) const {
   // Each pass hands the next the windows' other ends (carried), so only the first computes them.
   int passes = 0;
   bool carried = false;
@@ -162,14 +166,26 @@ int Engine::Refine(std::vector<int>& choice, double deadline,
     carried = true;
   }
   // A pass that changes nothing leaves a plan where no instruction's float fits a slower option:
-  // the other direction would change nothing either.
+  // the other direction would change nothing either. Its arrays then hold the plan's finishes
+  // (a forward pass) or its earliest starts (a backward pass): RealMakespan's values.
+  double reached = -1.0;
   for (int round = 0; round < 8; ++round) {
     ++passes;
-    if (!FillForward(choice, deadline, nullptr, carried)) break;
+    if (!FillForward(choice, deadline, nullptr, carried)) {
+      reached = 0.0;
+      for (int v = 0; v < n_; ++v) reached = std::max(reached, scratch_.fill_finish[v]);
+      break;
+    }
     carried = true;
     ++passes;
-    if (!FillBackward(choice, deadline, nullptr, true)) break;
+    if (!FillBackward(choice, deadline, nullptr, true)) {
+      reached = 0.0;
+      for (int v = 0; v < n_; ++v)
+        reached = std::max(reached, scratch_.fill_earliest[v] + scratch_.fill_dur[v]);
+      break;
+    }
   }
+  if (makespan != nullptr) *makespan = reached >= 0.0 ? reached : RealMakespan(choice);
   return passes;
 }
 
@@ -188,8 +204,9 @@ void Engine::Exchange(std::vector<int>& choice, double deadline) const {
         if (work > kExchangeBudget) return;
         trial = choice;
         trial[v] = j;
-        work += static_cast<int64_t>(n_) * (Refine(trial, deadline, nullptr) + 2);
-        const double energy = Energy(trial);
+        double makespan = 0.0;
+        work += static_cast<int64_t>(n_) * (Refine(trial, deadline, nullptr, &makespan) + 2);
+        const double energy = Energy(trial, makespan);
         if (energy < best * (1 - 1e-12)) {
           best = energy;
           choice.swap(trial);
@@ -376,10 +393,11 @@ void Engine::ChainSearch(std::vector<int>& choice, double deadline, int rounds) 
         Schedule(choice, deadline, latest, start);
         trial = choice;
         if (!OptimizeChain(chain, trial, start, deadline)) continue;
-        Refine(trial, deadline, nullptr);
+        double makespan = 0.0;
+        Refine(trial, deadline, nullptr, &makespan);
         // The chain's effective energy fell, but the iteration may have grown (static energy):
         // kept only when the total falls.
-        const double trial_energy = Energy(trial);
+        const double trial_energy = Energy(trial, makespan);
         if (trial_energy < energy * (1 - 1e-12)) {
           energy = trial_energy;
           choice.swap(trial);
