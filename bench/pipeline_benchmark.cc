@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <ctime>
 #include <limits>
 #include <utility>
@@ -212,7 +213,8 @@ void Run(benchmark::State& state, const Problem& problem, int reference_runs) {
   state.counters["descent_ms"] = 1e3 * result.summary.descent_wall_s;
   state.counters["realize_ms"] = 1e3 * result.summary.realize_wall_s;
   state.counters["fastest_ms"] = 1e3 * result.summary.fastest_point_wall_s;
-  if (reference_runs == 0) return;
+  // KAREUS_BENCH_SKIP_REFERENCE=1 skips the frozen reference (profiling the current solver).
+  if (reference_runs == 0 || std::getenv("KAREUS_BENCH_SKIP_REFERENCE") != nullptr) return;
   double reference_wall_s = 0.0;
   double reference_cpu_s = 0.0;
   pipeline_reference::Result reference;

@@ -98,18 +98,31 @@ void Engine::ApplyMove(double delta) {
 void Engine::RecordPoint(double deadline, int64_t k, double offset) {
   const auto started = std::chrono::steady_clock::now();
   // The convex durations `offset` into the current move, rounded down to real options.
-  std::vector<int> choice(static_cast<std::size_t>(n_));
-  std::vector<double> cap(static_cast<std::size_t>(n_));
+  // Most nodes keep their convex duration from one deadline to the next: their rounding is
+  // reused (the same double, the same results).
+  Rounding& r = rounding_;
+  if (r.duration.size() != static_cast<std::size_t>(n_)) {
+    r.duration.assign(static_cast<std::size_t>(n_), std::numeric_limits<double>::quiet_NaN());
+    r.fit.assign(static_cast<std::size_t>(n_), 0);
+    r.cost.assign(static_cast<std::size_t>(n_), 0.0);
+    r.cap.assign(static_cast<std::size_t>(n_), 0.0);
+  }
   double model = 0.0;
   for (int v = 0; v < n_; ++v) {
-    const Spec& spec = SpecOf(v);
     const double d = dur_[v] + rate_[v] * offset;
-    choice[v] = spec.Fit(d + time_tol_);
-    model += spec.Cost(d);
-    // The slower end of the hull segment d lies on (d itself on a vertex).
-    const auto it = std::lower_bound(spec.hull_time.begin(), spec.hull_time.end(), d - time_tol_);
-    cap[v] = it == spec.hull_time.end() ? spec.hull_time.back() : *it;
+    if (!(d == r.duration[v])) {
+      const Spec& spec = SpecOf(v);
+      r.duration[v] = d;
+      r.fit[v] = spec.Fit(d + time_tol_);
+      r.cost[v] = spec.Cost(d);
+      // The slower end of the hull segment d lies on (d itself on a vertex).
+      const auto it = std::lower_bound(spec.hull_time.begin(), spec.hull_time.end(), d - time_tol_);
+      r.cap[v] = it == spec.hull_time.end() ? spec.hull_time.back() : *it;
+    }
+    model += r.cost[v];
   }
+  std::vector<int> choice = r.fit;
+  const std::vector<double>& cap = r.cap;
   if (RealMakespan(choice) > deadline + time_tol_) Repair(choice, deadline);
   bool exact = false;
   double makespan = -1.0;  // unknown

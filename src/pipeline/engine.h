@@ -169,6 +169,15 @@ struct Scratch {
   std::vector<ChainHead> chain_heap;                  // OptimizeChain
 };
 
+// RecordPoint's rounding of each node's convex duration (NaN: none yet): the front entry that
+// fits it, its convex cost and the slower end of its hull segment.
+struct Rounding {
+  std::vector<double> duration;
+  std::vector<int> fit;
+  std::vector<double> cost;
+  std::vector<double> cap;
+};
+
 // The convex descent's state between its steps (Engine::Run).
 struct Descent {
   bool one_deadline = false;   // Options::deadline_s > 0: one deadline, not a frontier
@@ -535,6 +544,7 @@ class Engine {
   // deadline_s mode) the dominated ones are dropped whenever raw_ reaches compact_at_
   // (CompactPoints), so it holds at most 1.5 x the non-dominated points so far.
   std::vector<IterationPoint> raw_;
+  Rounding rounding_;
   int64_t deadlines_realized_ = 0;
   std::size_t compact_at_ = kFirstCompaction;
   int64_t steps_ = 0;

@@ -90,17 +90,18 @@ void Engine::BuildCompletionBounds(ExactSearch& x) const {
       }
       saturated += units[x.end[v] - 1];
       const std::size_t computed = std::min(cells, saturated + 1);
-      // Front times ascend, so do their units: the options that fit b cells are a prefix.
-      const std::vector<double>& after = t[i + 1];
-      for (std::size_t b = 0; b < computed; ++b) {
-        double best = kInf;
-        for (std::size_t j = x.first[v]; j < x.end[v] && units[j] <= b; ++j) {
-          best = std::min(best, spec.eff[j] + after[b - units[j]]);
-        }
-        t[i][b] = best;
+      // Row b: the least over the options that fit b cells of the option's energy plus the
+      // next row's at the cells left, option by option over contiguous cells (vectorized; the
+      // least of the same terms). Front times ascend, so do their units.
+      double* row = t[i].data();
+      const double* after = t[i + 1].data();
+      std::fill(row, row + computed, kInf);
+      for (std::size_t j = x.first[v]; j < x.end[v] && units[j] < computed; ++j) {
+        const std::size_t u = units[j];
+        const double eff = spec.eff[j];
+        for (std::size_t b = u; b < computed; ++b) row[b] = std::min(row[b], eff + after[b - u]);
       }
-      std::fill(t[i].begin() + static_cast<std::ptrdiff_t>(computed), t[i].end(),
-                t[i][computed - 1]);
+      std::fill(row + computed, row + cells, row[computed - 1]);
     }
   }
   // Nodes in no chain (gradient syncs), each at its cheapest option that fits between its
