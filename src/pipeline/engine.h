@@ -153,6 +153,19 @@ struct ChainHead {
   int option;
 };
 
+// Exchange's trials (Engine::TrialRefine): a Refine fixpoint's arrays -- what a slack-filling
+// pass over it computes: durations, latest finishes and starts, earliest starts and finishes --
+// and the trial's, equal to the fixpoint's outside `touched` (the nodes a trial pass visited).
+struct TrialState {
+  std::vector<double> dur, lf, ls, es, fin;            // the fixpoint
+  std::vector<double> t_dur, t_lf, t_ls, t_es, t_fin;  // the trial
+  std::vector<int> touched;
+  std::vector<char> is_touched;
+  std::vector<char> queued;
+  std::vector<int> position;  // per node: its index in the topological order
+  std::vector<int> heap;      // positions (a min-heap forwards, a max-heap backwards)
+};
+
 // Reusable buffers of the realization's const methods (one engine per solve, one thread): owned
 // by the engine, named per use (FillForward and FillBackward never run nested, so they share).
 struct Scratch {
@@ -165,6 +178,7 @@ struct Scratch {
   std::vector<double> fill_finish;        // FillForward's finishes
   std::vector<double> fill_latest_start;  // FillBackward's latest starts
   std::vector<double> fill_dur;
+  TrialState trial;                                   // Exchange
   std::vector<std::vector<ChainState>> chain_layers;  // OptimizeChain
   std::vector<ChainHead> chain_heap;                  // OptimizeChain
 };
@@ -353,6 +367,21 @@ class Engine {
   int Refine(std::vector<int>& choice, double deadline, const std::vector<double>* cap,
              double* makespan = nullptr) const;
   void Exchange(std::vector<int>& choice, double deadline) const;
+  // Exchange's trial arrays for `choice` (TrialState); false when `choice` is not a fixpoint of
+  // Refine (some node's next slower option fits its window), so that a trial cannot follow only
+  // what changed.
+  bool CaptureFixpoint(const std::vector<int>& choice, double deadline, TrialState& s) const;
+  // Refine(trial, deadline, nullptr, makespan) where `trial` is the captured fixpoint with node
+  // v's option changed: the same passes, decisions and makespan, computed on the nodes whose
+  // window or neighbours changed only (in topological order, as the passes visit them). Returns
+  // the passes; `settled` false after eight rounds that all changed something (`makespan` then
+  // from RealMakespan, and the trial no fixpoint).
+  int TrialRefine(std::vector<int>& trial, int v, double deadline, TrialState& s, double* makespan,
+                  bool* settled) const;
+  // After a trial: its nodes back to the fixpoint (`trial` too, from `choice`), or the trial
+  // made the new fixpoint.
+  void ResetTrial(std::vector<int>& trial, const std::vector<int>& choice, TrialState& s) const;
+  void AcceptTrial(TrialState& s) const;
   // Chains: the maximal paths of same-stage edges (a stage's instructions in order); empty when
   // some node has two same-stage predecessors or successors.
   void BuildChains();

@@ -191,32 +191,218 @@ int Engine::Refine(std::vector<int>& choice, double deadline, const std::vector<
 
 // One-exchange local search: make one instruction faster (each faster front entry), let Refine
 // hand the freed slack to the others, keep the result when the energy drops; until no exchange
-// helps or kExchangeBudget node visits are spent (each trial visits every node a few times:
-// on large pipelines the search stops early, a bounded cost instead of O(n^2 options)).
+// helps or kExchangeBudget node visits are spent (each trial counts as visiting every node a few
+// times: on large pipelines the search stops early, a bounded cost instead of O(n^2 options)).
+// From a Refine fixpoint a trial follows only the nodes its change reaches (TrialRefine: the same
+// plans as Refine, which runs where the plan is no fixpoint); the budget counts Refine's passes
+// either way, so the trials are the same.
 void Engine::Exchange(std::vector<int>& choice, double deadline) const {
   double best = Energy(choice);
-  std::vector<int> trial;
+  TrialState& s = scratch_.trial;
+  bool fixpoint = CaptureFixpoint(choice, deadline, s);
+  std::vector<int> trial = choice;
   int64_t work = 0;
   for (int round = 0; round < 4; ++round) {
     bool improved = false;
     for (int v : dag_.topological_order) {
       for (int j = 0; j < choice[v]; ++j) {
         if (work > kExchangeBudget) return;
-        trial = choice;
-        trial[v] = j;
         double makespan = 0.0;
-        work += static_cast<int64_t>(n_) * (Refine(trial, deadline, nullptr, &makespan) + 2);
+        bool settled = false;
+        int passes = 0;
+        if (fixpoint) {
+          trial[v] = j;
+          passes = TrialRefine(trial, v, deadline, s, &makespan, &settled);
+        } else {
+          trial = choice;
+          trial[v] = j;
+          passes = Refine(trial, deadline, nullptr, &makespan);
+        }
+        work += static_cast<int64_t>(n_) * (passes + 2);
         const double energy = Energy(trial, makespan);
         if (energy < best * (1 - 1e-12)) {
           best = energy;
-          choice.swap(trial);
+          choice = trial;
+          if (fixpoint && settled) {
+            AcceptTrial(s);
+          } else {
+            fixpoint = CaptureFixpoint(choice, deadline, s);
+          }
           improved = true;
           break;
         }
+        if (fixpoint) ResetTrial(trial, choice, s);
       }
     }
     if (!improved) break;
   }
+}
+
+bool Engine::CaptureFixpoint(const std::vector<int>& choice, double deadline, TrialState& s) const {
+  const auto n = static_cast<std::size_t>(n_);
+  if (s.position.size() != n) {
+    s.position.resize(n);
+    for (std::size_t k = 0; k < n; ++k) s.position[dag_.topological_order[k]] = static_cast<int>(k);
+  }
+  s.dur.resize(n);
+  s.lf.resize(n);
+  s.ls.resize(n);
+  s.es.resize(n);
+  s.fin.resize(n);
+  for (int v = 0; v < n_; ++v) s.dur[v] = SpecOf(v).time[static_cast<std::size_t>(choice[v])];
+  // FillForward's windows, in its arithmetic.
+  for (auto it = dag_.topological_order.rbegin(); it != dag_.topological_order.rend(); ++it) {
+    const int v = *it;
+    s.lf[v] = LatestFinish(v, deadline, [&](int w) { return s.ls[w]; });
+    s.ls[v] = s.lf[v] - s.dur[v];
+  }
+  bool fixpoint = true;
+  for (int v : dag_.topological_order) {
+    s.es[v] = EarliestStart(v, [&](int p) { return s.fin[p]; });
+    s.fin[v] = s.es[v] + s.dur[v];
+    const Spec& spec = SpecOf(v);
+    const auto next = static_cast<std::size_t>(choice[v]) + 1;
+    if (next < spec.time.size() && spec.time[next] <= s.lf[v] - s.es[v] + time_tol_)
+      fixpoint = false;
+  }
+  s.t_dur = s.dur;
+  s.t_lf = s.lf;
+  s.t_ls = s.ls;
+  s.t_es = s.es;
+  s.t_fin = s.fin;
+  s.touched.clear();
+  s.is_touched.assign(n, 0);
+  s.queued.assign(n, 0);
+  return fixpoint;
+}
+
+int Engine::TrialRefine(std::vector<int>& trial, int v, double deadline, TrialState& s,
+                        double* makespan, bool* settled) const {
+  const auto touch = [&](int u) {
+    if (!s.is_touched[u]) {
+      s.is_touched[u] = 1;
+      s.touched.push_back(u);
+    }
+  };
+  // FillForward's and FillBackward's decision at u.
+  const auto decide = [&](int u, double window) {
+    const Spec& spec = SpecOf(u);
+    const auto next = static_cast<std::size_t>(trial[u]) + 1;
+    if (next < spec.time.size() && spec.time[next] <= window + time_tol_) {
+      const int j = spec.Fit(window + time_tol_);
+      if (j > trial[u] && spec.time[static_cast<std::size_t>(j)] <= window + time_tol_) {
+        trial[u] = j;
+        s.t_dur[u] = spec.time[static_cast<std::size_t>(j)];
+        return true;
+      }
+    }
+    return false;
+  };
+  // The nodes of one pass, in its order (forwards: ascending topological positions): every
+  // touched node, and whatever `visit` pushes (always later in the order).
+  const auto run = [&](bool forwards, auto visit) {
+    std::vector<int>& heap = s.heap;
+    heap.clear();
+    const auto later = [&](int a, int b) { return forwards ? a > b : a < b; };
+    const auto push = [&](int u) {
+      if (s.queued[u]) return;
+      s.queued[u] = 1;
+      heap.push_back(s.position[u]);
+      std::push_heap(heap.begin(), heap.end(), later);
+    };
+    for (int u : s.touched) push(u);
+    while (!heap.empty()) {
+      std::pop_heap(heap.begin(), heap.end(), later);
+      const int u = dag_.topological_order[static_cast<std::size_t>(heap.back())];
+      heap.pop_back();
+      s.queued[u] = 0;
+      touch(u);
+      visit(u, push);
+    }
+  };
+  const auto forward = [&](int u, auto push) {
+    const double es = EarliestStart(u, [&](int p) { return s.t_fin[p]; });
+    s.t_es[u] = es;
+    const bool moved = decide(u, s.t_lf[u] - es);
+    s.t_fin[u] = es + s.t_dur[u];
+    if (s.t_fin[u] != s.fin[u]) {
+      for (int i = succs_.start[u]; i < succs_.start[u + 1]; ++i) push(succs_.node[i]);
+    }
+    return moved;
+  };
+  const auto backward = [&](int u, auto push) {
+    const double lf = LatestFinish(u, deadline, [&](int w) { return s.t_ls[w]; });
+    s.t_lf[u] = lf;
+    const bool moved = decide(u, lf - s.t_es[u]);
+    s.t_ls[u] = lf - s.t_dur[u];
+    if (s.t_ls[u] != s.ls[u]) {
+      for (int i = preds_.start[u]; i < preds_.start[u + 1]; ++i) push(preds_.node[i]);
+    }
+    return moved;
+  };
+  s.t_dur[v] = SpecOf(v).time[static_cast<std::size_t>(trial[v])];
+  touch(v);
+  // Refine(trial, deadline, nullptr): the first forward pass computes its latest finishes from
+  // the durations (v's changed), the later passes take the other direction's.
+  run(false, [&](int u, auto push) {
+    s.t_lf[u] = LatestFinish(u, deadline, [&](int w) { return s.t_ls[w]; });
+    s.t_ls[u] = s.t_lf[u] - s.t_dur[u];
+    if (s.t_ls[u] != s.ls[u]) {
+      for (int i = preds_.start[u]; i < preds_.start[u + 1]; ++i) push(preds_.node[i]);
+    }
+  });
+  int passes = 0;
+  *settled = false;
+  for (int round = 0; round < 8 && !*settled; ++round) {
+    bool changed = false;
+    ++passes;
+    run(true, [&](int u, auto push) { changed = forward(u, push) || changed; });
+    if (!changed) {
+      double reached = 0.0;
+      for (int u = 0; u < n_; ++u) reached = std::max(reached, s.t_fin[u]);
+      *makespan = reached;
+      *settled = true;
+      break;
+    }
+    changed = false;
+    ++passes;
+    run(false, [&](int u, auto push) { changed = backward(u, push) || changed; });
+    if (!changed) {
+      double reached = 0.0;
+      for (int u = 0; u < n_; ++u) reached = std::max(reached, s.t_es[u] + s.t_dur[u]);
+      *makespan = reached;
+      *settled = true;
+    }
+  }
+  if (!*settled) *makespan = RealMakespan(trial);
+  return passes;
+}
+
+void Engine::ResetTrial(std::vector<int>& trial, const std::vector<int>& choice,
+                        TrialState& s) const {
+  for (int u : s.touched) {
+    trial[u] = choice[u];
+    s.t_dur[u] = s.dur[u];
+    s.t_lf[u] = s.lf[u];
+    s.t_ls[u] = s.ls[u];
+    s.t_es[u] = s.es[u];
+    s.t_fin[u] = s.fin[u];
+    s.is_touched[u] = 0;
+  }
+  s.touched.clear();
+}
+
+void Engine::AcceptTrial(TrialState& s) const {
+  // The settled trial's last pass changed nothing: its windows are a fixpoint's.
+  for (int u : s.touched) {
+    s.dur[u] = s.t_dur[u];
+    s.lf[u] = s.t_lf[u];
+    s.es[u] = s.t_es[u];
+    s.fin[u] = s.t_fin[u] = s.t_es[u] + s.t_dur[u];
+    s.ls[u] = s.t_ls[u] = s.t_lf[u] - s.t_dur[u];
+    s.is_touched[u] = 0;
+  }
+  s.touched.clear();
 }
 
 void Engine::BuildChains() {
