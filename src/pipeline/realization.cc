@@ -191,13 +191,20 @@ int Engine::Refine(std::vector<int>& choice, double deadline, const std::vector<
 
 // One-exchange local search: make one instruction faster (each faster front entry), let Refine
 // hand the freed slack to the others, keep the result when the energy drops; until no exchange
-// helps or kExchangeBudget node visits are spent (each trial counts as visiting every node a few
-// times: on large pipelines the search stops early, a bounded cost instead of O(n^2 options)).
-// From a Refine fixpoint a trial follows only the nodes its change reaches (TrialRefine: the same
-// plans as Refine, which runs where the plan is no fixpoint); the budget counts Refine's passes
-// either way, so the trials are the same.
+// helps or kExchangeBudget units of work are spent (a bounded cost instead of O(n^2 options)).
+// From a Refine fixpoint a trial follows only the nodes its change reaches (TrialRefine: the
+// plan Refine gives) and its energy is the plan's less what the touched nodes changed; its
+// work is what it visited (kTrialVisitWork per node). Where the plan is no fixpoint the full
+// Refine runs, at n x (its passes + 2).
 void Engine::Exchange(std::vector<int>& choice, double deadline) const {
+  const auto effective = [&](const std::vector<int>& plan) {
+    double sum = 0.0;
+    for (int v = 0; v < n_; ++v) sum += SpecOf(v).eff[static_cast<std::size_t>(plan[v])];
+    return sum;
+  };
+  const auto eff = [&](int v, int j) { return SpecOf(v).eff[static_cast<std::size_t>(j)]; };
   double best = Energy(choice);
+  double best_effective = effective(choice);
   TrialState& s = scratch_.trial;
   bool fixpoint = CaptureFixpoint(choice, deadline, s);
   std::vector<int> trial = choice;
@@ -208,21 +215,27 @@ void Engine::Exchange(std::vector<int>& choice, double deadline) const {
       for (int j = 0; j < choice[v]; ++j) {
         if (work > kExchangeBudget) return;
         double makespan = 0.0;
+        double energy = 0.0;
         bool settled = false;
-        int passes = 0;
         if (fixpoint) {
           trial[v] = j;
-          passes = TrialRefine(trial, v, deadline, s, &makespan, &settled);
+          TrialRefine(trial, v, deadline, s, &makespan, &settled);
+          // The energy from what the trial changed (the nodes it touched).
+          double change = 0.0;
+          for (int u : s.touched) change += eff(u, trial[u]) - eff(u, choice[u]);
+          energy = best_effective + change + pg_ * makespan;
+          work += kTrialVisitWork * s.visits + static_cast<int64_t>(sink_nodes_.size());
         } else {
           trial = choice;
           trial[v] = j;
-          passes = Refine(trial, deadline, nullptr, &makespan);
+          const int passes = Refine(trial, deadline, nullptr, &makespan);
+          energy = Energy(trial, makespan);
+          work += static_cast<int64_t>(n_) * (passes + 2);
         }
-        work += static_cast<int64_t>(n_) * (passes + 2);
-        const double energy = Energy(trial, makespan);
         if (energy < best * (1 - 1e-12)) {
-          best = energy;
           choice = trial;
+          best_effective = effective(choice);
+          best = best_effective + pg_ * makespan;
           if (fixpoint && settled) {
             AcceptTrial(s);
           } else {
@@ -312,6 +325,7 @@ int Engine::TrialRefine(std::vector<int>& trial, int v, double deadline, TrialSt
     };
     for (int u : s.touched) push(u);
     while (!heap.empty()) {
+      ++s.visits;
       std::pop_heap(heap.begin(), heap.end(), later);
       const int u = dag_.topological_order[static_cast<std::size_t>(heap.back())];
       heap.pop_back();
@@ -340,6 +354,7 @@ int Engine::TrialRefine(std::vector<int>& trial, int v, double deadline, TrialSt
     }
     return moved;
   };
+  s.visits = 0;
   s.t_dur[v] = SpecOf(v).time[static_cast<std::size_t>(trial[v])];
   touch(v);
   // Refine(trial, deadline, nullptr): the first forward pass computes its latest finishes from
@@ -357,9 +372,11 @@ int Engine::TrialRefine(std::vector<int>& trial, int v, double deadline, TrialSt
     bool changed = false;
     ++passes;
     run(true, [&](int u, auto push) { changed = forward(u, push) || changed; });
+    // The makespan: the latest finish, a sink's (a node finishes no later than its successors
+    // start: the same double as the latest over every node).
     if (!changed) {
       double reached = 0.0;
-      for (int u = 0; u < n_; ++u) reached = std::max(reached, s.t_fin[u]);
+      for (int u : sink_nodes_) reached = std::max(reached, s.t_fin[u]);
       *makespan = reached;
       *settled = true;
       break;
@@ -369,7 +386,7 @@ int Engine::TrialRefine(std::vector<int>& trial, int v, double deadline, TrialSt
     run(false, [&](int u, auto push) { changed = backward(u, push) || changed; });
     if (!changed) {
       double reached = 0.0;
-      for (int u = 0; u < n_; ++u) reached = std::max(reached, s.t_es[u] + s.t_dur[u]);
+      for (int u : sink_nodes_) reached = std::max(reached, s.t_es[u] + s.t_dur[u]);
       *makespan = reached;
       *settled = true;
     }
