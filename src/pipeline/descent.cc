@@ -19,7 +19,15 @@
 namespace kareus::pipeline::internal {
 
 double Engine::MakespanAfter(double delta, double* base, double* rate) {
-  for (int v : dag_.topological_order) {
+  // Nodes before the first one moved since the last pass (or moving now) keep their values:
+  // none of their ancestors' durations or rates changed.
+  std::size_t from = pass_from_;
+  for (const std::vector<int>* moving : {&shorten_, &lengthen_}) {
+    for (int v : *moving) from = std::min(from, static_cast<std::size_t>(topo_position_[v]));
+  }
+  pass_from_ = static_cast<std::size_t>(n_);
+  for (std::size_t k = from; k < dag_.topological_order.size(); ++k) {
+    const int v = dag_.topological_order[k];
     // The start: the latest predecessor's finish (the source's 0 without predecessors).
     double es = 0.0;
     double es_base = 0.0;
@@ -84,6 +92,10 @@ void Engine::ApplyMove(double delta) {
     } else {
       pos_[v] = 2 * (target - 1) + 1;
     }
+  }
+  for (const std::vector<int>* moved : {&shorten_, &lengthen_}) {
+    for (int v : *moved)
+      pass_from_ = std::min(pass_from_, static_cast<std::size_t>(topo_position_[v]));
   }
   for (int v : shorten_) {
     SetCapacity(v);

@@ -540,8 +540,12 @@ class Engine {
   std::vector<int> event_order_;
   std::vector<double> earliest_;
   std::vector<double> latest_;
-  std::vector<double> dur_;  // per node: convex duration
-  std::vector<int> pos_;     // per node: 2k = at hull vertex k, 2k+1 = inside segment k
+  std::vector<double> dur_;         // per node: convex duration
+  std::vector<int> topo_position_;  // per node: its index in dag_.topological_order
+  // MakespanAfter's values (earliest_, path_base_, path_rate_) are those of the current
+  // durations for the nodes before this topological position (ApplyMove lowers it).
+  std::size_t pass_from_ = 0;
+  std::vector<int> pos_;  // per node: 2k = at hull vertex k, 2k+1 = inside segment k
   std::vector<double> flow_;
   std::vector<char> critical_;
   std::vector<char> side_;   // per event: on the source side of the current cut

@@ -257,6 +257,9 @@ void Engine::InitTraceState() {
   critical_.assign(m, 0);
   in_boundary_.assign(m, 0);
   rate_.assign(n_, 0);
+  topo_position_.resize(n_);
+  for (int k = 0; k < n_; ++k) topo_position_[dag_.topological_order[k]] = k;
+  pass_from_ = 0;
   dur_.resize(n_);
   pos_.resize(n_);
   for (int v = 0; v < n_; ++v) {
