@@ -168,9 +168,8 @@ struct TrialState {
   std::vector<int> touched;
   std::vector<char> is_touched;
   std::vector<char> queued;
-  std::vector<int> position;  // per node: its index in the topological order
-  std::vector<int> heap;      // positions (a min-heap forwards, a max-heap backwards)
-  int64_t visits = 0;         // nodes the last TrialRefine visited, over its passes
+  std::vector<int> heap;  // topological positions (a min-heap forwards, a max-heap backwards)
+  int64_t visits = 0;     // nodes the last TrialRefine visited, over its passes
 };
 
 // Reusable buffers of the realization's const methods (one engine per solve, one thread): owned

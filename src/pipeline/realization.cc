@@ -253,10 +253,6 @@ void Engine::Exchange(std::vector<int>& choice, double deadline) const {
 
 bool Engine::CaptureFixpoint(const std::vector<int>& choice, double deadline, TrialState& s) const {
   const auto n = static_cast<std::size_t>(n_);
-  if (s.position.size() != n) {
-    s.position.resize(n);
-    for (std::size_t k = 0; k < n; ++k) s.position[dag_.topological_order[k]] = static_cast<int>(k);
-  }
   s.dur.resize(n);
   s.lf.resize(n);
   s.ls.resize(n);
@@ -320,7 +316,7 @@ int Engine::TrialRefine(std::vector<int>& trial, int v, double deadline, TrialSt
     const auto push = [&](int u) {
       if (s.queued[u]) return;
       s.queued[u] = 1;
-      heap.push_back(s.position[u]);
+      heap.push_back(topo_position_[u]);
       std::push_heap(heap.begin(), heap.end(), later);
     };
     for (int u : s.touched) push(u);
