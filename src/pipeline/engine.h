@@ -362,6 +362,30 @@ class Engine {
   double Energy(const std::vector<int>& front_choice) const;
   // The same with the plan's makespan known (RealMakespan's value).
   double Energy(const std::vector<int>& front_choice, double makespan) const;
+  // The plan's effective energy (every node's, summed in node order: Energy's and EvaluateWith's
+  // arithmetic).
+  double Effective(const std::vector<int>& front_choice) const;
+  // Each node's real duration in the plan.
+  void Durations(const std::vector<int>& front_choice, std::vector<double>& dur) const;
+  // The slack refill's decision at v (FillForward, FillBackward, TrialRefine): whether the entry
+  // after `option` fits `window`, and the cheapest slower entry that fits it, taken into
+  // choice[v] and dur[v] (true when v moved).
+  // (Defined here: the refill's inner loops call them per node.)
+  bool NextFits(int v, int option, double window) const {
+    const Spec& spec = SpecOf(v);
+    const auto next = static_cast<std::size_t>(option) + 1;
+    return next < spec.time.size() && spec.time[next] <= window + time_tol_;
+  }
+  bool TakeSlower(int v, double window, std::vector<int>& choice, std::vector<double>& dur) const {
+    // The next slower entry does not fit: no slower one does (times ascend).
+    if (!NextFits(v, choice[v], window)) return false;
+    const Spec& spec = SpecOf(v);
+    const int j = spec.Fit(window + time_tol_);
+    if (j <= choice[v] || spec.time[static_cast<std::size_t>(j)] > window + time_tol_) return false;
+    choice[v] = j;
+    dur[v] = spec.time[static_cast<std::size_t>(j)];
+    return true;
+  }
   void Repair(std::vector<int>& choice, double deadline) const;
   // `carried`: the other pass just ran on this choice and deadline (see Scratch).
   bool FillForward(std::vector<int>& choice, double deadline, const std::vector<double>* cap,

@@ -94,9 +94,7 @@ Evaluation EvaluateWith(const Problem& problem, const Dag& dag, const std::vecto
 Evaluation Engine::EvaluateFront(const std::vector<int>& front_choice, double makespan) const {
   // EvaluateWith's arithmetic in its order: each node's effective energy is the same double
   // (BuildSpec), RealMakespan the same longest path.
-  double effective = 0.0;
-  for (int v = 0; v < n_; ++v)
-    effective += SpecOf(v).eff[static_cast<std::size_t>(front_choice[v])];
+  const double effective = Effective(front_choice);
   Evaluation eval;
   eval.time_s = makespan >= 0.0 ? makespan : RealMakespan(front_choice);
   eval.static_energy_j = options_.p_static_w * eval.time_s * gpus_total_;

@@ -35,9 +35,18 @@ double Engine::Energy(const std::vector<int>& choice) const {
 }
 
 double Engine::Energy(const std::vector<int>& choice, double makespan) const {
+  return Effective(choice) + pg_ * makespan;
+}
+
+double Engine::Effective(const std::vector<int>& choice) const {
   double effective = 0.0;
   for (int v = 0; v < n_; ++v) effective += SpecOf(v).eff[static_cast<std::size_t>(choice[v])];
-  return effective + pg_ * makespan;
+  return effective;
+}
+
+void Engine::Durations(const std::vector<int>& choice, std::vector<double>& dur) const {
+  dur.resize(static_cast<std::size_t>(n_));
+  for (int v = 0; v < n_; ++v) dur[v] = SpecOf(v).time[static_cast<std::size_t>(choice[v])];
 }
 
 // Makes `choice` meet `deadline` by moving instructions that finish too late to their fastest
@@ -77,8 +86,7 @@ bool Engine::FillForward(std::vector<int>& choice, double deadline, const std::v
   std::vector<double>& dur = scratch_.fill_dur;
   const auto n = static_cast<std::size_t>(n_);
   if (!carried) {
-    dur.resize(n);
-    for (int v = 0; v < n_; ++v) dur[v] = SpecOf(v).time[static_cast<std::size_t>(choice[v])];
+    Durations(choice, dur);
     latest_finish.resize(n);
     for (auto it = dag_.topological_order.rbegin(); it != dag_.topological_order.rend(); ++it) {
       const int v = *it;
@@ -94,17 +102,7 @@ bool Engine::FillForward(std::vector<int>& choice, double deadline, const std::v
     start[v] = es;
     double window = latest_finish[v] - es;
     if (cap != nullptr) window = std::min(window, (*cap)[v]);
-    const Spec& spec = SpecOf(v);
-    const auto next = static_cast<std::size_t>(choice[v]) + 1;
-    // The next slower option does not fit: no slower one does (times ascend).
-    if (next < spec.time.size() && spec.time[next] <= window + time_tol_) {
-      const int j = spec.Fit(window + time_tol_);
-      if (j > choice[v] && spec.time[static_cast<std::size_t>(j)] <= window + time_tol_) {
-        choice[v] = j;
-        dur[v] = spec.time[static_cast<std::size_t>(j)];
-        changed = true;
-      }
-    }
+    changed = TakeSlower(v, window, choice, dur) || changed;
     finish[v] = es + dur[v];
   }
   return changed;
@@ -120,8 +118,7 @@ bool Engine::FillBackward(std::vector<int>& choice, double deadline, const std::
   std::vector<double>& dur = scratch_.fill_dur;
   const auto n = static_cast<std::size_t>(n_);
   if (!carried) {
-    dur.resize(n);
-    for (int v = 0; v < n_; ++v) dur[v] = SpecOf(v).time[static_cast<std::size_t>(choice[v])];
+    Durations(choice, dur);
     earliest_start.resize(n);
     for (int v : dag_.topological_order) {
       earliest_start[v] = EarliestStart(v, [&](int p) { return earliest_start[p] + dur[p]; });
@@ -136,16 +133,7 @@ bool Engine::FillBackward(std::vector<int>& choice, double deadline, const std::
     latest_finish[v] = lf;
     double window = lf - earliest_start[v];
     if (cap != nullptr) window = std::min(window, (*cap)[v]);
-    const Spec& spec = SpecOf(v);
-    const auto next = static_cast<std::size_t>(choice[v]) + 1;
-    if (next < spec.time.size() && spec.time[next] <= window + time_tol_) {
-      const int j = spec.Fit(window + time_tol_);
-      if (j > choice[v] && spec.time[static_cast<std::size_t>(j)] <= window + time_tol_) {
-        choice[v] = j;
-        dur[v] = spec.time[static_cast<std::size_t>(j)];
-        changed = true;
-      }
-    }
+    changed = TakeSlower(v, window, choice, dur) || changed;
     latest_start[v] = lf - dur[v];
   }
   return changed;
@@ -197,14 +185,9 @@ int Engine::Refine(std::vector<int>& choice, double deadline, const std::vector<
 // work is what it visited (kTrialVisitWork per node). Where the plan is no fixpoint the full
 // Refine runs, at n x (its passes + 2).
 void Engine::Exchange(std::vector<int>& choice, double deadline) const {
-  const auto effective = [&](const std::vector<int>& plan) {
-    double sum = 0.0;
-    for (int v = 0; v < n_; ++v) sum += SpecOf(v).eff[static_cast<std::size_t>(plan[v])];
-    return sum;
-  };
   const auto eff = [&](int v, int j) { return SpecOf(v).eff[static_cast<std::size_t>(j)]; };
   double best = Energy(choice);
-  double best_effective = effective(choice);
+  double best_effective = Effective(choice);
   TrialState& s = scratch_.trial;
   bool fixpoint = CaptureFixpoint(choice, deadline, s);
   std::vector<int> trial = choice;
@@ -234,7 +217,7 @@ void Engine::Exchange(std::vector<int>& choice, double deadline) const {
         }
         if (energy < best * (1 - 1e-12)) {
           choice = trial;
-          best_effective = effective(choice);
+          best_effective = Effective(choice);
           best = best_effective + pg_ * makespan;
           if (fixpoint && settled) {
             AcceptTrial(s);
@@ -253,12 +236,11 @@ void Engine::Exchange(std::vector<int>& choice, double deadline) const {
 
 bool Engine::CaptureFixpoint(const std::vector<int>& choice, double deadline, TrialState& s) const {
   const auto n = static_cast<std::size_t>(n_);
-  s.dur.resize(n);
+  Durations(choice, s.dur);
   s.lf.resize(n);
   s.ls.resize(n);
   s.es.resize(n);
   s.fin.resize(n);
-  for (int v = 0; v < n_; ++v) s.dur[v] = SpecOf(v).time[static_cast<std::size_t>(choice[v])];
   // FillForward's windows, in its arithmetic.
   for (auto it = dag_.topological_order.rbegin(); it != dag_.topological_order.rend(); ++it) {
     const int v = *it;
@@ -269,10 +251,7 @@ bool Engine::CaptureFixpoint(const std::vector<int>& choice, double deadline, Tr
   for (int v : dag_.topological_order) {
     s.es[v] = EarliestStart(v, [&](int p) { return s.fin[p]; });
     s.fin[v] = s.es[v] + s.dur[v];
-    const Spec& spec = SpecOf(v);
-    const auto next = static_cast<std::size_t>(choice[v]) + 1;
-    if (next < spec.time.size() && spec.time[next] <= s.lf[v] - s.es[v] + time_tol_)
-      fixpoint = false;
+    if (NextFits(v, choice[v], s.lf[v] - s.es[v])) fixpoint = false;
   }
   s.t_dur = s.dur;
   s.t_lf = s.lf;
@@ -292,20 +271,6 @@ int Engine::TrialRefine(std::vector<int>& trial, int v, double deadline, TrialSt
       s.is_touched[u] = 1;
       s.touched.push_back(u);
     }
-  };
-  // FillForward's and FillBackward's decision at u.
-  const auto decide = [&](int u, double window) {
-    const Spec& spec = SpecOf(u);
-    const auto next = static_cast<std::size_t>(trial[u]) + 1;
-    if (next < spec.time.size() && spec.time[next] <= window + time_tol_) {
-      const int j = spec.Fit(window + time_tol_);
-      if (j > trial[u] && spec.time[static_cast<std::size_t>(j)] <= window + time_tol_) {
-        trial[u] = j;
-        s.t_dur[u] = spec.time[static_cast<std::size_t>(j)];
-        return true;
-      }
-    }
-    return false;
   };
   // The nodes of one pass, in its order (forwards: ascending topological positions): every
   // touched node, and whatever `visit` pushes (always later in the order).
@@ -333,7 +298,7 @@ int Engine::TrialRefine(std::vector<int>& trial, int v, double deadline, TrialSt
   const auto forward = [&](int u, auto push) {
     const double es = EarliestStart(u, [&](int p) { return s.t_fin[p]; });
     s.t_es[u] = es;
-    const bool moved = decide(u, s.t_lf[u] - es);
+    const bool moved = TakeSlower(u, s.t_lf[u] - es, trial, s.t_dur);
     s.t_fin[u] = es + s.t_dur[u];
     if (s.t_fin[u] != s.fin[u]) {
       for (int i = succs_.start[u]; i < succs_.start[u + 1]; ++i) push(succs_.node[i]);
@@ -343,7 +308,7 @@ int Engine::TrialRefine(std::vector<int>& trial, int v, double deadline, TrialSt
   const auto backward = [&](int u, auto push) {
     const double lf = LatestFinish(u, deadline, [&](int w) { return s.t_ls[w]; });
     s.t_lf[u] = lf;
-    const bool moved = decide(u, lf - s.t_es[u]);
+    const bool moved = TakeSlower(u, lf - s.t_es[u], trial, s.t_dur);
     s.t_ls[u] = lf - s.t_dur[u];
     if (s.t_ls[u] != s.ls[u]) {
       for (int i = preds_.start[u]; i < preds_.start[u + 1]; ++i) push(preds_.node[i]);
