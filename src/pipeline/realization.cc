@@ -305,10 +305,11 @@ int Engine::TrialRefine(std::vector<int>& trial, int v, double deadline, TrialSt
     }
     return moved;
   };
-  const auto backward = [&](int u, auto push) {
+  // A backward pass's step (`fill` false: only the windows, as FillForward computes them).
+  const auto backward = [&](int u, auto push, bool fill) {
     const double lf = LatestFinish(u, deadline, [&](int w) { return s.t_ls[w]; });
     s.t_lf[u] = lf;
-    const bool moved = TakeSlower(u, lf - s.t_es[u], trial, s.t_dur);
+    const bool moved = fill && TakeSlower(u, lf - s.t_es[u], trial, s.t_dur);
     s.t_ls[u] = lf - s.t_dur[u];
     if (s.t_ls[u] != s.ls[u]) {
       for (int i = preds_.start[u]; i < preds_.start[u + 1]; ++i) push(preds_.node[i]);
@@ -320,13 +321,7 @@ int Engine::TrialRefine(std::vector<int>& trial, int v, double deadline, TrialSt
   touch(v);
   // Refine(trial, deadline, nullptr): the first forward pass computes its latest finishes from
   // the durations (v's changed), the later passes take the other direction's.
-  run(false, [&](int u, auto push) {
-    s.t_lf[u] = LatestFinish(u, deadline, [&](int w) { return s.t_ls[w]; });
-    s.t_ls[u] = s.t_lf[u] - s.t_dur[u];
-    if (s.t_ls[u] != s.ls[u]) {
-      for (int i = preds_.start[u]; i < preds_.start[u + 1]; ++i) push(preds_.node[i]);
-    }
-  });
+  run(false, [&](int u, auto push) { backward(u, push, false); });
   int passes = 0;
   *settled = false;
   for (int round = 0; round < 8 && !*settled; ++round) {
@@ -344,7 +339,7 @@ int Engine::TrialRefine(std::vector<int>& trial, int v, double deadline, TrialSt
     }
     changed = false;
     ++passes;
-    run(false, [&](int u, auto push) { changed = backward(u, push) || changed; });
+    run(false, [&](int u, auto push) { changed = backward(u, push, true) || changed; });
     if (!changed) {
       double reached = 0.0;
       for (int u : sink_nodes_) reached = std::max(reached, s.t_es[u] + s.t_dur[u]);
