@@ -31,6 +31,7 @@ struct RunArgs {
   uint64_t seed = Context{}.seed;
   double unit_time_ms = methods::RunOptions{}.unit_time_s * 1e3;
   int sweep_anchor_stride = methods::RunOptions{}.sweep_anchor_stride;
+  int confirm_readings = methods::RunOptions{}.confirm_readings;
   bool quiet = false;
   bool json = false;
   bool transfer = mobo::ProfileOptions{}.transfer;
@@ -64,6 +65,11 @@ void AddSharedOptions(CLI::App* cmd, RunArgs& args, const std::string& store_hel
          "every N-th planning clock (and the lowest); between those, only the choices near the "
          "front there (nothing derived; 1: every clock in full)")
       ->capture_default_str();
+  cmd->add_option("--confirm-readings", args.confirm_readings,
+                  "Every method: fresh readings of each whole-instruction option the filter "
+                  "kept; their mean is its value (the first reading was kept for being low: the "
+                  "winner's curse); 0: the first reading is the value")
+      ->capture_default_str();
   cmd->add_flag("--quiet", args.quiet, "No progress on the terminal");
   cmd->add_flag("--json", args.json, "Print the summary as JSON instead of tables");
 }
@@ -83,11 +89,13 @@ methods::RunOptions ToOptions(const RunArgs& args) {
   options.evaluation = methods::EvaluationModeFromString(args.evaluation);
   options.unit_time_s = args.unit_time_ms * 1e-3;
   options.sweep_anchor_stride = args.sweep_anchor_stride;
+  options.confirm_readings = args.confirm_readings;
   options.quiet = args.quiet;
   std::vector<FlagName> names = ProfilerFlagNames("profile.");
   names.push_back({"unit_time_s", "--unit-time", 1e3});
   names.push_back({"methods", "--methods"});
   names.push_back({"sweep_anchor_stride", "--sweep-anchor-stride"});
+  names.push_back({"confirm_readings", "--confirm-readings"});
   ThrowAsFlag(options.Validate(), names);
   return options;
 }

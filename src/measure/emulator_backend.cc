@@ -45,7 +45,7 @@ std::string UnitKey(int stage, int chunk) {
 }
 
 // The noise key of an instruction: the library-default runs (no per-type knobs) keep the key
-// they have always had; tuned knobs extend it.
+// they have always had; tuned knobs and a repeat (InstructionRequest::repeat) extend it.
 uint64_t InstructionKey(const std::string& signature, const InstructionRequest& request) {
   std::string key = signature + "|instruction|" + UnitKey(request.stage, request.chunk) + "|" +
                     schedule::ToString(request.direction) + "|" +
@@ -54,6 +54,7 @@ uint64_t InstructionKey(const std::string& signature, const InstructionRequest& 
   for (const auto& [type, comm] : request.knobs.partitions) {
     key += "|" + type + "=" + std::to_string(comm.sms) + "@" + comm.slot;
   }
+  if (request.repeat != 0) key += "|repeat=" + std::to_string(request.repeat);
   return HashString(key.c_str());
 }
 

@@ -40,6 +40,10 @@ std::optional<OptionError> RunOptions::Validate() const {
     return OptionError{"sweep_anchor_stride", std::to_string(sweep_anchor_stride),
                        "must be an integer >= 1"};
   }
+  if (confirm_readings < 0) {
+    return OptionError{"confirm_readings", std::to_string(confirm_readings),
+                       "must be an integer >= 0"};
+  }
   return std::nullopt;
 }
 

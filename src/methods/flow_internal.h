@@ -66,6 +66,7 @@ class MethodRun {
   std::vector<TypeSamples> MeasurePartitions(measure::Backend& backend);
   void SweptOptions(measure::Backend& backend);
   void ComposedOptions(measure::Backend& backend, const std::vector<TypeSamples>& samples);
+  void ConfirmReadings(int u, measure::Backend& backend);
   SweepScreen Screen() const;
   std::vector<std::tuple<int, Direction, ExecutionMode>> FallbacksBetweenAnchors(
       int u, const InstructionSweep& measured, const SweepScreen& screen,

@@ -87,6 +87,7 @@ void MethodRun::SweptOptions(measure::Backend& backend) {
     for (std::size_t i = 0; i < sweep.requests.size(); ++i) {
       OptionsOf(result_.problem, u, sweep.requests[i].direction).push_back(sweep.Option(i));
     }
+    ConfirmReadings(u, backend);
   }
   CopyToIdenticalUnits();
   meter.ChargeTo(*this, CostKind::kInstructions);
@@ -162,9 +163,55 @@ void MethodRun::ComposedOptions(measure::Backend& backend,
       all.insert(all.end(), fallbacks.begin(), fallbacks.end());
       OptionsOf(result_.problem, u, d) = FilterOptions(all, p_static);
     }
+    ConfirmReadings(u, backend);
   }
   CopyToIdenticalUnits();
   meter.ChargeTo(*this, CostKind::kInstructions);
+}
+
+// RunOptions::confirm_readings: the whole-instruction options of unit `u` that the filter
+// keeps (both directions; composed options rest on the profiler's denoised partition fronts
+// and are left as they are) read that many more times in one batch, each repeat a reading of
+// its own; an option's time and energy become the mean of the fresh readings, and the options
+// are filtered again. The first reading only selects: it was kept for being low (the winner's
+// curse), the fresh ones were not (sample splitting).
+void MethodRun::ConfirmReadings(int u, measure::Backend& backend) {
+  const int repeats = options_.confirm_readings;
+  if (repeats == 0) return;
+  const double p_static = backend_.StaticPowerW();
+  const workload::StageModel& unit = model_.stages[u];
+  std::vector<measure::InstructionRequest> batch;
+  for (Direction d : {Direction::kForward, Direction::kBackward}) {
+    std::vector<plan::InstructionOption>& options = OptionsOf(result_.problem, u, d);
+    options = FilterOptions(options, p_static);
+    for (const plan::InstructionOption& o : options) {
+      if (!o.partitions.empty()) continue;
+      for (int r = 1; r <= repeats; ++r) {
+        batch.push_back({.stage = unit.stage,
+                         .direction = d,
+                         .knobs = {.freq_mhz = o.freq_mhz, .mode = o.mode, .partitions = {}},
+                         .chunk = unit.chunk,
+                         .repeat = r});
+      }
+    }
+  }
+  if (batch.empty()) return;
+  const std::vector<measure::Sample> samples = backend.MeasureAll(model_, batch);
+  std::size_t next = 0;
+  for (Direction d : {Direction::kForward, Direction::kBackward}) {
+    std::vector<plan::InstructionOption>& options = OptionsOf(result_.problem, u, d);
+    for (plan::InstructionOption& o : options) {
+      if (!o.partitions.empty()) continue;
+      double time_s = 0.0, energy_j = 0.0;
+      for (int r = 1; r <= repeats; ++r, ++next) {
+        time_s += samples[next].time_s;
+        energy_j += samples[next].energy_j;
+      }
+      o.time_s = time_s / repeats;
+      o.energy_j = energy_j / repeats;
+    }
+    options = FilterOptions(options, p_static);
+  }
 }
 
 // The sweep screen of this method: Kareus's (profiled comm knobs) with the run's stride;

@@ -120,6 +120,7 @@ class SyntheticBackend : public measure::Backend {
                         schedule::ToString(r.knobs.mode) + std::to_string(r.knobs.freq_mhz);
       for (const auto& [type, comm] : r.knobs.partitions)
         key += type + std::to_string(comm.sms) + comm.slot;
+      if (r.repeat != 0) key += "repeat" + std::to_string(r.repeat);  // a reading of its own
       measure::Sample s = Noisy(InstructionTruth(model, r), key);
       s.seconds = 12.0;
       Account(s.GpuSeconds(), 1);

@@ -84,9 +84,10 @@ TEST_F(RunTest, EveryMethodHasAFrontierEndingAtItsFastestPlan) {
 
 // The solver's frontier is Pareto-optimal on predictions; once evaluated, a plan another plan
 // beats on both time and energy is dropped and recorded, never presented as a frontier plan.
-TEST_F(RunTest, NoEvaluatedDominatedPlanIsOnTheFrontier) {
+// Checks `run`'s frontiers and returns how many points its evaluation dropped.
+std::size_t CheckDropped(const RunResult& run) {
   std::size_t dropped = 0;
-  for (const auto& m : run_->methods) {
+  for (const auto& m : run.methods) {
     for (std::size_t i = 0; i < m.evaluated.size(); ++i) {
       if (i > 0) {  // slowest evaluated time first, so energies rise
         EXPECT_LT(m.evaluated[i].time_s, m.evaluated[i - 1].time_s) << m.method.name << " " << i;
@@ -97,7 +98,10 @@ TEST_F(RunTest, NoEvaluatedDominatedPlanIsOnTheFrontier) {
     for (std::size_t k : m.solved.sampled) EXPECT_LT(k, m.evaluated.size());
     EXPECT_EQ(m.Fastest(), m.evaluated.size() - 1) << m.method.name;
     for (const auto& d : m.dropped) {
-      ASSERT_LT(d.dominated_by, m.evaluated.size());
+      if (d.dominated_by >= m.evaluated.size()) {
+        ADD_FAILURE() << m.method.name << " " << d.solver_index << ": no such kept point";
+        continue;
+      }
       const auto& by = m.evaluated[d.dominated_by];
       EXPECT_LE(by.time_s, d.evaluated.time_s) << m.method.name << " " << d.solver_index;
       EXPECT_LE(by.energy_j, d.evaluated.energy_j) << m.method.name << " " << d.solver_index;
@@ -111,12 +115,20 @@ TEST_F(RunTest, NoEvaluatedDominatedPlanIsOnTheFrontier) {
     }
     dropped += m.dropped.size();
   }
-  // This workload has such plans (so the test can fail): at seed 7 the evaluation drops some.
-  EXPECT_GT(dropped, 0u);
-  const Json summary = ToJson(run_->summary);
+  const Json summary = ToJson(run.summary);
   std::size_t listed = 0;
   for (const Json& m : summary["methods"]) listed += m["dropped_after_evaluation"].size();
   EXPECT_EQ(listed, dropped);
+  return dropped;
+}
+
+TEST_F(RunTest, NoEvaluatedDominatedPlanIsOnTheFrontier) {
+  CheckDropped(*run_);
+  // Valued by their first readings alone (the winner's curse: RunOptions::confirm_readings),
+  // this workload has such plans, so the test can fail: at seed 7 the evaluation drops some.
+  RunOptions first_readings = SmallOptions();
+  first_readings.confirm_readings = 0;
+  EXPECT_GT(CheckDropped(RunEmulated(Small(), first_readings, 7)), 0u);
 }
 
 TEST_F(RunTest, PerseusSavesEnergyAtMegatronsSpeed) {

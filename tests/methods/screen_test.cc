@@ -52,13 +52,35 @@ workload::Workload SmallCp() {
       "small-cp.yaml");
 }
 
-RunResult RunWithStride(int stride) {
+// Without confirmation readings by default: the screen's counts and "every option is a reading"
+// are about the first readings (confirmed ones: ConfirmReadings below).
+RunResult RunWithStride(int stride, int confirm_readings = 0) {
   RunOptions options;
   options.methods = {FindMethod("kareus")};
   options.profile.budget_fraction = 0.12;
   options.quiet = true;
   options.sweep_anchor_stride = stride;
+  options.confirm_readings = confirm_readings;
   return RunWorkload(SmallCp(), options, measure::EmulatorBackendFactory(), Context{.seed = 3});
+}
+
+// The mean of the emulator's repeat 1 .. k readings of `request` (as the run computes it).
+measure::Sample FreshMean(measure::Backend& backend, const workload::WorkloadModel& model,
+                          measure::InstructionRequest request, int k) {
+  std::vector<measure::InstructionRequest> batch;
+  for (int r = 1; r <= k; ++r) {
+    request.repeat = r;
+    batch.push_back(request);
+  }
+  const std::vector<measure::Sample> readings = backend.MeasureAll(model, batch);
+  measure::Sample mean;
+  for (const measure::Sample& s : readings) {
+    mean.time_s += s.time_s;
+    mean.energy_j += s.energy_j;
+  }
+  mean.time_s /= k;
+  mean.energy_j /= k;
+  return mean;
 }
 
 TEST(SweepScreen, FewerMeasurementsEveryOptionMeasuredResultKept) {
@@ -143,6 +165,51 @@ TEST(SweepScreen, FewerMeasurementsEveryOptionMeasuredResultKept) {
     return e;
   };
   EXPECT_LE(least_energy(b), least_energy(a) * 1.003);
+}
+
+// RunOptions::confirm_readings on the emulator: every instruction option that is not a
+// composition (the sequential and library-default fallbacks) is, to the bit, the mean of its
+// configuration's fresh readings (repeats 1 .. k, each with noise of its own), not its first
+// reading.
+TEST(ConfirmReadings, OptionsAreTheMeanOfTheirFreshReadings) {
+  constexpr int k = 2;
+  const RunResult plain = RunWithStride(4);
+  const RunResult run = RunWithStride(4, k);
+  const MethodResult& m = run.methods.at(0);
+  const auto backend = measure::EmulatorBackendFactory()(run.model, 3);
+  int checked = 0, differs = 0;
+  for (std::size_t u = 0; u < m.problem.stages.size(); ++u) {
+    const auto& unit = run.model.stages[u];
+    for (const auto d : {schedule::Direction::kForward, schedule::Direction::kBackward}) {
+      const auto& list = d == schedule::Direction::kForward ? m.problem.stages[u].forward
+                                                            : m.problem.stages[u].backward;
+      for (const auto& o : list) {
+        if (!o.partitions.empty()) continue;
+        const measure::InstructionRequest request{
+            .stage = unit.stage,
+            .direction = d,
+            .knobs = {.freq_mhz = o.freq_mhz, .mode = o.mode, .partitions = {}},
+            .chunk = unit.chunk};
+        const measure::Sample mean = FreshMean(*backend, run.model, request, k);
+        EXPECT_EQ(o.time_s, mean.time_s) << o.freq_mhz;
+        EXPECT_EQ(o.energy_j, mean.energy_j) << o.freq_mhz;
+        const measure::Sample first =
+            backend->MeasureAll(run.model, std::vector<measure::InstructionRequest>{request})[0];
+        differs += first.energy_j != mean.energy_j;
+        ++checked;
+      }
+    }
+  }
+  EXPECT_GT(checked, 10);
+  EXPECT_GT(differs, 0);  // the first readings are not the values
+  // The partitions and the fixed work are measured as without confirmation (the gradient
+  // sync's screen between anchors looks at the backward options, so its count may move).
+  const MethodResult& p = plain.methods.at(0);
+  for (CostKind kind : {CostKind::kPartitionsProfiled, CostKind::kFixedWork}) {
+    EXPECT_EQ(m.profiling_by_kind.at(kind).measurements, p.profiling_by_kind.at(kind).measurements);
+  }
+  EXPECT_GT(m.profiling_by_kind.at(CostKind::kInstructions).measurements,
+            p.profiling_by_kind.at(CostKind::kInstructions).measurements);
 }
 
 TEST(SweepScreen, StrideIsValidated) {

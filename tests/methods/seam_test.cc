@@ -134,10 +134,13 @@ TEST_F(SyntheticRun, ItsValuesAppearInTheOutputs) {
 }
 
 TEST_F(SyntheticRun, CostsAreGpuSecondsOfTheMeasuredGroups) {
-  // Megatron: one batch per stage (10 s warm-up) of 2 instructions x 12 s, on TP x CP = 4 GPUs.
+  // Megatron: per stage one batch (10 s warm-up) of 2 instructions x 12 s, then one of their
+  // RunOptions::confirm_readings (2) fresh readings each, on TP x CP = 4 GPUs.
+  ASSERT_EQ(RunOptions{}.confirm_readings, 2);
   const MethodResult& megatron = Get(*run_, "megatron");
-  EXPECT_DOUBLE_EQ(megatron.profiling_gpu_seconds, 2 * (10.0 + 2 * 12.0) * 4);
-  EXPECT_EQ(megatron.measurements, 4);
+  EXPECT_DOUBLE_EQ(megatron.profiling_gpu_seconds,
+                   2 * ((10.0 + 2 * 12.0) + (10.0 + 2 * 2 * 12.0)) * 4);
+  EXPECT_EQ(megatron.measurements, 4 + 2 * 4);
   // The oracle's cost includes its exhaustive sweep of every partition configuration.
   const MethodResult& oracle = Get(*run_, "kareus-oracle");
   int64_t space = 0;
@@ -149,6 +152,91 @@ TEST_F(SyntheticRun, CostsAreGpuSecondsOfTheMeasuredGroups) {
   }
   EXPECT_GT(oracle.measurements, space);
   EXPECT_GT(oracle.profiling_gpu_seconds, 12.0 * static_cast<double>(space));
+}
+
+// A noise-free synthetic backend whose first reading of a whole instruction at `low_mhz` comes
+// out 10 % low in energy and at `high_mhz` 50 % high: the winner's curse in one option, and an
+// option the filter drops on its first reading.
+class FirstReadingOff : public testing::SyntheticBackend {
+ public:
+  static constexpr int low_mhz = 1110, high_mhz = 1230;
+  FirstReadingOff() : SyntheticBackend(1, /*noise_free=*/true) {}
+  void MeasureInstructions(const workload::WorkloadModel& model,
+                           const std::vector<measure::InstructionRequest>& batch,
+                           const measure::SampleCallback& on_sample) override {
+    SyntheticBackend::MeasureInstructions(
+        model, batch, [&](std::size_t i, const measure::Sample& truth) {
+          measure::Sample s = truth;
+          const int f = batch[i].knobs.freq_mhz;
+          if (batch[i].repeat == 0 && (f == low_mhz || f == high_mhz)) {
+            s.energy_j *= f == low_mhz ? 0.9 : 1.5;
+            s.dynamic_energy_j = s.energy_j - s.static_energy_j;
+          }
+          on_sample(i, s);
+        });
+  }
+};
+
+// RunOptions::confirm_readings: the options the filter keeps are read again and valued by the
+// fresh readings alone; an option the filter dropped is neither re-read nor offered.
+TEST(ConfirmReadings, TheKeptOptionsAreValuedByFreshReadings) {
+  auto run_with = [](int confirm) {
+    RunOptions options = AllMethods();
+    options.methods = {FindMethod("perseus")};
+    options.confirm_readings = confirm;
+    return RunWorkload(
+        Small(), options,
+        [](const workload::WorkloadModel&, uint64_t) -> std::unique_ptr<measure::Backend> {
+          return std::make_unique<FirstReadingOff>();
+        },
+        Context{.seed = 1});
+  };
+  const RunResult first = run_with(0), confirmed = run_with(3);
+  const MethodResult& a = Get(first, "perseus");
+  const MethodResult& b = Get(confirmed, "perseus");
+  int64_t kept = 0;
+  bool low_seen = false;
+  for (std::size_t u = 0; u < b.problem.stages.size(); ++u) {
+    for (const auto* list : {&b.problem.stages[u].forward, &b.problem.stages[u].backward}) {
+      const auto direction = list == &b.problem.stages[u].forward ? schedule::Direction::kForward
+                                                                  : schedule::Direction::kBackward;
+      for (const auto& o : *list) {
+        ++kept;
+        EXPECT_NE(o.freq_mhz, FirstReadingOff::high_mhz) << "dropped on its first reading";
+        const measure::Sample truth = testing::SyntheticBackend::InstructionTruth(
+            confirmed.model, {.stage = static_cast<int>(u),
+                              .direction = direction,
+                              .knobs = {.freq_mhz = o.freq_mhz, .mode = o.mode, .partitions = {}}});
+        EXPECT_NEAR(o.energy_j, truth.energy_j, 1e-12 * truth.energy_j) << o.freq_mhz;
+        EXPECT_NEAR(o.time_s, truth.time_s, 1e-12 * truth.time_s) << o.freq_mhz;
+        low_seen = low_seen || o.freq_mhz == FirstReadingOff::low_mhz;
+      }
+    }
+  }
+  EXPECT_TRUE(low_seen);
+  // Without confirmation the low first reading is the option's value.
+  bool cursed = false;
+  for (const auto& o : a.problem.stages[0].forward) {
+    if (o.freq_mhz != FirstReadingOff::low_mhz) continue;
+    const measure::Sample truth = testing::SyntheticBackend::InstructionTruth(
+        first.model, {.stage = 0,
+                      .direction = schedule::Direction::kForward,
+                      .knobs = {.freq_mhz = o.freq_mhz, .mode = o.mode, .partitions = {}}});
+    cursed = std::abs(o.energy_j / truth.energy_j - 0.9) < 1e-12;
+  }
+  EXPECT_TRUE(cursed);
+  // Three fresh readings of each kept option, nothing else.
+  const int64_t extra = b.profiling_by_kind.at(CostKind::kInstructions).measurements -
+                        a.profiling_by_kind.at(CostKind::kInstructions).measurements;
+  EXPECT_EQ(extra, 3 * kept);
+  EXPECT_EQ(confirmed.summary.settings.confirm_readings, 3);
+}
+
+TEST(ConfirmReadings, ANegativeCountIsRefused) {
+  RunOptions options;
+  options.confirm_readings = -1;
+  ASSERT_TRUE(options.Validate().has_value());
+  EXPECT_EQ(options.Validate()->field, "confirm_readings");
 }
 
 // A method is one MethodSpec: "tuned overlap without clock control" is not in the table, and

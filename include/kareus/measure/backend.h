@@ -30,6 +30,10 @@ struct InstructionRequest {
   schedule::Direction direction = schedule::Direction::kForward;
   InstructionKnobs knobs;
   int chunk = 0;  // model chunk (interleaved 1F1B); 0 otherwise
+  // Which reading of this configuration it is: 0 the first, 1, 2, ... further ones that must
+  // not repeat an earlier reading's noise (a real GPU's runs never do; the emulator draws each
+  // repeat's noise with a key of its own, 0 keeping the key of before repeats existed).
+  int repeat = 0;
 };
 
 // The fixed work of one instruction at one clock (workload::FixedWorkOps): the kernels outside

@@ -46,6 +46,14 @@ struct RunOptions {
   // are not offered there (methods/compose.h SweepScreen; nothing is derived). 1: every clock
   // in full. The oracle and the baselines always sweep every clock.
   int sweep_anchor_stride = 4;
+  // Fresh readings of every whole-instruction option the filter keeps (a clock sweep's
+  // reading, a sequential or library-default fallback: every method's); the option's time and
+  // energy become their mean and the options are filtered again. Against the winner's curse:
+  // the filter keeps the options whose one reading came out low, so that reading is biased low,
+  // and so were the plans' predicted energies; the first reading now only selects
+  // (docs/ARCHITECTURE.md, "Predicted vs evaluated"). The gradient sync's readings are not
+  // confirmed (measured there: not worth their cost). 0: the first reading is the value.
+  int confirm_readings = 2;
   bool quiet = false;  // no progress on the terminal
   // How the profiled methods profile partition types: mobo::ProfileWorkload when empty.
   // kareus/distributed/ sets its own to spread the types over MPI ranks (same result).

@@ -173,6 +173,7 @@ struct RunSettings {
   double idle_power_w = 0.0;    // what the evaluation charges a waiting GPU
   std::vector<int> planning_clocks_mhz;
   int sweep_anchor_stride = 1;  // RunOptions::sweep_anchor_stride
+  int confirm_readings = 0;     // RunOptions::confirm_readings
   int64_t budget = 0;
   double budget_fraction = 0.0;
   int64_t min_budget = 0;  // with budget_fraction: evaluations per tunable type at least
