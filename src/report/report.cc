@@ -223,6 +223,11 @@ struct Tables {
                                                  "time error % min / median / max",
                                                  "energy error % min / median / max"};
   std::vector<std::vector<std::string>> composition;
+  // Every point the solver put on the frontier (kept and dropped): evaluated / predicted - 1.
+  std::vector<std::string> prediction_header = {"method", "solver points",
+                                                "time error % min / median / max",
+                                                "energy error % min / median / max"};
+  std::vector<std::vector<std::string>> prediction;
   std::vector<std::string> cost_header = {"method",    "profile (s)",  "compose (s)",
                                           "solve (s)", "evaluate (s)", "profiling GPU-hours"};
   std::vector<std::vector<std::string>> cost;
@@ -288,6 +293,35 @@ Tables BuildTables(const Json& summary) {
     const Json& c = m["composition_error"];
     t.composition.push_back({label(m["method"]), std::to_string(c["options"].get<int>()),
                              spread(c["time_error_pct"]), spread(c["energy_error_pct"])});
+  }
+  // Prediction error: the evaluated plan against the solver's prediction of it, in percent of
+  // the prediction, over every solver point (those dropped as dominated included); only for
+  // evaluated runs (otherwise the two are the same numbers).
+  if (summary.value("evaluated", false)) {
+    auto three = [](std::vector<double> v) {
+      std::sort(v.begin(), v.end());
+      auto cell = [](double x) { return (x >= 0 ? "+" : "") + FormatFixed(x, 3); };
+      return cell(v.front()) + " / " + cell(v[v.size() / 2]) + " / " + cell(v.back());
+    };
+    for (const Json& m : summary["methods"]) {
+      std::vector<double> time_pct, energy_pct;
+      auto add = [&](double pt, double pe, double et, double ee) {
+        if (!(pt > 0.0 && pe > 0.0)) return;
+        time_pct.push_back((et / pt - 1.0) * 100.0);
+        energy_pct.push_back((ee / pe - 1.0) * 100.0);
+      };
+      for (const Json& p : m["frontier"]) {
+        if (!p.contains("predicted_time_s")) continue;
+        add(p["predicted_time_s"], p["predicted_energy_j"], p["time_s"], p["energy_j"]);
+      }
+      for (const Json& d : m.value("dropped_after_evaluation", Json::array())) {
+        add(d["predicted"]["time_s"], d["predicted"]["energy_j"], d["evaluated"]["time_s"],
+            d["evaluated"]["energy_j"]);
+      }
+      if (time_pct.empty()) continue;
+      t.prediction.push_back({label(m["method"]), std::to_string(time_pct.size()), three(time_pct),
+                              three(energy_pct)});
+    }
   }
   // The planner's own cost: wall time per phase on this machine, and the process's peak memory.
   for (const Json& m : summary["methods"]) {
@@ -357,6 +391,10 @@ std::string RenderTables(const Json& summary) {
       "fastest plan to the later slowest plan):\n";
   out += TextTable(t.interpolated_header, t.interpolated);
   if (!t.dropped_counts.empty()) out += DroppedSentence(t) + "\n";
+  if (!t.prediction.empty()) {
+    out += "\nPrediction error (each frontier plan evaluated vs the solver's prediction of it):\n";
+    out += TextTable(t.prediction_header, t.prediction);
+  }
   if (!t.composition.empty()) {
     out += "\nComposition error (composed estimate vs the instruction evaluated end to end):\n";
     out += TextTable(t.composition_header, t.composition);
@@ -423,6 +461,14 @@ std::string RenderHtml(const Json& summary) {
       "<h3>Whole frontier vs Perseus at equal time (every deadline from the later fastest "
       "plan to the later slowest)</h3>" +
       HtmlTable(t.interpolated_header, t.interpolated);
+  if (!t.prediction.empty()) {
+    html += "<h3>Prediction error</h3>" + HtmlTable(t.prediction_header, t.prediction) +
+            "<p class='note'>Every plan the solver put on the frontier (those dropped after "
+            "evaluation included), evaluated, against the solver's prediction of it, in percent "
+            "of the prediction. The solver takes each measured option's value as exact: what "
+            "remains is measurement noise, the composition error below and the idle power of "
+            "a waiting GPU.</p>";
+  }
   if (!t.composition.empty()) {
     html += "<h3>Composition error</h3>" + HtmlTable(t.composition_header, t.composition) +
             "<p class='note'>Each composed instruction option (the sum of its partitions' measured "

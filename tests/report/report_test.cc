@@ -164,6 +164,33 @@ TEST(Report, TerminalTablesShowDashForInfeasible) {
   EXPECT_NE(text.find("--"), std::string::npos);
 }
 
+// The prediction error: each solver point's evaluated cost against its prediction, kept and
+// dropped points alike, for evaluated runs only.
+TEST(Report, PredictionErrorOverEverySolverPoint) {
+  Json summary = SyntheticSummary();
+  EXPECT_EQ(RenderTables(summary).find("Prediction error"), std::string::npos);  // not evaluated
+  summary["evaluated"] = true;
+  for (Json& m : summary["methods"]) {
+    if (m["method"] != "kareus") continue;
+    for (Json& p : m["frontier"]) {  // predicted 1 % below the evaluation on time, 2 % on energy
+      p["predicted_time_s"] = p["time_s"].get<double>() / 1.01;
+      p["predicted_energy_j"] = p["energy_j"].get<double>() / 1.02;
+    }
+  }
+  // The dropped point: 4.71 s, 2481 J predicted; 4.83 s, 2490 J evaluated.
+  const std::string text = RenderTables(summary);
+  const auto table = text.find("Prediction error");
+  ASSERT_NE(table, std::string::npos) << text;
+  const std::string row = text.substr(text.find("Kareus <&>", table), 160);
+  EXPECT_NE(row.find(" 13 "), std::string::npos) << row;                      // 12 kept + 1 dropped
+  EXPECT_NE(row.find("+1.000 / +1.000 / +2.548"), std::string::npos) << row;  // 4.83 / 4.71
+  EXPECT_NE(row.find("+0.363 / +2.000 / +2.000"), std::string::npos) << row;  // 2490 / 2481
+  // Methods whose points carry no prediction have no row.
+  const std::string block = text.substr(table, text.find("\n\n", table) - table);
+  EXPECT_EQ(block.find("Perseus"), std::string::npos) << block;
+  EXPECT_NE(RenderHtml(summary).find("<h3>Prediction error</h3>"), std::string::npos);
+}
+
 // The planner's cost: wall time per phase of each method and the process's peak memory, when
 // the summary has them ("--" for a phase a method did not run).
 TEST(Report, PlanningCostTableWithPhasesAndPeakMemory) {
