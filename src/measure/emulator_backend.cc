@@ -158,10 +158,11 @@ class EmulatorBackend final : public Backend {
                           model, workload::GradientSyncBuckets(model, r.stage, r.chunk), knobs);
                       break;
                   }
-                  const std::string key = signature + "|gradient_sync|" + ToString(r.work) + "|" +
-                                          std::to_string(r.stage) + "." + std::to_string(r.chunk) +
-                                          "|" + std::to_string(r.freq_mhz) + "|" +
-                                          std::to_string(r.sms);
+                  const std::string key =
+                      signature + "|gradient_sync|" + ToString(r.work) + "|" +
+                      std::to_string(r.stage) + "." + std::to_string(r.chunk) + "|" +
+                      std::to_string(r.freq_mhz) + "|" + std::to_string(r.sms) +
+                      (r.repeat != 0 ? "|repeat=" + std::to_string(r.repeat) : std::string());
                   return Run{truth, HashString(key.c_str())};
                 });
   }

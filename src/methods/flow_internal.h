@@ -78,6 +78,7 @@ class MethodRun {
 
   // plan_evaluation.cc
   void Evaluate();
+  int EvaluationRepeat() const;
   UsedOptions UsedByFrontier() const;
   void EvaluateUnitOptions(const UsedOptions& used);
   void EvaluateStageOptions(const UsedOptions& used);

@@ -25,6 +25,12 @@ measure::InstructionKnobs ToKnobs(const plan::InstructionOption& option) {
 
 }  // namespace
 
+// The reading index of the evaluation's runs (InstructionRequest::repeat): past every reading
+// the plans were made on (the first and RunOptions::confirm_readings more), so that a measured
+// evaluation is a run of its own, as on a GPU, not a replay of the reading that chose the
+// option (the emulator keys its noise on the index; the noise-free twin has none).
+int MethodRun::EvaluationRepeat() const { return options_.confirm_readings + 1; }
+
 // The options some frontier plan uses, per distinct unit or stage: what Evaluate evaluates.
 struct UsedOptions {
   std::vector<int> stage_rep;  // per stage: the stage evaluated for it (the same units)
@@ -121,7 +127,8 @@ void MethodRun::EvaluateUnitOptions(const UsedOptions& used) {
         batch.push_back({.stage = unit.stage,
                          .direction = kind == 0 ? Direction::kForward : Direction::kBackward,
                          .knobs = ToKnobs(list[static_cast<std::size_t>(option)]),
-                         .chunk = unit.chunk});
+                         .chunk = unit.chunk,
+                         .repeat = EvaluationRepeat()});
       }
     }
     const std::vector<measure::Sample> samples = evaluator_.EvaluateInstructions(model_, batch);
@@ -169,8 +176,11 @@ void MethodRun::EvaluateStage(int s, const UsedOptions& used) {
     const bool overlap = o.gradient_sync && o.gradient_sync->overlapped;
     if (!overlap) {
       instruction = static_cast<int>(instructions.size());
-      instructions.push_back(
-          {.stage = s, .direction = Direction::kBackward, .knobs = ToKnobs(o), .chunk = 0});
+      instructions.push_back({.stage = s,
+                              .direction = Direction::kBackward,
+                              .knobs = ToKnobs(o),
+                              .chunk = 0,
+                              .repeat = EvaluationRepeat()});
     }
     if (o.gradient_sync) {
       sync = static_cast<int>(syncs.size());
@@ -178,7 +188,8 @@ void MethodRun::EvaluateStage(int s, const UsedOptions& used) {
                        .work = overlap ? measure::GradientSyncWork::kOverlapped
                                        : measure::GradientSyncWork::kLastBuckets,
                        .freq_mhz = o.freq_mhz,
-                       .sms = o.gradient_sync->sms});
+                       .sms = o.gradient_sync->sms,
+                       .repeat = EvaluationRepeat()});
     }
     lasts.push_back({option, instruction, sync});
   }
@@ -191,7 +202,8 @@ void MethodRun::EvaluateStage(int s, const UsedOptions& used) {
                        .chunk = c,
                        .work = measure::GradientSyncWork::kSyncNode,
                        .freq_mhz = o.freq_mhz,
-                       .sms = o.gradient_sync ? o.gradient_sync->sms : 1});
+                       .sms = o.gradient_sync ? o.gradient_sync->sms : 1,
+                       .repeat = EvaluationRepeat()});
       nodes.push_back({s * per_stage + c, option});
     }
   }
@@ -310,7 +322,8 @@ void MethodRun::EvaluateComposition() {
         batch.push_back({.stage = s,
                          .direction = d,
                          .knobs = ToKnobs(option),
-                         .chunk = model_.stages[u].chunk});
+                         .chunk = model_.stages[u].chunk,
+                         .repeat = EvaluationRepeat()});
         options.push_back(&option);
       }
     }

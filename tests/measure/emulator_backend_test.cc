@@ -104,6 +104,18 @@ TEST(EmulatorBackend, InstructionsAndFixedWork) {
   EXPECT_DOUBLE_EQ(again[0].time_s, read[1].time_s);  // keyed by configuration, not order
   EXPECT_EQ(read[0].gpus, 8);
   EXPECT_EQ(noisy->Measurements(), 3);
+  // A repeat is a reading of its own (InstructionRequest::repeat), the same each time asked;
+  // the twin has no noise to repeat.
+  InstructionRequest second = sequential, third = sequential;
+  second.repeat = 1;
+  third.repeat = 2;
+  const auto repeats =
+      noisy->MeasureAll(model, std::vector<InstructionRequest>{second, third, second});
+  EXPECT_NE(repeats[0].energy_j, read[1].energy_j);
+  EXPECT_NE(repeats[0].energy_j, repeats[1].energy_j);
+  EXPECT_DOUBLE_EQ(repeats[2].energy_j, repeats[0].energy_j);
+  EXPECT_DOUBLE_EQ(exact->MeasureAll(model, std::vector<InstructionRequest>{second})[0].energy_j,
+                   truth[0].energy_j);
 
   const FixedWorkRequest last{
       .stage = 1, .direction = schedule::Direction::kForward, .freq_mhz = 1110};

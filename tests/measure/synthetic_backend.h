@@ -186,7 +186,8 @@ class SyntheticBackend : public measure::Backend {
       s.noise_free = true;
       s = Noisy(s, std::string("sync") + measure::ToString(r.work) + std::to_string(r.stage) +
                        std::to_string(r.chunk) + std::to_string(r.freq_mhz) +
-                       std::to_string(r.sms));
+                       std::to_string(r.sms) +
+                       (r.repeat != 0 ? "repeat" + std::to_string(r.repeat) : std::string()));
       s.seconds = 12.0;
       Account(s.GpuSeconds(), 1);
       on_sample(i, s);

@@ -202,6 +202,29 @@ TEST(ConfirmReadings, OptionsAreTheMeanOfTheirFreshReadings) {
   }
   EXPECT_GT(checked, 10);
   EXPECT_GT(differs, 0);  // the first readings are not the values
+  // The sync nodes keep their first readings; a repeat of one (a measured evaluation's,
+  // MethodRun::EvaluationRepeat) is a reading of its own.
+  const int per_stage = m.problem.SyncNodesPerStage();
+  int syncs = 0;
+  for (std::size_t i = 0; i < m.problem.sync_nodes.size(); ++i) {
+    for (const auto& o : m.problem.sync_nodes[i]) {
+      ASSERT_TRUE(o.gradient_sync);
+      measure::GradientSyncRequest r{.stage = static_cast<int>(i) / per_stage,
+                                     .chunk = static_cast<int>(i) % per_stage,
+                                     .work = measure::GradientSyncWork::kSyncNode,
+                                     .freq_mhz = o.freq_mhz,
+                                     .sms = o.gradient_sync->sms};
+      const measure::Sample first =
+          backend->MeasureAll(run.model, std::vector<measure::GradientSyncRequest>{r})[0];
+      EXPECT_EQ(o.energy_j, first.energy_j) << o.freq_mhz << " MHz, " << r.sms << " SMs";
+      r.repeat = k + 1;
+      const measure::Sample later =
+          backend->MeasureAll(run.model, std::vector<measure::GradientSyncRequest>{r})[0];
+      EXPECT_NE(later.energy_j, first.energy_j) << o.freq_mhz << " MHz, " << r.sms << " SMs";
+      ++syncs;
+    }
+  }
+  EXPECT_GT(syncs, 0);
   // The partitions and the fixed work are measured as without confirmation (the gradient
   // sync's screen between anchors looks at the backward options, so its count may move).
   const MethodResult& p = plain.methods.at(0);

@@ -310,6 +310,26 @@ TEST(Evaluation, WithoutATwinPlansAreMeasured) {
       RunWorkload(Small(), options, Synthetic(/*has_twin=*/false), Context{.seed = 5});
   EXPECT_EQ(run.evaluator, "measured runs on synthetic(noise)");
   EXPECT_GT(run.methods[0].evaluation_gpu_seconds, 0.0);
+  {
+    // A measured evaluation is a run of its own (MethodRun::EvaluationRepeat), not a replay of
+    // the reading that valued the option: with that first reading alone as the value, each
+    // used option's evaluated reading still differs from it.
+    RunOptions first = options;
+    first.confirm_readings = 0;
+    const RunResult replayed = RunWorkload(Small(), first, Synthetic(false), Context{.seed = 5});
+    const MethodResult& m = replayed.methods[0];
+    int compared = 0;
+    for (std::size_t u = 0; u < m.option_evaluations.size(); ++u) {
+      for (int kind = 0; kind < 2; ++kind) {
+        const auto& list = kind == 0 ? m.problem.stages[u].forward : m.problem.stages[u].backward;
+        for (const auto& [option, sample] : m.option_evaluations[u][kind]) {
+          EXPECT_NE(sample.energy_j, list[static_cast<std::size_t>(option)].energy_j);
+          ++compared;
+        }
+      }
+    }
+    EXPECT_GT(compared, 0);
+  }
   options.evaluation = EvaluationMode::kNoiseFree;
   EXPECT_THROW(RunWorkload(Small(), options, Synthetic(false), Context{.seed = 5}), InputError);
   options.evaluation = EvaluationMode::kAuto;

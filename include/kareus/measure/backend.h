@@ -64,6 +64,7 @@ struct GradientSyncRequest {
   GradientSyncWork work = GradientSyncWork::kSyncNode;
   int freq_mhz = 0;
   int sms = 0;
+  int repeat = 0;  // as InstructionRequest::repeat
 };
 
 // Relative standard deviations of one reading's time and total energy (0: unknown or none).
