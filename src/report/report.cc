@@ -282,26 +282,25 @@ Tables BuildTables(const Json& summary) {
          Percent(row["min_saving_pct"])});
   }
   // Composition error: composed estimate / instruction evaluated end to end - 1.
-  auto spread = [](const Json& e) {
-    auto cell = [](const Json& v) {
-      return (v.get<double>() >= 0 ? "+" : "") + FormatFixed(v.get<double>(), 3);
-    };
-    return cell(e["min"]) + " / " + cell(e["median"]) + " / " + cell(e["max"]);
+  // "min / median / max" of percentages, signed, three decimals.
+  auto spread = [](double min, double median, double max) {
+    auto cell = [](double v) { return (v >= 0 ? "+" : "") + FormatFixed(v, 3); };
+    return cell(min) + " / " + cell(median) + " / " + cell(max);
   };
+  auto spread_of = [&](const Json& e) { return spread(e["min"], e["median"], e["max"]); };
   for (const Json& m : summary["methods"]) {
     if (!m.contains("composition_error")) continue;
     const Json& c = m["composition_error"];
     t.composition.push_back({label(m["method"]), std::to_string(c["options"].get<int>()),
-                             spread(c["time_error_pct"]), spread(c["energy_error_pct"])});
+                             spread_of(c["time_error_pct"]), spread_of(c["energy_error_pct"])});
   }
   // Prediction error: the evaluated plan against the solver's prediction of it, in percent of
   // the prediction, over every solver point (those dropped as dominated included); only for
   // evaluated runs (otherwise the two are the same numbers).
   if (summary.value("evaluated", false)) {
-    auto three = [](std::vector<double> v) {
+    auto three = [&](std::vector<double> v) {
       std::sort(v.begin(), v.end());
-      auto cell = [](double x) { return (x >= 0 ? "+" : "") + FormatFixed(x, 3); };
-      return cell(v.front()) + " / " + cell(v[v.size() / 2]) + " / " + cell(v.back());
+      return spread(v.front(), v[v.size() / 2], v.back());
     };
     for (const Json& m : summary["methods"]) {
       std::vector<double> time_pct, energy_pct;
