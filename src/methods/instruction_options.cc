@@ -27,11 +27,14 @@ struct InstructionSweep {
   std::vector<measure::InstructionRequest> requests;
   std::vector<measure::Sample> samples;
 
-  void Add(const workload::StageModel& unit, Direction d, int freq_mhz, ExecutionMode mode) {
+  // `repeat`: InstructionRequest::repeat (a further reading of a configuration read before).
+  void Add(const workload::StageModel& unit, Direction d, int freq_mhz, ExecutionMode mode,
+           int repeat = 0) {
     requests.push_back({.stage = unit.stage,
                         .direction = d,
                         .knobs = {.freq_mhz = freq_mhz, .mode = mode, .partitions = {}},
-                        .chunk = unit.chunk});
+                        .chunk = unit.chunk,
+                        .repeat = repeat});
   }
   // Measures the requests added since the last call (all of them the first time).
   void Measure(const workload::WorkloadModel& model, measure::Backend& backend) {
@@ -179,24 +182,18 @@ void MethodRun::ConfirmReadings(int u, measure::Backend& backend) {
   const int repeats = options_.confirm_readings;
   if (repeats == 0) return;
   const double p_static = backend_.StaticPowerW();
-  const workload::StageModel& unit = model_.stages[u];
-  std::vector<measure::InstructionRequest> batch;
+  InstructionSweep fresh;
   for (Direction d : {Direction::kForward, Direction::kBackward}) {
     std::vector<plan::InstructionOption>& options = OptionsOf(result_.problem, u, d);
     options = FilterOptions(options, p_static);
     for (const plan::InstructionOption& o : options) {
       if (!o.partitions.empty()) continue;
-      for (int r = 1; r <= repeats; ++r) {
-        batch.push_back({.stage = unit.stage,
-                         .direction = d,
-                         .knobs = {.freq_mhz = o.freq_mhz, .mode = o.mode, .partitions = {}},
-                         .chunk = unit.chunk,
-                         .repeat = r});
-      }
+      for (int r = 1; r <= repeats; ++r) fresh.Add(model_.stages[u], d, o.freq_mhz, o.mode, r);
     }
   }
-  if (batch.empty()) return;
-  const std::vector<measure::Sample> samples = backend.MeasureAll(model_, batch);
+  if (fresh.requests.empty()) return;
+  fresh.Measure(model_, backend);
+  const std::vector<measure::Sample>& samples = fresh.samples;
   std::size_t next = 0;
   for (Direction d : {Direction::kForward, Direction::kBackward}) {
     std::vector<plan::InstructionOption>& options = OptionsOf(result_.problem, u, d);

@@ -3,6 +3,9 @@
 // fewer whole-instruction and gradient-sync measurements, every option still a measurement.
 #include <gtest/gtest.h>
 
+#include <utility>
+#include <vector>
+
 #include "kareus/measure/emulator_backend.h"
 #include "kareus/methods/run.h"
 #include "methods/compose.h"
@@ -83,6 +86,48 @@ measure::Sample FreshMean(measure::Backend& backend, const workload::WorkloadMod
   return mean;
 }
 
+// Every instruction option of `m` that is not a composition (a sequential or library-default
+// fallback), with the request that reads it.
+std::vector<std::pair<const plan::InstructionOption*, measure::InstructionRequest>>
+FallbackReadings(const RunResult& run, const MethodResult& m) {
+  std::vector<std::pair<const plan::InstructionOption*, measure::InstructionRequest>> out;
+  for (std::size_t u = 0; u < m.problem.stages.size(); ++u) {
+    const auto& unit = run.model.stages[u];
+    for (const auto d : {schedule::Direction::kForward, schedule::Direction::kBackward}) {
+      const auto& list = d == schedule::Direction::kForward ? m.problem.stages[u].forward
+                                                            : m.problem.stages[u].backward;
+      for (const auto& o : list) {
+        if (!o.partitions.empty() || o.gradient_sync) continue;
+        out.push_back({&o,
+                       {.stage = unit.stage,
+                        .direction = d,
+                        .knobs = {.freq_mhz = o.freq_mhz, .mode = o.mode, .partitions = {}},
+                        .chunk = unit.chunk}});
+      }
+    }
+  }
+  return out;
+}
+
+// Every sync node option of `m`, with the request that reads it (callers check that each
+// option has its gradient_sync).
+std::vector<std::pair<const plan::InstructionOption*, measure::GradientSyncRequest>>
+SyncNodeReadings(const MethodResult& m) {
+  std::vector<std::pair<const plan::InstructionOption*, measure::GradientSyncRequest>> out;
+  const int per_stage = m.problem.SyncNodesPerStage();
+  for (std::size_t i = 0; i < m.problem.sync_nodes.size(); ++i) {
+    for (const auto& o : m.problem.sync_nodes[i]) {
+      out.push_back({&o,
+                     {.stage = static_cast<int>(i) / per_stage,
+                      .chunk = static_cast<int>(i) % per_stage,
+                      .work = measure::GradientSyncWork::kSyncNode,
+                      .freq_mhz = o.freq_mhz,
+                      .sms = o.gradient_sync ? o.gradient_sync->sms : 0}});
+    }
+  }
+  return out;
+}
+
 TEST(SweepScreen, FewerMeasurementsEveryOptionMeasuredResultKept) {
   const RunResult full = RunWithStride(1);
   const RunResult screened = RunWithStride(4);
@@ -120,41 +165,19 @@ TEST(SweepScreen, FewerMeasurementsEveryOptionMeasuredResultKept) {
   // bit, a reading of the same backend (the emulator's noise is keyed by the configuration).
   const auto backend = measure::EmulatorBackendFactory()(screened.model, 3);
   int checked = 0;
-  for (std::size_t u = 0; u < b.problem.stages.size(); ++u) {
-    const auto& unit = screened.model.stages[u];
-    for (const auto d : {schedule::Direction::kForward, schedule::Direction::kBackward}) {
-      const auto& list = d == schedule::Direction::kForward ? b.problem.stages[u].forward
-                                                            : b.problem.stages[u].backward;
-      for (const auto& o : list) {
-        if (!o.partitions.empty() || o.gradient_sync) continue;
-        const measure::Sample reading = backend->MeasureAll(
-            screened.model,
-            std::vector<measure::InstructionRequest>{
-                {.stage = unit.stage,
-                 .direction = d,
-                 .knobs = {.freq_mhz = o.freq_mhz, .mode = o.mode, .partitions = {}},
-                 .chunk = unit.chunk}})[0];
-        EXPECT_EQ(o.time_s, reading.time_s) << o.freq_mhz;
-        EXPECT_EQ(o.energy_j, reading.energy_j) << o.freq_mhz;
-        ++checked;
-      }
-    }
+  for (const auto& [o, request] : FallbackReadings(screened, b)) {
+    const measure::Sample reading =
+        backend->MeasureAll(screened.model, std::vector<measure::InstructionRequest>{request})[0];
+    EXPECT_EQ(o->time_s, reading.time_s) << o->freq_mhz;
+    EXPECT_EQ(o->energy_j, reading.energy_j) << o->freq_mhz;
+    ++checked;
   }
-  for (std::size_t i = 0; i < b.problem.sync_nodes.size(); ++i) {
-    const int per_stage = b.problem.SyncNodesPerStage();
-    for (const auto& o : b.problem.sync_nodes[i]) {
-      ASSERT_TRUE(o.gradient_sync);
-      const measure::Sample reading = backend->MeasureAll(
-          screened.model,
-          std::vector<measure::GradientSyncRequest>{{.stage = static_cast<int>(i) / per_stage,
-                                                     .chunk = static_cast<int>(i) % per_stage,
-                                                     .work = measure::GradientSyncWork::kSyncNode,
-                                                     .freq_mhz = o.freq_mhz,
-                                                     .sms = o.gradient_sync->sms}})[0];
-      EXPECT_EQ(o.time_s, reading.time_s)
-          << o.freq_mhz << " MHz, " << o.gradient_sync->sms << " SMs";
-      ++checked;
-    }
+  for (const auto& [o, request] : SyncNodeReadings(b)) {
+    ASSERT_TRUE(o->gradient_sync);
+    const measure::Sample reading =
+        backend->MeasureAll(screened.model, std::vector<measure::GradientSyncRequest>{request})[0];
+    EXPECT_EQ(o->time_s, reading.time_s) << o->freq_mhz << " MHz, " << request.sms << " SMs";
+    ++checked;
   }
   EXPECT_GT(checked, 0);
   // The fastest plan stays as fast, and the frontier's least energy within noise.
@@ -178,51 +201,30 @@ TEST(ConfirmReadings, OptionsAreTheMeanOfTheirFreshReadings) {
   const MethodResult& m = run.methods.at(0);
   const auto backend = measure::EmulatorBackendFactory()(run.model, 3);
   int checked = 0, differs = 0;
-  for (std::size_t u = 0; u < m.problem.stages.size(); ++u) {
-    const auto& unit = run.model.stages[u];
-    for (const auto d : {schedule::Direction::kForward, schedule::Direction::kBackward}) {
-      const auto& list = d == schedule::Direction::kForward ? m.problem.stages[u].forward
-                                                            : m.problem.stages[u].backward;
-      for (const auto& o : list) {
-        if (!o.partitions.empty()) continue;
-        const measure::InstructionRequest request{
-            .stage = unit.stage,
-            .direction = d,
-            .knobs = {.freq_mhz = o.freq_mhz, .mode = o.mode, .partitions = {}},
-            .chunk = unit.chunk};
-        const measure::Sample mean = FreshMean(*backend, run.model, request, k);
-        EXPECT_EQ(o.time_s, mean.time_s) << o.freq_mhz;
-        EXPECT_EQ(o.energy_j, mean.energy_j) << o.freq_mhz;
-        const measure::Sample first =
-            backend->MeasureAll(run.model, std::vector<measure::InstructionRequest>{request})[0];
-        differs += first.energy_j != mean.energy_j;
-        ++checked;
-      }
-    }
+  for (const auto& [o, request] : FallbackReadings(run, m)) {
+    const measure::Sample mean = FreshMean(*backend, run.model, request, k);
+    EXPECT_EQ(o->time_s, mean.time_s) << o->freq_mhz;
+    EXPECT_EQ(o->energy_j, mean.energy_j) << o->freq_mhz;
+    const measure::Sample first =
+        backend->MeasureAll(run.model, std::vector<measure::InstructionRequest>{request})[0];
+    differs += first.energy_j != mean.energy_j;
+    ++checked;
   }
   EXPECT_GT(checked, 10);
   EXPECT_GT(differs, 0);  // the first readings are not the values
   // The sync nodes keep their first readings; a repeat of one (a measured evaluation's,
   // MethodRun::EvaluationRepeat) is a reading of its own.
-  const int per_stage = m.problem.SyncNodesPerStage();
   int syncs = 0;
-  for (std::size_t i = 0; i < m.problem.sync_nodes.size(); ++i) {
-    for (const auto& o : m.problem.sync_nodes[i]) {
-      ASSERT_TRUE(o.gradient_sync);
-      measure::GradientSyncRequest r{.stage = static_cast<int>(i) / per_stage,
-                                     .chunk = static_cast<int>(i) % per_stage,
-                                     .work = measure::GradientSyncWork::kSyncNode,
-                                     .freq_mhz = o.freq_mhz,
-                                     .sms = o.gradient_sync->sms};
-      const measure::Sample first =
-          backend->MeasureAll(run.model, std::vector<measure::GradientSyncRequest>{r})[0];
-      EXPECT_EQ(o.energy_j, first.energy_j) << o.freq_mhz << " MHz, " << r.sms << " SMs";
-      r.repeat = k + 1;
-      const measure::Sample later =
-          backend->MeasureAll(run.model, std::vector<measure::GradientSyncRequest>{r})[0];
-      EXPECT_NE(later.energy_j, first.energy_j) << o.freq_mhz << " MHz, " << r.sms << " SMs";
-      ++syncs;
-    }
+  for (auto [o, r] : SyncNodeReadings(m)) {
+    ASSERT_TRUE(o->gradient_sync);
+    const measure::Sample first =
+        backend->MeasureAll(run.model, std::vector<measure::GradientSyncRequest>{r})[0];
+    EXPECT_EQ(o->energy_j, first.energy_j) << o->freq_mhz << " MHz, " << r.sms << " SMs";
+    r.repeat = k + 1;
+    const measure::Sample later =
+        backend->MeasureAll(run.model, std::vector<measure::GradientSyncRequest>{r})[0];
+    EXPECT_NE(later.energy_j, first.energy_j) << o->freq_mhz << " MHz, " << r.sms << " SMs";
+    ++syncs;
   }
   EXPECT_GT(syncs, 0);
   // The partitions and the fixed work are measured as without confirmation (the gradient
